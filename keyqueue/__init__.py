@@ -1,0 +1,34 @@
+"""keyqueue: a reliable, SQS-like work queue on plain Redis."""
+
+from __future__ import annotations
+
+from .errors import (
+    ConfigurationError,
+    CorruptQueue,
+    InvalidArgument,
+    InvalidQueueName,
+    KeyQueueError,
+    MessageTooLarge,
+    MissingDependency,
+)
+from .message import Message, QueueStats, ReapResult
+from .queue import Queue
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # the queue
+    "Queue",
+    "Message",
+    "QueueStats",
+    "ReapResult",
+    # errors
+    "KeyQueueError",
+    "InvalidQueueName",
+    "MessageTooLarge",
+    "InvalidArgument",
+    "ConfigurationError",
+    "CorruptQueue",
+    "MissingDependency",
+    "__version__",
+]

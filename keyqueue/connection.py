@@ -1,0 +1,49 @@
+"""Turn ``client=`` / ``url=`` into a redis-py client that returns bytes, without leaking passwords."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from .errors import ConfigurationError
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``: safe to print or log."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def from_url(url: str) -> redis.Redis:
+    if not isinstance(url, str) or not url:
+        raise ConfigurationError("a Redis URL must be a non-empty string")
+    try:
+        return redis.Redis.from_url(url)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"invalid Redis URL {redact(url)}: {exc}") from None
+
+
+def resolve_client(client: redis.Redis | None, url: str | None) -> redis.Redis:
+    """One client that answers bytes: bodies are binary, so decode_responses is turned off."""
+    if client is not None and url is not None:
+        raise ConfigurationError("give either client= or url=, not both")
+    if client is None:
+        return from_url(url or DEFAULT_URL)
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None and pool.connection_kwargs.get("decode_responses"):
+        kwargs = dict(pool.connection_kwargs, decode_responses=False)
+        return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))
+    return client

@@ -1,0 +1,36 @@
+"""One exception tree: catch ``KeyQueueError`` to catch everything keyqueue raises."""
+
+from __future__ import annotations
+
+
+class KeyQueueError(Exception):
+    """Base of every keyqueue error."""
+
+
+class InvalidQueueName(KeyQueueError, ValueError):
+    """A queue name outside ``[A-Za-z0-9._-]{1,200}``."""
+
+
+class MessageTooLarge(KeyQueueError, ValueError):
+    """A body over the queue's ``max_body_bytes``."""
+
+
+class InvalidArgument(KeyQueueError, ValueError):
+    """A setting or argument with a value keyqueue cannot use (negative delay, bad source, ...)."""
+
+
+class ConfigurationError(KeyQueueError, ValueError):
+    """The connection was asked for in a way that cannot work (bad URL, client and url both given)."""
+
+
+class CorruptQueue(KeyQueueError):
+    """A queue key holds the wrong Redis type: someone wrote over it. Nothing was changed."""
+
+    def __init__(self, key: str, detail: str = "") -> None:
+        self.key = key
+        msg = f"key {key!r} holds the wrong type for keyqueue; the operation changed nothing"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class MissingDependency(KeyQueueError, ImportError):
+    """An optional part of keyqueue was used without its extra installed."""

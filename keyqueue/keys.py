@@ -1,0 +1,103 @@
+"""Every Redis key name of a queue, built in one place.
+
+All keys of queue NAME share the hash tag ``{NAME}``, so a queue lives in one
+Redis Cluster slot and every script may touch all of them. Lua only appends
+the two dynamic suffixes ``item:<id>`` and ``timer:<bucket>`` to ``base``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidQueueName
+
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+PREFIX_RE = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+
+
+def validate_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1 to 200 characters from A-Z a-z 0-9 . _ -"
+        )
+    return name
+
+
+def validate_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not PREFIX_RE.fullmatch(prefix):
+        raise InvalidQueueName(
+            f"invalid key prefix {prefix!r}: use 1 to 100 characters from A-Z a-z 0-9 . _ - :"
+        )
+    return prefix
+
+
+def registry_key(prefix: str) -> str:
+    """The set of queue names under a prefix (``keyqueue ls``, ``Reaper(queues=None)``)."""
+    return f"{prefix}:queues"
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    prefix: str
+    name: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.name}}}:"
+
+    @property
+    def seq(self) -> str:
+        return self.base + "seq"
+
+    @property
+    def queue(self) -> str:
+        return self.base + "queue"
+
+    @property
+    def items(self) -> str:
+        return self.base + "items"
+
+    @property
+    def processing(self) -> str:
+        return self.base + "processing"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def config(self) -> str:
+        return self.base + "config"
+
+    @property
+    def timers(self) -> str:
+        """Index of live timer buckets: a sorted set scored by the earliest timer a bucket may hold."""
+        return self.base + "timers"
+
+    @property
+    def signal(self) -> str:
+        """Wake-up list for long-poll claims: holds at most one token."""
+        return self.base + "signal"
+
+    @property
+    def registry(self) -> str:
+        return registry_key(self.prefix)
+
+    def item(self, msg_id: str | int) -> str:
+        return f"{self.base}item:{msg_id}"
+
+    def timer(self, bucket: int) -> str:
+        return f"{self.base}timer:{bucket}"
+
+    def dedup(self, dedup_key: str) -> str:
+        return f"{self.base}dedup:{dedup_key}"
+
+    @property
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this queue (names cannot hold glob characters)."""
+        return self.base + "*"
+
+
+def bucket_of(t_ms: int, bucket_ms: int) -> int:
+    return t_ms // bucket_ms

@@ -1,0 +1,109 @@
+--[[
+  Reap due timers. Expired deliveries go back to the tail of the FIFO (or to dead letters
+  when out of receives); due delayed messages become visible. Each id's own timer decides,
+  so precision does not depend on the bucket width. The index scores a bucket by the
+  earliest timer it may hold, so only buckets that can hold something due are examined.
+  At most `limit` ids are examined per call; the caller loops with the returned position.
+  A bucket of at most `limit` ids is examined in one call and rescored exactly; a larger
+  one is scanned in chunks (SSCAN) and stays due until it shrinks.
+  KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
+  ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
+  ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
+  Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0), corrupt keys...}
+]]
+local max_receives = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local budget = limit
+local bucket, cursor, skip = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
+                        KEYS[5], 'list', KEYS[6], 'list'})
+if bad then return corrupt(bad) end
+
+local now = now_ms()
+local res = {0, 0, 0}
+local broken = {}
+local moved = false
+
+-- Handle one id found in timer set tk. Returns its timer if it stays in tk, else nil.
+local function examine(tk, id)
+  local ik = item_key(id)
+  local t = rcall('TYPE', ik)['ok']
+  if t == 'none' then rcall('SREM', tk, id); return nil end
+  if t ~= 'hash' then broken[#broken + 1] = ik; return now end  -- untouched, stays due
+  local f = rcall('HMGET', ik, 'd', 'r', 'e')
+  local d = tonumber(f[1])
+  local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
+  if not d or (not in_processing and rcall('SISMEMBER', KEYS[2], id) == 1) then
+    rcall('SREM', tk, id)  -- it has no timer any more (waiting or dead)
+    return nil
+  end
+  if d > now then return d end
+  rcall('SREM', tk, id)
+  if in_processing then
+    rcall('SREM', KEYS[3], id)
+    rcall('HDEL', ik, 'c', 'd')
+    local r = tonumber(f[2] or '0')
+    if max_receives and r >= max_receives then
+      if not f[3] then
+        rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
+      end
+      rcall('RPUSH', KEYS[5], id)
+      res[2] = res[2] + 1
+      return nil
+    end
+    res[1] = res[1] + 1
+  else
+    rcall('HDEL', ik, 'd')
+    res[3] = res[3] + 1
+  end
+  make_waiting(KEYS[1], KEYS[2], id)
+  moved = true
+  return nil
+end
+
+local done = 0
+while budget > 0 do
+  if bucket == '' then
+    local z = rcall('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', skip, 1)
+    if #z == 0 then done = 1; break end
+    bucket = z[1]
+    cursor = '0'
+  end
+  local tk = timer_key(bucket)
+  if wrong_type({tk, 'set'}) then
+    broken[#broken + 1] = tk
+    skip = skip + 1
+    bucket = ''
+  else
+    local card = rcall('SCARD', tk)
+    if cursor == '0' and card <= limit then
+      if card > budget then break end  -- the next call takes it whole
+      local min = nil
+      for _, id in ipairs(rcall('SMEMBERS', tk)) do
+        local d = examine(tk, id)
+        if d and (not min or d < min) then min = d end
+      end
+      budget = budget - math.max(card, 1)
+      if min then
+        rcall('ZADD', KEYS[4], min, bucket)
+        if min <= now then skip = skip + 1 end
+      else
+        rcall('ZREM', KEYS[4], bucket)
+      end
+      bucket = ''
+    else
+      local r = rcall('SSCAN', tk, cursor, 'COUNT', budget)
+      cursor = r[1]
+      for _, id in ipairs(r[2]) do examine(tk, id) end
+      budget = budget - math.max(#r[2], 1)
+      if cursor == '0' then
+        if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end
+        bucket = ''
+      end
+    end
+  end
+end
+if moved then signal(KEYS[6]) end
+local out = {res[1], res[2], res[3], bucket, cursor, skip, done}
+for _, k in ipairs(broken) do out[#out + 1] = k end
+return out

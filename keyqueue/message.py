@@ -1,0 +1,105 @@
+"""Value types handed to users: a delivered message, reap counts, queue stats."""
+
+from __future__ import annotations
+
+import json as _json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+#: Fields per message in a script reply: id, body, enqueued ms, receives, timer ms, receipt, error.
+REPLY_WIDTH = 7
+
+
+@dataclass(eq=False)
+class Message:
+    """One delivery of a message. ``receipt`` fences it: once the message is redelivered,
+    this object's ack/extend/release return False. Times are epoch seconds, server clock."""
+
+    id: str
+    body: bytes
+    receipt: str | None
+    receives: int
+    enqueued_at: float
+    deadline: float | None
+    last_error: str | None
+    queue: Queue | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def json(self) -> Any:
+        return _json.loads(self.body)
+
+    def _queue(self) -> Queue:
+        if self.queue is None:
+            raise RuntimeError("this message is not bound to a Queue")
+        return self.queue
+
+    def ack(self) -> bool:
+        return self._queue().ack(self)
+
+    def extend(self, seconds: float) -> bool:
+        return self._queue().extend(self, seconds)
+
+    def release(self, delay: float = 0.0) -> bool:
+        return self._queue().release(self, delay=delay)
+
+    def dead_letter(self, reason: str = "") -> bool:
+        return self._queue().dead_letter(self, reason)
+
+
+def _text(v: bytes | None) -> str | None:
+    return None if v is None else v.decode("utf-8", "replace")
+
+
+def decode_messages(
+    reply: Sequence[Any], queue: Queue | None, *, with_receipt: bool = True, start: int = 0
+) -> list[Message]:
+    """Turn a flat script reply (REPLY_WIDTH fields per message) into Messages."""
+    out = []
+    for i in range(start, len(reply), REPLY_WIDTH):
+        mid, body, t, r, d, c, e = reply[i : i + REPLY_WIDTH]
+        out.append(
+            Message(
+                id=mid.decode(),
+                body=body if body is not None else b"",
+                receipt=c.decode() if (with_receipt and c is not None) else None,
+                receives=int(r or 0),
+                enqueued_at=int(t or 0) / 1000.0,
+                deadline=int(d) / 1000.0 if d is not None else None,
+                last_error=_text(e),
+                queue=queue,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    requeued: int = 0
+    dead_lettered: int = 0
+    delayed_released: int = 0
+
+    def __add__(self, other: ReapResult) -> ReapResult:
+        return ReapResult(
+            self.requeued + other.requeued,
+            self.dead_lettered + other.dead_lettered,
+            self.delayed_released + other.delayed_released,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead_lettered + self.delayed_released
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    waiting: int
+    processing: int
+    delayed: int
+    dead: int
+    oldest_age: float | None

@@ -1,0 +1,328 @@
+"""Queue: the public face of one queue. Validates input, then delegates every state change
+to one atomic operation of its mode; it sends no raw Redis commands of its own except to
+read settings, wait for a wake-up signal, and find keys to destroy."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Literal, Sequence
+
+import redis
+from redis.exceptions import ResponseError
+
+from .connection import resolve_client
+from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
+from .keys import QueueKeys, validate_name, validate_prefix
+from .message import Message, QueueStats, ReapResult, decode_messages
+from .scripted import ScriptOps, corrupt_error
+from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate
+
+PeekSource = Literal["waiting", "processing", "delayed", "dead"]
+PurgeSource = Literal["waiting", "delayed", "dead", "all"]
+RequeueSource = Literal["dead", "processing"]
+
+#: Ids examined per script call by reap, requeue and purge, so Redis is never blocked long.
+BATCH = 1000
+#: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
+WAIT_SLICE = 2.0
+
+
+class Queue:
+    """A reliable FIFO work queue in Redis with SQS-style visibility timeouts.
+
+    Args:
+        name: queue name, ``[A-Za-z0-9._-]{1,200}``.
+        client / url: a redis-py client, or a URL (default ``redis://localhost:6379/0``).
+        prefix: key prefix; every key is ``prefix:{name}:...``.
+        visibility_timeout, max_receives, bucket_seconds, max_body_bytes, dedup_window:
+            settings. Given ones are written to the queue's config hash; the others are
+            read from it, so every process applies the same values.
+        scripting: False selects the script-free mode (servers without EVAL).
+        clock: tests only: a function returning epoch seconds that replaces Redis TIME.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: redis.Redis | None = None,
+        url: str | None = None,
+        prefix: str = "kq",
+        visibility_timeout: float | Unset = UNSET,
+        max_receives: int | None | Unset = UNSET,
+        bucket_seconds: float | Unset = UNSET,
+        max_body_bytes: int | Unset = UNSET,
+        dedup_window: float | Unset = UNSET,
+        scripting: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.name = validate_name(name)
+        self.prefix = validate_prefix(prefix)
+        given = {
+            k: v for k, v in dict(
+                visibility_timeout=visibility_timeout, max_receives=max_receives,
+                bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
+                dedup_window=dedup_window,
+            ).items() if v is not UNSET
+        }
+        wanted = validate(QueueSettings(), given)
+        if not scripting:
+            raise NotImplementedError("the script-free mode is not built yet")
+        self.scripting = scripting
+        self.client = resolve_client(client, url)
+        self.keys = QueueKeys(self.prefix, self.name)
+        self._ops = ScriptOps(self.client, self.keys, clock)
+        self.settings = self._load_settings(wanted, set(given))
+
+    # -- settings -------------------------------------------------------------------
+
+    def _load_settings(self, wanted: QueueSettings, given: set[str]) -> QueueSettings:
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(k.config)
+        pipe.sismember(k.registry, self.name)
+        stored, registered = self._guarded(pipe.execute, k.config, k.registry)
+        write = self.client.pipeline(transaction=False)
+        if given:
+            write.hset(k.config, mapping=wanted.to_hash(given))
+        if not registered:
+            write.sadd(k.registry, self.name)
+        if given or not registered:
+            write.execute()
+        try:
+            current = QueueSettings.from_hash(stored)
+        except (ValueError, InvalidArgument) as exc:
+            raise CorruptQueue(k.config, f"bad setting: {exc}") from None
+        return validate(current, {name: getattr(wanted, name) for name in given})
+
+    def refresh_settings(self) -> QueueSettings:
+        """Re-read the config hash (the reaper does this every pass)."""
+        stored = self._guarded(lambda: self.client.hgetall(self.keys.config), self.keys.config)
+        try:
+            self.settings = QueueSettings.from_hash(stored)
+        except (ValueError, InvalidArgument) as exc:
+            raise CorruptQueue(self.keys.config, f"bad setting: {exc}") from None
+        return self.settings
+
+    def _guarded(self, fn: Callable[[], Any], *keys: str) -> Any:
+        try:
+            return fn()
+        except ResponseError as exc:
+            err = corrupt_error(exc, keys[0] if len(keys) == 1 else " or ".join(keys))
+            if err is None:
+                raise
+            raise err from None
+
+    # -- producing ------------------------------------------------------------------
+
+    def _body(self, body: object) -> bytes:
+        if isinstance(body, str):
+            data = body.encode("utf-8")
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            data = bytes(body)
+        else:
+            raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+        if len(data) > self.settings.max_body_bytes:
+            raise MessageTooLarge(
+                f"message body of {len(data)} bytes exceeds max_body_bytes="
+                f"{self.settings.max_body_bytes} of queue {self.name!r}"
+            )
+        return data
+
+    def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None) -> str:
+        """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id."""
+        data = self._body(body)
+        delay_ms = seconds_arg("delay", delay)
+        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
+            raise InvalidArgument(f"dedup_key must be a non-empty str, not {dedup_key!r}")
+        s = self.settings
+        return self._ops.enqueue([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)[0]
+
+    def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0) -> list[str]:
+        """Add many messages in one round trip; ids are returned in order."""
+        data = [self._body(b) for b in bodies]
+        delay_ms = seconds_arg("delay", delay)
+        if not data:
+            return []
+        return self._ops.enqueue(data, delay_ms, self.settings.bucket_ms)
+
+    # -- consuming ------------------------------------------------------------------
+
+    def claim(self, *, visibility_timeout: float | None = None, wait: float = 0.0) -> Message | None:
+        """The next message, invisible to others until its deadline; ``wait`` long-polls."""
+        got = self.claim_many(1, visibility_timeout=visibility_timeout, wait=wait)
+        return got[0] if got else None
+
+    def claim_many(self, count: int, *, visibility_timeout: float | None = None,
+                   wait: float = 0.0) -> list[Message]:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InvalidArgument(f"count must be a whole number >= 1, not {count!r}")
+        s = self.settings
+        vis_ms = s.visibility_ms if visibility_timeout is None else seconds_arg(
+            "visibility_timeout", visibility_timeout, allow_zero=False)
+        wait_ms = seconds_arg("wait", wait)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        while True:
+            reply = self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg)
+            if len(reply) > 1:
+                return decode_messages(reply, self, start=1)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            self._wait_for_signal(remaining)
+
+    def _wait_for_signal(self, seconds: float) -> None:
+        """Block until a producer (or a reap, release, requeue) signals, at most ``seconds``."""
+        timeout = min(seconds, WAIT_SLICE)
+        sock_timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
+        if sock_timeout:
+            timeout = min(timeout, sock_timeout / 2)
+        self._guarded(lambda: self.client.blpop([self.keys.signal], timeout=max(timeout, 0.01)),
+                      self.keys.signal)
+
+    def _own(self, message: Message) -> bool:
+        """Whether ``message`` carries a receipt this queue can check."""
+        if message.queue is not None and message.queue is not self and message.queue.keys != self.keys:
+            raise InvalidArgument(
+                f"message {message.id} belongs to queue {message.queue.name!r}, not {self.name!r}")
+        return message.receipt is not None
+
+    def ack(self, message: Message) -> bool:
+        """Delete a message; True only if this delivery was still current."""
+        return self.ack_many([message]) == 1
+
+    def ack_many(self, messages: Sequence[Message]) -> int:
+        pairs = [(m.id, m.receipt) for m in messages if self._own(m)]
+        if not pairs:
+            return 0
+        return self._ops.ack(pairs, self.settings.bucket_ms)  # type: ignore[arg-type]
+
+    def extend(self, message: Message, seconds: float) -> bool:
+        """Heartbeat: new deadline = now + seconds, if this delivery is current."""
+        ms = seconds_arg("seconds", seconds)
+        if not self._own(message):
+            return False
+        new = self._ops.extend(message.id, message.receipt, ms, self.settings.bucket_ms)  # type: ignore[arg-type]
+        if new:
+            message.deadline = int(new) / 1000.0
+        return bool(new)
+
+    def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool:
+        """Give a message back (to the tail, or after ``delay``); ``error`` becomes last_error."""
+        delay_ms = seconds_arg("delay", delay)
+        if not self._own(message):
+            return False
+        return self._ops.release(message.id, message.receipt, delay_ms,  # type: ignore[arg-type]
+                                 self.settings.bucket_ms, error)
+
+    def dead_letter(self, message: Message, reason: str = "") -> bool:
+        """Move a current delivery to dead letters; ``reason`` becomes last_error."""
+        if not self._own(message):
+            return False
+        return self._ops.dead_letter(message.id, message.receipt, str(reason),  # type: ignore[arg-type]
+                                     self.settings.bucket_ms)
+
+    # -- maintenance ----------------------------------------------------------------
+
+    def reap(self) -> ReapResult:
+        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        s = self.settings
+        total = ReapResult()
+        position: tuple[str, str, int] = ("", "0", 0)
+        broken: list[str] = []
+        while True:
+            reply = self._ops.reap_step(s.bucket_ms, s.max_receives_arg, BATCH, position)
+            total = total + ReapResult(int(reply[0]), int(reply[1]), int(reply[2]))
+            broken.extend(k.decode() for k in reply[7:])
+            position = (reply[3].decode(), reply[4].decode(), int(reply[5]))
+            if int(reply[6]):
+                break
+        if broken:
+            raise CorruptQueue(broken[0], f"reaped around it: {total}")
+        return total
+
+    def requeue(self, ids: Iterable[str] | None = None, *, source: RequeueSource = "dead",
+                progress: Callable[[int], None] | None = None) -> int:
+        """Put dead (or in-flight) messages back at the tail with receives reset to 0."""
+        if source not in ("dead", "processing"):
+            raise InvalidArgument(f"requeue source must be 'dead' or 'processing', not {source!r}")
+        bucket_ms = self.settings.bucket_ms
+        done = 0
+        if ids is not None:
+            wanted = [str(i) for i in ids]
+            for i in range(0, len(wanted), BATCH):
+                n, _ = self._ops.requeue(source, wanted[i : i + BATCH], BATCH, bucket_ms)
+                done += n
+                if progress:
+                    progress(n)
+            return done
+        # Everything that was in the source when we started, in batches.
+        budget = self._source_size(source)
+        while budget > 0:
+            n, examined = self._ops.requeue(source, [], min(BATCH, budget), bucket_ms)
+            if examined == 0:
+                break
+            budget -= examined
+            done += n
+            if progress:
+                progress(n)
+        return done
+
+    def _source_size(self, source: str) -> int:
+        key = self.keys.dead if source == "dead" else self.keys.processing
+        fn = self.client.llen if source == "dead" else self.client.scard
+        return int(self._guarded(lambda: fn(key), key))
+
+    def purge(self, *, source: PurgeSource = "waiting", progress: Callable[[int], None] | None = None) -> int:
+        """Delete every message of a source (``all``: every message); seq, config and dedup keys stay."""
+        if source not in ("waiting", "delayed", "dead", "all"):
+            raise InvalidArgument(
+                f"purge source must be one of waiting, delayed, dead, all, not {source!r}")
+        sources = ("waiting", "delayed", "dead", "processing") if source == "all" else (source,)
+        total = 0
+        for src in sources:
+            offset, done = 0, False
+            while not done:
+                n, offset, done = self._ops.purge_step(src, BATCH, offset, self.settings.bucket_ms)
+                total += n
+                if progress and n:
+                    progress(n)
+        return total
+
+    def destroy(self) -> None:
+        """Delete every key of the queue and forget its name."""
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= BATCH:
+                self.client.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.client.unlink(*batch)
+        self._guarded(lambda: self.client.srem(self.keys.registry, self.name), self.keys.registry)
+
+    # -- reading --------------------------------------------------------------------
+
+    def length(self) -> int:
+        """Messages waiting to be claimed (not delayed, not in flight)."""
+        return int(self._guarded(lambda: self.client.scard(self.keys.items), self.keys.items))
+
+    def __len__(self) -> int:
+        return self.length()
+
+    def stats(self) -> QueueStats:
+        waiting, processing, delayed, dead, oldest, now = self._ops.stats()
+        age = None if oldest is None else max(0.0, (int(now) - int(oldest)) / 1000.0)
+        return QueueStats(int(waiting), int(processing), int(delayed), int(dead), age)
+
+    def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
+        """Read messages without claiming them; they carry no receipt."""
+        if source not in ("waiting", "processing", "delayed", "dead"):
+            raise InvalidArgument(
+                f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise InvalidArgument(f"count must be a whole number >= 0, not {count!r}")
+        return decode_messages(self._ops.peek(source, count), self, with_receipt=False)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, prefix={self.prefix!r})"

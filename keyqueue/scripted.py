@@ -1,0 +1,179 @@
+"""The scripted mode: every operation is one Lua script, loaded once per client, run by SHA.
+
+Scripts return plain values; this module builds their KEYS/ARGV and turns their error
+replies into keyqueue exceptions in one place (``call``).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from importlib import resources
+from typing import Any, Callable, Iterable, Sequence
+
+import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError, ResponseError
+
+from .errors import CorruptQueue
+from .keys import QueueKeys
+
+SCRIPT_NAMES = (
+    "enqueue", "claim", "ack", "extend", "release", "dead_letter",
+    "reap", "requeue", "purge", "peek", "stats",
+)
+#: Most messages or ids in one script call (Lua's unpack() stops near 8,000 values).
+CHUNK = 1000
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    lua = resources.files("keyqueue") / "lua"
+    return (lua / "_lib.lua").read_text() + (lua / f"{name}.lua").read_text()
+
+
+_registries: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+def scripts_for(client: redis.Redis) -> dict[str, Script]:
+    """Every script registered once per client; redis-py reloads one the server forgot."""
+    reg = _registries.get(client)
+    if reg is None:
+        reg = {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
+        _registries[client] = reg
+    return reg
+
+
+def corrupt_error(exc: ResponseError, default_key: str) -> CorruptQueue | None:
+    """The CorruptQueue a reply stands for, or None when it is another error."""
+    msg = str(exc)
+    if msg.startswith("KQCORRUPT "):
+        return CorruptQueue(msg.split()[1])
+    if "WRONGTYPE" in msg:
+        return CorruptQueue(default_key)
+    return None
+
+
+class ScriptOps:
+    """Runs the scripts of one queue. ``clock`` (tests only) replaces the server's TIME."""
+
+    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Callable[[], float] | None = None):
+        self.client = client
+        self.keys = keys
+        self.clock = clock
+        self.scripts = scripts_for(client)
+
+    def _head(self) -> list[str]:
+        return [self.keys.base, "" if self.clock is None else str(int(self.clock() * 1000))]
+
+    def call(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Any:
+        try:
+            return self.scripts[name](keys=keys, args=[*self._head(), *args])
+        except ResponseError as exc:
+            err = corrupt_error(exc, self.keys.base)
+            if err is not None:
+                raise err from None
+            raise
+
+    def call_many(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Several calls of one script in one round trip (each call stays atomic on its own)."""
+        if len(calls) == 1:
+            return [self.call(name, *calls[0])]
+        script = self.scripts[name]
+        pending = list(range(len(calls)))
+        results: list[Any] = [None] * len(calls)
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                keys, args = calls[i]
+                pipe.evalsha(script.sha, len(keys), *keys, *self._head(), *args)
+            replies = pipe.execute(raise_on_error=False)
+            retry = []
+            for i, reply in zip(pending, replies):
+                if isinstance(reply, NoScriptError) and attempt == 0:
+                    retry.append(i)
+                elif isinstance(reply, Exception):
+                    err = corrupt_error(reply, self.keys.base) if isinstance(reply, ResponseError) else None
+                    raise (err or reply)
+                else:
+                    results[i] = reply
+            if not retry:
+                break
+            self.client.script_load(script.script)
+            pending = retry
+        return results
+
+    # Key lists shared by several scripts.
+    @property
+    def state_keys(self) -> list[str]:
+        k = self.keys
+        return [k.queue, k.items, k.processing, k.timers, k.dead]
+
+    # The operations (the script-free mode implements the same methods).
+
+    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
+                dedup_key: str | None = None, dedup_ms: int = 0) -> list[str]:
+        k = self.keys
+        base = [k.seq, k.queue, k.items, k.timers, k.signal]
+        if dedup_key is not None:
+            first, n = self.call("enqueue", [*base, k.dedup(dedup_key)],
+                                 [delay_ms, bucket_ms, dedup_ms, bodies[0]])
+            return [first.decode()]
+        calls = [(base, [delay_ms, bucket_ms, 0, *bodies[i : i + CHUNK]])
+                 for i in range(0, len(bodies), CHUNK)]
+        ids: list[str] = []
+        for first, n in self.call_many("enqueue", calls):
+            start = int(first)
+            ids.extend(str(start + j) for j in range(n))
+        return ids
+
+    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
+        k = self.keys
+        return self.call("claim", [k.queue, k.items, k.processing, k.timers, k.dead, k.signal],
+                         [count, visibility_ms, bucket_ms, max_receives])
+
+    def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> int:
+        k = self.keys
+        calls = []
+        for i in range(0, len(pairs), CHUNK):
+            chunk = pairs[i : i + CHUNK]
+            calls.append(([k.processing, k.timers, *(k.item(mid) for mid, _ in chunk)],
+                          [bucket_ms, *(x for pair in chunk for x in pair)]))
+        return sum(self.call_many("ack", calls))
+
+    def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> int:
+        k = self.keys
+        return self.call("extend", [k.processing, k.timers, k.item(msg_id)],
+                         [bucket_ms, msg_id, receipt, ms])
+
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
+                error: str | None) -> bool:
+        k = self.keys
+        keys = [k.processing, k.timers, k.item(msg_id), k.queue, k.items, k.signal]
+        args = [bucket_ms, msg_id, receipt, delay_ms, error or "", "0" if error is None else "1"]
+        return self.call("release", keys, args) == 1
+
+    def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> bool:
+        k = self.keys
+        return self.call("dead_letter", [k.processing, k.timers, k.item(msg_id), k.dead],
+                         [bucket_ms, msg_id, receipt, reason]) == 1
+
+    def reap_step(self, bucket_ms: int, max_receives: str, limit: int,
+                  position: tuple[str, str, int]) -> list[Any]:
+        return self.call("reap", [*self.state_keys, self.keys.signal],
+                         [bucket_ms, max_receives, limit, *position])
+
+    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int) -> tuple[int, int]:
+        requeued, examined = self.call("requeue", [*self.state_keys, self.keys.signal],
+                                       [bucket_ms, source, limit, *ids])
+        return requeued, examined
+
+    def purge_step(self, source: str, limit: int, offset: int, bucket_ms: int) -> tuple[int, int, bool]:
+        n, offset, done = self.call("purge", self.state_keys, [bucket_ms, source, limit, offset])
+        return n, offset, bool(done)
+
+    def peek(self, source: str, count: int) -> list[Any]:
+        return self.call("peek", self.state_keys, [source, count])
+
+    def stats(self) -> list[Any]:
+        return self.call("stats", self.state_keys, [])

@@ -1,0 +1,128 @@
+"""Queue settings: defaults, validation, and their form in the ``P:{NAME}:config`` hash.
+
+Every process reads the same hash, so workers, the reaper and the CLI apply one set of
+values; a Queue given explicit values writes them (last writer wins, as SQS
+SetQueueAttributes).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from .errors import InvalidArgument
+
+#: Seconds a claimed message stays invisible before it is redelivered.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: Deliveries before a message goes to dead letters (None: no limit).
+DEFAULT_MAX_RECEIVES: int | None = None
+#: Width of a timer bucket; precision never depends on it (each id's own deadline decides).
+DEFAULT_BUCKET_SECONDS = 60
+#: Largest body accepted, in bytes (SQS's limit).
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+#: Seconds during which a dedup_key suppresses a second enqueue (SQS FIFO uses 5 minutes).
+DEFAULT_DEDUP_WINDOW = 300.0
+
+
+class Unset(enum.Enum):
+    """Marks a setting the caller did not give: it is then read from the config hash."""
+
+    UNSET = "unset"
+
+
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+    max_receives: int | None = DEFAULT_MAX_RECEIVES
+    bucket_seconds: float = DEFAULT_BUCKET_SECONDS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
+
+    @property
+    def visibility_ms(self) -> int:
+        return to_ms(self.visibility_timeout)
+
+    @property
+    def bucket_ms(self) -> int:
+        return max(1, to_ms(self.bucket_seconds))
+
+    @property
+    def dedup_ms(self) -> int:
+        return max(1, to_ms(self.dedup_window))
+
+    @property
+    def max_receives_arg(self) -> str:
+        return "" if self.max_receives is None else str(self.max_receives)
+
+    def to_hash(self, names: set[str] | None = None) -> dict[str, str]:
+        out = {}
+        for f in fields(self):
+            if names is None or f.name in names:
+                v = getattr(self, f.name)
+                out[f.name] = "" if v is None else _decimal(v)
+        return out
+
+    @classmethod
+    def from_hash(cls, stored: Mapping[bytes, bytes]) -> QueueSettings:
+        """Parse a config hash; raises ValueError on a value that is not a valid setting."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = stored.get(f.name.encode())
+            if raw is None:
+                continue
+            text = raw.decode()
+            if f.name == "max_receives" and text == "":
+                values[f.name] = None
+            elif f.name in ("max_receives", "max_body_bytes"):
+                values[f.name] = int(text)
+            else:
+                values[f.name] = float(text)
+        return validate(cls(), values)
+
+
+def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
+    """``base`` with ``given`` applied, every value checked."""
+    checked: dict[str, Any] = {}
+    for name, value in given.items():
+        if name == "max_receives":
+            if value is not None and (not _is_int(value) or value < 1):
+                raise InvalidArgument(f"max_receives must be a whole number >= 1 or None, not {value!r}")
+        elif name == "max_body_bytes":
+            if not _is_int(value) or value < 1:
+                raise InvalidArgument(f"max_body_bytes must be a whole number >= 1, not {value!r}")
+        else:
+            positive = name != "dedup_window"
+            if not _is_number(value) or value < 0 or (positive and value == 0):
+                need = "> 0" if positive else ">= 0"
+                raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
+        checked[name] = value
+    return replace(base, **checked)
+
+
+def to_ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def seconds_arg(name: str, value: object, *, allow_zero: bool = True) -> int:
+    """A non-negative duration argument in ms, or a clear error."""
+    if not _is_number(value) or value < 0 or (not allow_zero and value == 0):  # type: ignore[operator]
+        need = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
+    return to_ms(value)  # type: ignore[arg-type]
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _decimal(v: float | int) -> str:
+    return str(v) if isinstance(v, int) else repr(float(v))
