@@ -1,0 +1,322 @@
+"""The Queue contract against a real redis-server: data model and semantics of SPEC section 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from keyqueue import InvalidArgument, Message, Queue, QueueStats
+
+from .conftest import FakeClock
+
+
+def test_enqueue_writes_the_spec_layout(q: Queue, r: redis.Redis) -> None:
+    ids = q.enqueue_many([b"a", "b"])
+    assert ids == ["1", "2"]
+    assert r.get("kq:{q}:seq") == b"2"
+    assert r.lrange("kq:{q}:queue", 0, -1) == [b"1", b"2"]
+    assert r.smembers("kq:{q}:items") == {b"1", b"2"}
+    item = r.hgetall("kq:{q}:item:2")
+    assert item[b"b"] == b"b" and int(item[b"t"]) > 1_600_000_000_000
+    assert r.sismember("kq:queues", "q")
+
+
+def test_fifo_order_and_message_fields(q: Queue) -> None:
+    q.enqueue_many([f"m{i}" for i in range(5)])
+    got = [q.claim() for _ in range(5)]
+    assert [m.text for m in got if m] == [f"m{i}" for i in range(5)]
+    m = got[0]
+    assert m is not None and m.receives == 1 and m.receipt and m.deadline is not None
+    assert m.deadline - m.enqueued_at == pytest.approx(30.0, abs=1.0)
+    assert q.claim() is None
+
+
+def test_bodies_are_bytes_and_json_helpers(q: Queue) -> None:
+    q.enqueue(json.dumps({"x": [1, 2]}))
+    q.enqueue(bytes(range(256)))
+    q.enqueue(bytearray(b"ba"))
+    a, b, c = q.claim_many(3)
+    assert a.json() == {"x": [1, 2]} and b.body == bytes(range(256)) and c.body == b"ba"
+    q.enqueue("héllo")
+    assert q.claim().text == "héllo"  # type: ignore[union-attr]
+
+
+def test_ack_deletes_and_claim_moves_ownership(q: Queue, r: redis.Redis) -> None:
+    q.enqueue("x")
+    m = q.claim()
+    assert m is not None
+    assert r.smembers("kq:{q}:processing") == {b"1"} and not r.smembers("kq:{q}:items")
+    assert r.llen("kq:{q}:queue") == 0
+    bucket = int(m.deadline * 1000) // 60000  # type: ignore[operator]
+    assert r.smembers(f"kq:{{q}}:timer:{bucket}") == {b"1"}
+    assert m.ack() is True
+    assert m.ack() is False
+    assert not r.exists("kq:{q}:item:1", "kq:{q}:processing", f"kq:{{q}}:timer:{bucket}", "kq:{q}:timers")
+
+
+def test_stale_receipts_change_nothing(make_queue, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue(visibility_timeout=5, clock=clock)
+    q.enqueue("x")
+    first = q.claim()
+    clock.advance(5)
+    assert q.reap().requeued == 1
+    second = q.claim()
+    assert first is not None and second is not None and first.receipt != second.receipt
+    assert second.receives == 2
+    before = r.hgetall("kq:{q}:item:1")
+    assert first.ack() is False
+    assert first.extend(100) is False
+    assert first.release() is False
+    assert first.dead_letter("x") is False
+    assert r.hgetall("kq:{q}:item:1") == before and r.smembers("kq:{q}:processing") == {b"1"}
+    assert second.ack() is True
+
+
+def test_peeked_messages_have_no_receipt(q: Queue) -> None:
+    q.enqueue("x")
+    (p,) = q.peek()
+    assert p.receipt is None and p.text == "x"
+    assert not (q.ack(p) or q.extend(p, 1) or q.release(p) or q.dead_letter(p))
+    assert q.length() == 1
+
+
+def test_extend_moves_the_deadline_and_its_bucket(make_queue, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue(visibility_timeout=5, bucket_seconds=1, clock=clock)
+    q.enqueue("x")
+    m = q.claim()
+    assert m is not None and q.extend(m, 100) is True
+    assert m.deadline == pytest.approx(clock.now + 100)
+    assert r.smembers(f"kq:{{q}}:timer:{int(clock.now + 100)}") == {b"1"}
+    assert not r.exists(f"kq:{{q}}:timer:{int(clock.now + 5)}")
+    clock.advance(50)
+    assert q.reap().requeued == 0 and q.stats().processing == 1
+    clock.advance(50)
+    assert q.reap().requeued == 1 and q.length() == 1
+
+
+def test_release_goes_to_the_tail_with_optional_delay(make_queue) -> None:
+    clock = FakeClock()
+    q = make_queue(clock=clock)
+    q.enqueue_many(["a", "b", "c"])
+    a = q.claim()
+    assert a is not None and q.release(a, error="boom") is True
+    assert [m.text for m in q.peek()] == ["b", "c", "a"]
+    assert q.peek()[2].last_error == "boom"
+    b = q.claim()
+    assert b is not None and q.release(b, delay=10) is True
+    assert q.stats() == QueueStats(waiting=2, processing=0, delayed=1, dead=0, oldest_age=0.0)
+    clock.advance(9.999)
+    assert q.reap().delayed_released == 0
+    clock.advance(0.001)
+    assert q.reap().delayed_released == 1
+    assert [m.text for m in q.peek()] == ["c", "a", "b"]
+
+
+def test_delayed_messages_are_invisible_until_due(make_queue) -> None:
+    clock = FakeClock()
+    q = make_queue(clock=clock, bucket_seconds=60)
+    mid = q.enqueue("later", delay=90)
+    q.enqueue("now")
+    now = q.claim()
+    assert now is not None and now.text == "now" and now.ack()
+    assert q.claim() is None and q.length() == 0
+    (d,) = q.peek(source="delayed")
+    assert d.id == mid and d.deadline == pytest.approx(clock.now + 90)
+    clock.advance(89.9)
+    q.reap()
+    assert q.claim() is None
+    clock.advance(0.1)
+    assert q.reap().delayed_released == 1
+    assert q.claim().id == mid  # type: ignore[union-attr]
+
+
+def test_max_receives_sends_to_dead_letters(make_queue, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue(visibility_timeout=1, max_receives=2, clock=clock)
+    q.enqueue("poison")
+    for expected in (1, 2):
+        m = q.claim()
+        assert m is not None and m.receives == expected
+        q.release(m, error=f"fail {expected}")
+    assert q.claim() is None  # the third delivery would exceed max_receives
+    (dead,) = q.peek(source="dead")
+    assert dead.receives == 2 and dead.last_error == "fail 2"
+    assert r.lrange("kq:{q}:dead", 0, -1) == [b"1"] and r.exists("kq:{q}:item:1")
+
+
+def test_reap_dead_letters_an_expired_last_delivery(make_queue) -> None:
+    clock = FakeClock()
+    q = make_queue(visibility_timeout=1, max_receives=1, clock=clock)
+    q.enqueue("x")
+    assert q.claim() is not None
+    clock.advance(1)
+    res = q.reap()
+    assert (res.requeued, res.dead_lettered) == (0, 1)
+    (dead,) = q.peek(source="dead")
+    assert "visibility timeout expired" in (dead.last_error or "")
+
+
+def test_dead_letter_and_requeue_reset_receives(q: Queue) -> None:
+    q.enqueue_many(["a", "b", "c"])
+    for m in q.claim_many(3):
+        assert q.dead_letter(m, reason=f"bad {m.text}")
+    assert [m.text for m in q.peek(source="dead")] == ["a", "b", "c"]
+    assert q.requeue(["2"]) == 1
+    assert q.requeue(["2", "999"]) == 0
+    assert [m.id for m in q.peek(source="dead")] == ["1", "3"]
+    assert q.requeue() == 2
+    waiting = q.peek()
+    assert [m.text for m in waiting] == ["b", "a", "c"]
+    assert all(m.receives == 0 for m in waiting) and waiting[0].last_error == "bad b"
+
+
+def test_requeue_from_processing_fences_the_old_holder(q: Queue) -> None:
+    q.enqueue_many(["a", "b"])
+    a, b = q.claim_many(2)
+    assert q.requeue(source="processing") == 2
+    assert a.ack() is False and b.extend(5) is False
+    assert q.stats().processing == 0 and q.length() == 2
+    assert q.stats().delayed == 0
+
+
+def test_dedup_key_within_the_window(make_queue, r: redis.Redis) -> None:
+    q = make_queue(dedup_window=60)
+    first = q.enqueue("a", dedup_key="order-1")
+    assert q.enqueue("b", dedup_key="order-1") == first
+    assert q.enqueue("c", dedup_key="order-2") != first
+    assert q.length() == 2
+    assert 0 < r.pttl("kq:{q}:dedup:order-1") <= 60_000
+    r.delete("kq:{q}:dedup:order-1")  # as when the window ends
+    assert q.enqueue("d", dedup_key="order-1") != first
+
+
+def test_dedup_window_expires(make_queue, r: redis.Redis) -> None:
+    from .conftest import wait_until
+
+    q = make_queue(dedup_window=0.2)
+    first = q.enqueue("a", dedup_key="k")
+    wait_until(lambda: not r.exists("kq:{q}:dedup:k"), timeout=5)
+    assert q.enqueue("a", dedup_key="k") != first
+
+
+def test_stats_and_oldest_age(make_queue) -> None:
+    clock = FakeClock()
+    q = make_queue(clock=clock)
+    assert q.stats() == QueueStats(0, 0, 0, 0, None)
+    q.enqueue_many(["a", "b", "c"])
+    q.enqueue("d", delay=5)
+    clock.advance(2.5)
+    q.dead_letter(q.claim())  # type: ignore[arg-type]
+    q.claim()
+    assert q.stats() == QueueStats(waiting=1, processing=1, delayed=1, dead=1, oldest_age=2.5)
+    assert len(q) == 1
+
+
+@pytest.mark.parametrize("source", ["waiting", "delayed", "dead", "all"])
+def test_purge_empties_its_source_only(make_queue, r: redis.Redis, source: str) -> None:
+    q = make_queue()
+    q.enqueue_many(["w1", "w2"])
+    q.enqueue("d1", delay=100)
+    q.enqueue_many(["x", "p"])
+    q.claim_many(2)  # w1, w2 in flight ... re-enqueue waiting ones
+    dead = q.claim_many(2)
+    q.dead_letter(dead[0])
+    q.enqueue_many(["w3", "w4"])
+    before = q.stats()
+    assert before == QueueStats(2, 3, 1, 1, before.oldest_age)
+    counts = {"waiting": 2, "delayed": 1, "dead": 1, "all": 7}
+    assert q.purge(source=source) == counts[source]
+    after = q.stats()
+    expect = {
+        "waiting": QueueStats(0, 3, 1, 1, None), "delayed": QueueStats(2, 3, 0, 1, after.oldest_age),
+        "dead": QueueStats(2, 3, 1, 0, after.oldest_age), "all": QueueStats(0, 0, 0, 0, None),
+    }[source]
+    assert after == expect
+    items = [k for k in r.keys("kq:{q}:item:*")]
+    assert len(items) == 7 - counts[source]
+    if source == "all":
+        # only the id counter (and a spare wake-up token) survive: no message, timer or set
+        assert set(r.keys("kq:{q}:*")) - {b"kq:{q}:signal"} == {b"kq:{q}:seq"}
+
+
+def test_purge_in_batches(make_queue, r: redis.Redis) -> None:
+    q = make_queue()
+    q.enqueue_many([b"x"] * 2500)
+    seen: list[int] = []
+    assert q.purge(progress=seen.append) == 2500
+    assert seen == [1000, 1000, 500] and q.length() == 0 and not r.keys("kq:{q}:item:*")
+
+
+def test_destroy_leaves_no_key_behind(make_queue, r: redis.Redis) -> None:
+    q = make_queue(max_receives=3, dedup_window=100)
+    other = make_queue("other")
+    other.enqueue("keep")
+    q.enqueue_many(["a", "b", "c"])
+    q.enqueue("d", delay=30, dedup_key="k")
+    q.dead_letter(q.claim())  # type: ignore[arg-type]
+    q.claim()
+    q.destroy()
+    assert r.keys("kq:{q}:*") == []
+    assert r.smembers("kq:queues") == {b"other"}
+    assert other.length() == 1
+
+
+def test_settings_are_shared_through_the_config_hash(make_queue, r: redis.Redis) -> None:
+    a = make_queue(visibility_timeout=7, max_receives=3)
+    assert r.hgetall("kq:{q}:config") == {b"visibility_timeout": b"7", b"max_receives": b"3"}
+    b = make_queue()
+    assert (b.settings.visibility_timeout, b.settings.max_receives) == (7, 3)
+    make_queue(max_receives=None, bucket_seconds=5)
+    assert r.hget("kq:{q}:config", "max_receives") == b""
+    assert a.refresh_settings().max_receives is None and a.settings.bucket_seconds == 5
+    assert make_queue().settings.visibility_timeout == 7
+
+
+def test_per_claim_visibility_timeout(make_queue) -> None:
+    clock = FakeClock()
+    q = make_queue(clock=clock)
+    q.enqueue("x")
+    m = q.claim(visibility_timeout=2)
+    assert m is not None and m.deadline == pytest.approx(clock.now + 2)
+
+
+def test_claim_many_respects_count_and_order(q: Queue) -> None:
+    q.enqueue_many([str(i) for i in range(10)])
+    assert [m.text for m in q.claim_many(4)] == ["0", "1", "2", "3"]
+    assert [m.text for m in q.claim_many(100)] == [str(i) for i in range(4, 10)]
+    assert q.claim_many(5) == []
+
+
+def test_enqueue_many_large_batch_is_chunked(q: Queue, r: redis.Redis) -> None:
+    ids = q.enqueue_many([b"%d" % i for i in range(2500)])
+    assert ids == [str(i) for i in range(1, 2501)]
+    assert r.lrange("kq:{q}:queue", 0, -1) == [i.encode() for i in ids]
+    assert q.ack_many(q.claim_many(2500)) == 2500
+    assert r.keys("kq:{q}:item:*") == []
+
+
+def test_ack_many_counts_only_current(q: Queue) -> None:
+    q.enqueue_many(["a", "b", "c"])
+    ms = q.claim_many(3)
+    assert q.ack(ms[1])
+    assert q.ack_many(ms + q.peek()) == 2
+
+
+def test_messages_of_another_queue_are_refused(make_queue) -> None:
+    a, b = make_queue("a"), make_queue("b")
+    a.enqueue("x")
+    m = a.claim()
+    with pytest.raises(InvalidArgument, match="belongs to queue 'a'"):
+        b.ack(m)  # type: ignore[arg-type]
+    assert isinstance(m, Message) and m.ack()
+
+
+def test_queues_under_different_prefixes_are_separate(make_queue, r: redis.Redis) -> None:
+    a, b = make_queue("jobs"), make_queue("jobs", prefix="other")
+    a.enqueue("x")
+    assert b.length() == 0 and r.exists("other:{jobs}:config") == 0
+    assert r.smembers("other:queues") == {b"jobs"}
