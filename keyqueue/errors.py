@@ -26,10 +26,9 @@ class ConfigurationError(KeyQueueError, ValueError):
 class CorruptQueue(KeyQueueError):
     """A queue key holds the wrong Redis type: someone wrote over it. Nothing was changed."""
 
-    def __init__(self, key: str, detail: str = "") -> None:
+    def __init__(self, key: str, problem: str = "holds the wrong type") -> None:
         self.key = key
-        msg = f"key {key!r} holds the wrong type for keyqueue; the operation changed nothing"
-        super().__init__(f"{msg} ({detail})" if detail else msg)
+        super().__init__(f"key {key!r} {problem}; the operation changed nothing")
 
 
 class MissingDependency(KeyQueueError, ImportError):

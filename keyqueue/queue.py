@@ -91,8 +91,8 @@ class Queue:
             write.execute()
         try:
             current = QueueSettings.from_hash(stored)
-        except (ValueError, InvalidArgument) as exc:
-            raise CorruptQueue(k.config, f"bad setting: {exc}") from None
+        except InvalidArgument as exc:
+            raise CorruptQueue(k.config, f"holds a bad setting ({exc})") from None
         return validate(current, {name: getattr(wanted, name) for name in given})
 
     def refresh_settings(self) -> QueueSettings:
@@ -100,8 +100,8 @@ class Queue:
         stored = self._guarded(lambda: self.client.hgetall(self.keys.config), self.keys.config)
         try:
             self.settings = QueueSettings.from_hash(stored)
-        except (ValueError, InvalidArgument) as exc:
-            raise CorruptQueue(self.keys.config, f"bad setting: {exc}") from None
+        except InvalidArgument as exc:
+            raise CorruptQueue(self.keys.config, f"holds a bad setting ({exc})") from None
         return self.settings
 
     def _guarded(self, fn: Callable[[], Any], *keys: str) -> Any:
@@ -238,7 +238,7 @@ class Queue:
             if int(reply[6]):
                 break
         if broken:
-            raise CorruptQueue(broken[0], f"reaped around it: {total}")
+            raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
 
     def requeue(self, ids: Iterable[str] | None = None, *, source: RequeueSource = "dead",

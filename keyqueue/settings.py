@@ -75,13 +75,16 @@ class QueueSettings:
             raw = stored.get(f.name.encode())
             if raw is None:
                 continue
-            text = raw.decode()
-            if f.name == "max_receives" and text == "":
-                values[f.name] = None
-            elif f.name in ("max_receives", "max_body_bytes"):
-                values[f.name] = int(text)
-            else:
-                values[f.name] = float(text)
+            text = raw.decode(errors="replace")
+            try:
+                if f.name == "max_receives" and text == "":
+                    values[f.name] = None
+                elif f.name in ("max_receives", "max_body_bytes"):
+                    values[f.name] = int(text)
+                else:
+                    values[f.name] = float(text)
+            except ValueError:
+                raise InvalidArgument(f"{f.name} is {text!r}, not a number") from None
         return validate(cls(), values)
 
 

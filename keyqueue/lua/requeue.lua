@@ -22,7 +22,7 @@ local timers = {}
 local checks = {}
 for i, id in ipairs(ids) do
   local ik = item_key(id)
-  checks[#checks + 1] = ik; checks[#checks + 1] = 'hash'
+  if wrong_type({ik, 'hash'}) then return corrupt(ik) end
   if not from_dead then
     timers[i] = tonumber(rcall('HGET', ik, 'd') or '0')
     if timers[i] > 0 then
