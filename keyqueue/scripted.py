@@ -7,12 +7,13 @@ replies into keyqueue exceptions in one place (``call``).
 from __future__ import annotations
 
 import functools
+import hashlib
+import re
 import weakref
 from importlib import resources
 from typing import Any, Callable, Iterable, Sequence
 
 import redis
-from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from .errors import CorruptQueue
@@ -26,22 +27,39 @@ SCRIPT_NAMES = (
 CHUNK = 1000
 
 
+_DEFINES = re.compile(r"^local (?:function )?(\w+)", re.M)
+_COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+
+
+def _lib_blocks() -> list[tuple[set[str], str]]:
+    """_lib.lua as blank-line separated blocks, each with the names it defines."""
+    text = (resources.files("keyqueue") / "lua" / "_lib.lua").read_text()
+    return [(set(_DEFINES.findall(b)), b) for b in text.split("\n\n") if _DEFINES.search(b)]
+
+
 @functools.cache
 def script_source(name: str) -> str:
-    lua = resources.files("keyqueue") / "lua"
-    return (lua / "_lib.lua").read_text() + (lua / f"{name}.lua").read_text()
+    """The script with the _lib.lua helpers it uses (transitively) prepended, in lib order.
+
+    Redis runs the whole chunk on every call, so helpers a script never uses would cost
+    a closure each per call."""
+    body = (resources.files("keyqueue") / "lua" / f"{name}.lua").read_text()
+    blocks = _lib_blocks()
+    used: set[int] = set()
+    code = _COMMENTS.sub("", body)
+    while True:
+        new = {i for i, (names, _) in enumerate(blocks) if i not in used
+               and any(re.search(rf"\b{n}\b", code) for n in names)}
+        if not new:
+            break
+        used |= new
+        code = _COMMENTS.sub("", body + "".join(blocks[i][1] for i in used))
+    return "\n\n".join(blocks[i][1] for i in sorted(used)) + "\n\n" + body
 
 
-_registries: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
-
-
-def scripts_for(client: redis.Redis) -> dict[str, Script]:
-    """Every script registered once per client; redis-py reloads one the server forgot."""
-    reg = _registries.get(client)
-    if reg is None:
-        reg = {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
-        _registries[client] = reg
-    return reg
+@functools.cache
+def script_sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
 def corrupt_error(exc: ResponseError, default_key: str) -> CorruptQueue | None:
@@ -61,14 +79,25 @@ class ScriptOps:
         self.client = client
         self.keys = keys
         self.clock = clock
-        self.scripts = scripts_for(client)
+        k = keys
+        # Key lists built once: they are on the hot path of every call.
+        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal)
+        self.claim_keys = (k.queue, k.items, k.processing, k.timers, k.dead, k.signal)
+        self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
+        self.owner_keys = (k.processing, k.timers)
 
-    def _head(self) -> list[str]:
-        return [self.keys.base, "" if self.clock is None else str(int(self.clock() * 1000))]
+    def _head(self) -> tuple[str, str]:
+        return (self.keys.base, "" if self.clock is None else str(int(self.clock() * 1000)))
 
     def call(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Any:
+        """EVALSHA, loading the script once if the server does not know it (new or restarted)."""
+        command = ("EVALSHA", script_sha(name), len(keys), *keys, *self._head(), *args)
         try:
-            return self.scripts[name](keys=keys, args=[*self._head(), *args])
+            try:
+                return self.client.execute_command(*command)
+            except NoScriptError:
+                self.client.script_load(script_source(name))
+                return self.client.execute_command(*command)
         except ResponseError as exc:
             err = corrupt_error(exc, self.keys.base)
             if err is not None:
@@ -79,14 +108,13 @@ class ScriptOps:
         """Several calls of one script in one round trip (each call stays atomic on its own)."""
         if len(calls) == 1:
             return [self.call(name, *calls[0])]
-        script = self.scripts[name]
         pending = list(range(len(calls)))
         results: list[Any] = [None] * len(calls)
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
             for i in pending:
                 keys, args = calls[i]
-                pipe.evalsha(script.sha, len(keys), *keys, *self._head(), *args)
+                pipe.evalsha(script_sha(name), len(keys), *keys, *self._head(), *args)
             replies = pipe.execute(raise_on_error=False)
             retry = []
             for i, reply in zip(pending, replies):
@@ -99,24 +127,17 @@ class ScriptOps:
                     results[i] = reply
             if not retry:
                 break
-            self.client.script_load(script.script)
+            self.client.script_load(script_source(name))
             pending = retry
         return results
-
-    # Key lists shared by several scripts.
-    @property
-    def state_keys(self) -> list[str]:
-        k = self.keys
-        return [k.queue, k.items, k.processing, k.timers, k.dead]
 
     # The operations (the script-free mode implements the same methods).
 
     def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
                 dedup_key: str | None = None, dedup_ms: int = 0) -> list[str]:
-        k = self.keys
-        base = [k.seq, k.queue, k.items, k.timers, k.signal]
+        base = self.enqueue_keys
         if dedup_key is not None:
-            first, n = self.call("enqueue", [*base, k.dedup(dedup_key)],
+            first, n = self.call("enqueue", [*base, self.keys.dedup(dedup_key)],
                                  [delay_ms, bucket_ms, dedup_ms, bodies[0]])
             return [first.decode()]
         calls = [(base, [delay_ms, bucket_ms, 0, *bodies[i : i + CHUNK]])
@@ -128,16 +149,14 @@ class ScriptOps:
         return ids
 
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
-        k = self.keys
-        return self.call("claim", [k.queue, k.items, k.processing, k.timers, k.dead, k.signal],
-                         [count, visibility_ms, bucket_ms, max_receives])
+        return self.call("claim", self.claim_keys, (count, visibility_ms, bucket_ms, max_receives))
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> int:
-        k = self.keys
+        item = self.keys.item
         calls = []
         for i in range(0, len(pairs), CHUNK):
             chunk = pairs[i : i + CHUNK]
-            calls.append(([k.processing, k.timers, *(k.item(mid) for mid, _ in chunk)],
+            calls.append(([*self.owner_keys, *(item(mid) for mid, _ in chunk)],
                           [bucket_ms, *(x for pair in chunk for x in pair)]))
         return sum(self.call_many("ack", calls))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 from .errors import InvalidArgument
@@ -43,19 +44,19 @@ class QueueSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     dedup_window: float = DEFAULT_DEDUP_WINDOW
 
-    @property
+    @cached_property
     def visibility_ms(self) -> int:
         return to_ms(self.visibility_timeout)
 
-    @property
+    @cached_property
     def bucket_ms(self) -> int:
         return max(1, to_ms(self.bucket_seconds))
 
-    @property
+    @cached_property
     def dedup_ms(self) -> int:
         return max(1, to_ms(self.dedup_window))
 
-    @property
+    @cached_property
     def max_receives_arg(self) -> str:
         return "" if self.max_receives is None else str(self.max_receives)
 
@@ -113,6 +114,8 @@ def to_ms(seconds: float) -> int:
 
 def seconds_arg(name: str, value: object, *, allow_zero: bool = True) -> int:
     """A non-negative duration argument in ms, or a clear error."""
+    if value == 0 and allow_zero and type(value) in (int, float):
+        return 0
     if not _is_number(value) or value < 0 or (not allow_zero and value == 0):  # type: ignore[operator]
         need = ">= 0" if allow_zero else "> 0"
         raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")

@@ -126,11 +126,11 @@ USERS = {
     "queue": ALL_BUT("length", *MESSAGE_OPS - {"release"}),
     "items": ALL_BUT(*MESSAGE_OPS - {"release"}),
     "processing": ALL_BUT("enqueue", "enqueue_many", "enqueue_delayed", "length"),
-    "timers": ALL_BUT("length"),
+    "timers": ALL_BUT("length", "enqueue", "enqueue_many"),
     "dead": {"claim", "dead_letter", "reap", "requeue_dead", "requeue_processing", "purge_waiting",
              "purge_all", "peek_waiting", "peek_delayed", "stats"},
     "seq": {"enqueue", "enqueue_many", "enqueue_delayed"},
-    "signal": {"enqueue", "enqueue_many", "enqueue_delayed", "claim", "release", "release_delayed",
+    "signal": {"enqueue", "enqueue_many", "claim", "release", "release_delayed",
                "reap", "requeue_dead", "requeue_processing"},
     "item:3": MESSAGE_OPS | {"requeue_processing"},
 }

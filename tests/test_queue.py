@@ -320,3 +320,31 @@ def test_queues_under_different_prefixes_are_separate(make_queue, r: redis.Redis
     a.enqueue("x")
     assert b.length() == 0 and r.exists("other:{jobs}:config") == 0
     assert r.smembers("other:queues") == {b"jobs"}
+
+
+SIZES = [0, 1, 63, 64, 65, 127, 128, 129, 1000, 6399, 6400, 6401, 256 * 1024]
+
+
+def test_bodies_of_every_size_round_trip_on_every_path(make_queue, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue(clock=clock)
+    bodies = [bytes((i * 7 + n) % 256 for i in range(n)) for n in SIZES]
+    single = [q.enqueue(b) for b in bodies]
+    many = q.enqueue_many(bodies)
+    delayed = q.enqueue_many(bodies, delay=1)
+    assert [m.body for m in q.peek(len(SIZES), source="waiting")] == bodies
+    assert [m.body for m in q.peek(len(SIZES), source="delayed")] == bodies
+    claimed = q.claim_many(2 * len(SIZES))
+    assert [m.body for m in claimed] == bodies + bodies
+    assert [m.id for m in claimed] == single + many
+    assert q.ack_many(claimed) == len(claimed)
+    clock.advance(1)
+    q.reap()
+    assert [m.body for m in q.claim_many(len(SIZES))] == bodies
+    assert [m.id for m in q.peek(len(delayed), source="processing")] == sorted(delayed, key=int)
+
+
+def test_small_bodies_keep_the_compact_hash_encoding(q: Queue, r: redis.Redis) -> None:
+    q.enqueue(b"x" * 100)
+    assert r.object("encoding", "kq:{q}:item:1") == b"listpack"
+    assert r.hgetall("kq:{q}:item:1").keys() == {b"t", b"b", b"b1"}

@@ -62,13 +62,60 @@ local function make_waiting(queue, items, id)
   rcall('SADD', items, id)
 end
 
-local MSG_FIELDS = {'b', 't', 'r', 'd', 'c', 'e'}
+-- Bodies up to 6,400 bytes are split into 64-byte fields b, b1, b2, ... so the item hash
+-- stays a compact listpack under Redis' default hash-max-listpack-value (64); a larger body
+-- is one field b (its hash is large anyway).
+local CHUNK = 64
+
+-- Append the field/value pairs of a body to `out` (for HSET).
+local function body_fields(out, body)
+  local len = #body
+  if len <= CHUNK or len > CHUNK * 100 then
+    out[#out + 1] = 'b'; out[#out + 1] = body
+    return out
+  end
+  out[#out + 1] = 'b'; out[#out + 1] = string.sub(body, 1, CHUNK)
+  local k = 1
+  for i = CHUNK + 1, len, CHUNK do
+    out[#out + 1] = 'b' .. k; out[#out + 1] = string.sub(body, i, i + CHUNK - 1)
+    k = k + 1
+  end
+  return out
+end
+
+-- The item hash as a table with the body reassembled in f.b: nil when the key is absent,
+-- false when it holds the wrong type (the read fails, nothing is written).
+local function read_item(ik)
+  local raw = redis.pcall('HGETALL', ik)
+  if raw.err then return false end
+  if #raw == 0 then return nil end
+  local f, parts = {}, nil
+  for i = 1, #raw, 2 do
+    local k = raw[i]
+    if #k > 1 and string.byte(k, 1) == 98 then  -- 'b1', 'b2', ...
+      parts = parts or {}
+      parts[tonumber(string.sub(k, 2))] = raw[i + 1]
+    else
+      f[k] = raw[i + 1]
+    end
+  end
+  if parts then
+    local whole = {f.b}
+    for j = 1, #parts do whole[j + 1] = parts[j] end
+    f.b = table.concat(whole)
+  end
+  return f
+end
 
 -- Append the reply shape of one message: id, b, t, r, d, c, e.
-local function push_message(out, id, ik)
-  local f = rcall('HMGET', ik, unpack(MSG_FIELDS))
+local function push_message(out, id, f)
   out[#out + 1] = id
-  for i = 1, 6 do out[#out + 1] = f[i] or false end
+  out[#out + 1] = f.b or ''
+  out[#out + 1] = f.t or false
+  out[#out + 1] = f.r or false
+  out[#out + 1] = f.d or false
+  out[#out + 1] = f.c or false
+  out[#out + 1] = f.e or false
 end
 
 -- The current timer of `id` when `receipt` is its current delivery and it is still owned, else nil.
@@ -85,5 +132,12 @@ local function disown(processing, timers, ik, id, d, bucket_ms)
   rcall('SREM', processing, id)
   if d > 0 then timer_del(timers, id, d, bucket_ms) end
   rcall('HDEL', ik, 'c', 'd')
+end
+
+-- A read that doubles as a type check: the reply, or nil after recording the key in `bad`.
+local function checked(bad, cmd, key, ...)
+  local reply = redis.pcall(cmd, key, ...)
+  if type(reply) == 'table' and reply.err then bad[#bad + 1] = key; return nil end
+  return reply
 end
 

@@ -5,24 +5,45 @@
   Returns the number acknowledged.
 ]]
 local bucket_ms = tonumber(ARGV[3])
-local checks = {KEYS[1], 'set', KEYS[2], 'zset'}
-for i = 3, #KEYS do checks[#checks + 1] = KEYS[i]; checks[#checks + 1] = 'hash' end
-local bad = wrong_type(checks)
+local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset'})
 if bad then return corrupt(bad) end
 
-local current = {}
+local broken = {}
+local ids, keys, timers = {}, {}, {}
 for i = 3, #KEYS do
-  local id = ARGV[2 + 2 * (i - 2)]
-  local d = owned(KEYS[1], KEYS[i], id, ARGV[3 + 2 * (i - 2)])
-  if d then
-    local tk = timer_key(bucket_of(d, bucket_ms))
-    if wrong_type({tk, 'set'}) then return corrupt(tk) end
-    current[#current + 1] = {i, id, d}
+  local id, receipt = ARGV[2 + 2 * (i - 2)], ARGV[3 + 2 * (i - 2)]
+  local f = checked(broken, 'HMGET', KEYS[i], 'c', 'd')
+  if f and f[1] and f[1] == receipt then
+    ids[#ids + 1] = id
+    keys[#keys + 1] = KEYS[i]
+    timers[#timers + 1] = tonumber(f[2]) or 0
   end
 end
-for _, m in ipairs(current) do
-  rcall('SREM', KEYS[1], m[2])
-  if m[3] > 0 then timer_del(KEYS[2], m[2], m[3], bucket_ms) end
-  rcall('DEL', KEYS[m[1]])
+if #broken > 0 then return corrupt(broken[1]) end
+if #ids == 0 then return 0 end
+
+local held = rcall('SMISMEMBER', KEYS[1], unpack(ids))
+local gone, gone_keys, buckets, order = {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  if held[i] == 1 then
+    gone[#gone + 1] = id
+    gone_keys[#gone_keys + 1] = keys[i]
+    if timers[i] > 0 then
+      local b = bucket_of(timers[i], bucket_ms)
+      if not buckets[b] then buckets[b] = {}; order[#order + 1] = b end
+      table.insert(buckets[b], id)
+    end
+  end
 end
-return #current
+for _, b in ipairs(order) do
+  if wrong_type({timer_key(b), 'set'}) then return corrupt(timer_key(b)) end
+end
+if #gone == 0 then return 0 end
+rcall('SREM', KEYS[1], unpack(gone))
+for _, b in ipairs(order) do
+  local tk = timer_key(b)
+  rcall('SREM', tk, unpack(buckets[b]))
+  if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[2], b) end
+end
+rcall('DEL', unpack(gone_keys))
+return #gone

@@ -1,24 +1,22 @@
 --[[
   Claim up to `count` messages from the head of the FIFO for a visibility timeout.
-  Ownership rule of the design: the caller owns an id when SADD processing returns 1 and
-  SREM items returns 1; list entries failing it are stale and dropped. A message out of
-  receives goes to dead letters instead of being delivered.
+  Ownership rule of the design: the caller owns an id that it moves into processing (not
+  there yet) and out of items (still there); list entries failing it are stale and
+  dropped. A message out of receives goes to dead letters instead of being delivered.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   Returns {dead_lettered, id, b, t, r, d, c, e, id, b, ...}.
 ]]
 local count = tonumber(ARGV[3])
-local vis = tonumber(ARGV[4])
 local bucket_ms = tonumber(ARGV[5])
 local max_receives = tonumber(ARGV[6])
 
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list', KEYS[6], 'list'})
 if bad then return corrupt(bad) end
-
 local now = now_ms()
-local deadline = now + vis
-local deadline_s = fmt(deadline)
+local deadline = now + tonumber(ARGV[4])
+local deadline_s, now_s = fmt(deadline), fmt(now)
 local tk = timer_key(bucket_of(deadline, bucket_ms))
 if wrong_type({tk, 'set'}) then return corrupt(tk) end
 
@@ -27,43 +25,54 @@ local claimed = 0
 while claimed < count do
   local heads = rcall('LRANGE', KEYS[1], 0, count - claimed - 1)
   if #heads == 0 then break end
-  -- Check every item key of this round before the first write.
+  -- Read every item of this round before the first write; a wrong type fails the read.
+  local items = {}
   for i = 1, #heads do
-    local ik = item_key(heads[i])
-    if wrong_type({ik, 'hash'}) then
-      if claimed == 0 and out[1] == 0 then return corrupt(ik) end
-      heads = {unpack(heads, 1, i - 1)}
-      count = 0  -- deliver what this call already took; the next call reports the key
+    local f = read_item(item_key(heads[i]))
+    if f == false then
+      if #out == 1 and out[1] == 0 then return corrupt(item_key(heads[i])) end
+      heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
+      count = 0
       break
     end
+    items[i] = f
   end
   if #heads == 0 then break end
   rcall('LTRIM', KEYS[1], #heads, -1)
-  for i = 1, #heads do
-    local id = heads[i]
-    local ik = item_key(id)
-    if rcall('SADD', KEYS[3], id) == 1 then
-      if rcall('SREM', KEYS[2], id) == 1 and rcall('EXISTS', ik) == 1 then
-        local r = tonumber(rcall('HGET', ik, 'r') or '0')
+  local waiting = rcall('SMISMEMBER', KEYS[2], unpack(heads))
+  local held = rcall('SMISMEMBER', KEYS[3], unpack(heads))
+  local leaving, taken, dead, seen = {}, {}, {}, {}
+  for i, id in ipairs(heads) do
+    if waiting[i] == 1 and held[i] == 0 and not seen[id] then
+      seen[id] = true
+      leaving[#leaving + 1] = id
+      local f = items[i]
+      if f then
+        local r = tonumber(f.r or '0')
         if max_receives and r >= max_receives then
-          rcall('SREM', KEYS[3], id)
-          rcall('HDEL', ik, 'c', 'd')
-          if not rcall('HGET', ik, 'e') then
-            rcall('HSET', ik, 'e', 'exceeded max_receives (' .. ARGV[6] .. ')')
+          dead[#dead + 1] = id
+          if not f.e then
+            rcall('HSET', item_key(id), 'e', 'exceeded max_receives (' .. ARGV[6] .. ')')
           end
-          rcall('RPUSH', KEYS[5], id)
-          out[1] = out[1] + 1
         else
-          local n = rcall('HINCRBY', ik, 'n', 1)
-          rcall('HSET', ik, 'r', fmt(r + 1), 'c', fmt(n) .. '-' .. fmt(now), 'd', deadline_s)
-          rcall('SADD', tk, id)
-          push_message(out, id, ik)
-          claimed = claimed + 1
+          local n = tonumber(f.n or '0') + 1
+          f.r, f.c, f.d = fmt(r + 1), fmt(n) .. '-' .. now_s, deadline_s
+          rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s)
+          taken[#taken + 1] = id
+          push_message(out, id, f)
         end
-      else
-        rcall('SREM', KEYS[3], id)  -- not ours: not waiting, or no message behind it
       end
     end
+  end
+  if #leaving > 0 then rcall('SREM', KEYS[2], unpack(leaving)) end
+  if #taken > 0 then
+    rcall('SADD', KEYS[3], unpack(taken))
+    rcall('SADD', tk, unpack(taken))
+    claimed = claimed + #taken
+  end
+  if #dead > 0 then
+    rcall('RPUSH', KEYS[5], unpack(dead))
+    out[1] = out[1] + #dead
   end
 end
 if claimed > 0 then

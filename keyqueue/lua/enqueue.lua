@@ -9,46 +9,65 @@
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
 local n = #ARGV - 5
+local dedup = KEYS[6]
 
-local bad = wrong_type({KEYS[1], 'string', KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'zset',
-                        KEYS[5], 'list', KEYS[6] or KEYS[1], 'string'})
-if bad then return corrupt(bad) end
-local seq = rcall('GET', KEYS[1])
+-- Every key is type-checked (by the reads below or TYPE) before the first write.
+local bad = {}
+local seq = checked(bad, 'GET', KEYS[1])
+local tokens = 1
+if delay == 0 then tokens = checked(bad, 'LLEN', KEYS[5]) end
+local existing = dedup and checked(bad, 'GET', dedup)
+if #bad > 0 then return corrupt(bad[1]) end
+local wrong = delay > 0 and wrong_type({KEYS[4], 'zset'}) or wrong_type({KEYS[2], 'list', KEYS[3], 'set'})
+if wrong then return corrupt(wrong) end
 if seq and not tonumber(seq) then return corrupt(KEYS[1]) end
-
-if KEYS[6] then
-  local existing = rcall('GET', KEYS[6])
-  if existing then return {existing, 0} end
-end
+if existing then return {existing, 0} end
 
 local first = (tonumber(seq) or 0) + 1
-local ids = {}
-for i = 1, n do ids[i] = fmt(first + i - 1) end
+if n == 1 and delay == 0 then
+  -- The common case, kept lean: Lua overhead, not Redis, dominates a one-message call.
+  local id = fmt(first)
+  local ik = BASE .. 'item:' .. id
+  if rcall('EXISTS', ik) == 1 then return corrupt(KEYS[1]) end
+  local body = ARGV[6]
+  local now_s = fmt(now_ms())
+  rcall('INCR', KEYS[1])
+  if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
+  if #body <= CHUNK then rcall('HSET', ik, 't', now_s, 'b', body)
+  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body))) end
+  rcall('RPUSH', KEYS[2], id)
+  rcall('SADD', KEYS[3], id)
+  if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
+  return {id, 1}
+end
 -- Item keys are new by construction; one that exists means seq was overwritten.
 for i = 1, n, 1000 do
   local ks = {}
-  for j = i, math.min(i + 999, n) do ks[#ks + 1] = item_key(ids[j]) end
+  for j = i, math.min(i + 999, n) do ks[#ks + 1] = item_key(fmt(first + j - 1)) end
   if rcall('EXISTS', unpack(ks)) > 0 then return corrupt(KEYS[1]) end
 end
 
-local now = now_ms()
+local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
-if KEYS[6] then rcall('SET', KEYS[6], ids[1], 'PX', ARGV[5]) end
-local now_s = fmt(now)
+if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
-  local at = now + delay
-  local at_s = fmt(at)
+  local at = tonumber(now_s) + delay
   for i = 1, n do
-    rcall('HSET', item_key(ids[i]), 'b', ARGV[5 + i], 't', now_s, 'd', at_s)
-    timer_add(KEYS[4], ids[i], at, bucket_ms)
+    local id = fmt(first + i - 1)
+    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[5 + i])))
+    timer_add(KEYS[4], id, at, bucket_ms)
   end
-else
-  for i = 1, n do rcall('HSET', item_key(ids[i]), 'b', ARGV[5 + i], 't', now_s) end
-  for i = 1, n, 1000 do
-    local chunk = {unpack(ids, i, math.min(i + 999, n))}
-    rcall('RPUSH', KEYS[2], unpack(chunk))
-    rcall('SADD', KEYS[3], unpack(chunk))
-  end
-  signal(KEYS[5])
+  return {fmt(first), n}
 end
-return {ids[1], n}
+for i = 1, n, 1000 do
+  local ids = {}
+  for j = i, math.min(i + 999, n) do
+    local id = fmt(first + j - 1)
+    ids[#ids + 1] = id
+    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s}, ARGV[5 + j])))
+  end
+  rcall('RPUSH', KEYS[2], unpack(ids))
+  rcall('SADD', KEYS[3], unpack(ids))
+end
+if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
+return {fmt(first), n}

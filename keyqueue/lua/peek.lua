@@ -37,8 +37,8 @@ end
 
 local out = {}
 for _, id in ipairs(ids) do
-  local ik = item_key(id)
-  if wrong_type({ik, 'hash'}) then return corrupt(ik) end
-  if rcall('EXISTS', ik) == 1 then push_message(out, id, ik) end
+  local f = read_item(item_key(id))
+  if f == false then return corrupt(item_key(id)) end
+  if f then push_message(out, id, f) end
 end
 return out
