@@ -136,7 +136,7 @@ class Queue:
         if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
             raise InvalidArgument(f"dedup_key must be a non-empty str, not {dedup_key!r}")
         s = self.settings
-        return self._ops.enqueue([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)[0]
+        return self._ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
 
     def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0) -> list[str]:
         """Add many messages in one round trip; ids are returned in order."""

@@ -86,8 +86,12 @@ class ScriptOps:
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.owner_keys = (k.processing, k.timers)
 
+        self._static_head = (k.base, "")
+
     def _head(self) -> tuple[str, str]:
-        return (self.keys.base, "" if self.clock is None else str(int(self.clock() * 1000)))
+        if self.clock is None:
+            return self._static_head
+        return (self.keys.base, str(int(self.clock() * 1000)))
 
     def call(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Any:
         """EVALSHA, loading the script once if the server does not know it (new or restarted)."""
@@ -133,13 +137,13 @@ class ScriptOps:
 
     # The operations (the script-free mode implements the same methods).
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                dedup_key: str | None = None, dedup_ms: int = 0) -> list[str]:
+    def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
+                    dedup_key: str | None, dedup_ms: int) -> str:
+        keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
+        return self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, body))[0].decode()
+
+    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> list[str]:
         base = self.enqueue_keys
-        if dedup_key is not None:
-            first, n = self.call("enqueue", [*base, self.keys.dedup(dedup_key)],
-                                 [delay_ms, bucket_ms, dedup_ms, bodies[0]])
-            return [first.decode()]
         calls = [(base, [delay_ms, bucket_ms, 0, *bodies[i : i + CHUNK]])
                  for i in range(0, len(bodies), CHUNK)]
         ids: list[str] = []
