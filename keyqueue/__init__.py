@@ -13,6 +13,8 @@ from .errors import (
 )
 from .message import Message, QueueStats, ReapResult
 from .queue import Queue
+from .reaper import Reaper
+from .worker import Worker
 
 __version__ = "0.1.0"
 
@@ -22,6 +24,9 @@ __all__ = [
     "Message",
     "QueueStats",
     "ReapResult",
+    # running it
+    "Worker",
+    "Reaper",
     # errors
     "KeyQueueError",
     "InvalidQueueName",

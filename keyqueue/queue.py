@@ -169,16 +169,8 @@ class Queue:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            self._wait_for_signal(remaining)
+            wait_for_any([self], remaining)
 
-    def _wait_for_signal(self, seconds: float) -> None:
-        """Block until a producer (or a reap, release, requeue) signals, at most ``seconds``."""
-        timeout = min(seconds, WAIT_SLICE)
-        sock_timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
-        if sock_timeout:
-            timeout = min(timeout, sock_timeout / 2)
-        self._guarded(lambda: self.client.blpop([self.keys.signal], timeout=max(timeout, 0.01)),
-                      self.keys.signal)
 
     def _own(self, message: Message) -> bool:
         """Whether ``message`` carries a receipt this queue can check."""
@@ -324,5 +316,34 @@ class Queue:
             raise InvalidArgument(f"count must be a whole number >= 0, not {count!r}")
         return decode_messages(self._ops.peek(source, count), self, with_receipt=False)
 
+    def worker(self, **options: Any) -> Callable[[Callable[[Message], Any]], Any]:
+        """Decorator: ``@queue.worker(concurrency=4)`` turns ``fn(message)`` into a Worker."""
+        from .worker import Worker
+
+        def decorate(handler: Callable[[Message], Any]) -> Worker:
+            return Worker(self, handler, **options)
+
+        return decorate
+
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, prefix={self.prefix!r})"
+
+
+def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:
+    """Block until any of ``queues`` is signalled (a message may be there), at most ``timeout``.
+
+    Queues on one client wait in a single BLPOP over their signal lists; otherwise (several
+    clients, or a cluster, where the lists live in different slots) the first queue's list
+    is watched and the others are polled between slices."""
+    first = queues[0]
+    same_client = all(q.client is first.client for q in queues)
+    cluster = type(first.client).__name__ == "RedisCluster"
+    if len(queues) == 1 or (same_client and not cluster):
+        timeout = min(timeout, WAIT_SLICE)
+        sock_timeout = first.client.connection_pool.connection_kwargs.get("socket_timeout")
+        if sock_timeout:
+            timeout = min(timeout, sock_timeout / 2)
+        keys = [q.keys.signal for q in queues]
+        first._guarded(lambda: first.client.blpop(keys, timeout=max(timeout, 0.01)), *keys)
+    else:
+        wait_for_any([first], min(timeout, 0.25))

@@ -1,0 +1,149 @@
+"""Reaper: an APScheduler interval job that reaps queues, so expired messages come back and
+delayed ones become visible even where no worker runs. Several reapers may run at once:
+every reap step is one atomic script, so they never double-deliver."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Iterable
+
+import redis
+
+from .connection import resolve_client
+from .errors import InvalidArgument, KeyQueueError, MissingDependency
+from .health import warn_unless_noeviction
+from .keys import registry_key, validate_prefix
+from .message import ReapResult
+from .queue import Queue
+from .signals import on_stop_signals
+
+log = logging.getLogger("keyqueue.reaper")
+
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def _scheduler_classes() -> tuple[type, type]:
+    try:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.schedulers.blocking import BlockingScheduler
+    except ImportError as exc:  # pragma: no cover - apscheduler is a dependency
+        raise MissingDependency("the Reaper needs APScheduler: pip install 'apscheduler>=3.10,<4'") from exc
+    return BlockingScheduler, BackgroundScheduler
+
+
+class Reaper:
+    """Reaps ``queues`` (Queue objects, which keep their own mode, or names) every
+    ``interval`` seconds; ``queues=None`` reaps every queue registered under the prefix."""
+
+    def __init__(
+        self,
+        queues: Iterable[Queue | str] | None = None,
+        *,
+        client: redis.Redis | None = None,
+        url: str | None = None,
+        prefix: str = "kq",
+        interval: float = 1.0,
+        scripting: bool = True,
+    ) -> None:
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval > 0:
+            raise InvalidArgument(f"interval must be a number of seconds > 0, not {interval!r}")
+        self.prefix = validate_prefix(prefix)
+        self.interval = float(interval)
+        self.scripting = scripting
+        given = None if queues is None else list(queues)
+        needs_client = given is None or any(isinstance(q, str) for q in given)
+        self.client = resolve_client(client, url) if needs_client else None
+        self._fixed: list[Queue] | None = None
+        self._names: list[str] | None = None
+        if given is not None:
+            self._fixed = [q for q in given if isinstance(q, Queue)]
+            self._names = [q for q in given if isinstance(q, str)]
+        self._cache: dict[str, Queue] = {}
+        self._scheduler: object | None = None
+        self._checked = False
+        self.passes = 0
+
+    def queues(self) -> list[Queue]:
+        """The queues of this pass: found again each time when reaping every queue."""
+        if self._fixed is not None and not self._names:
+            return list(self._fixed)
+        assert self.client is not None
+        if self._names is not None:
+            names = self._names
+        else:
+            names = sorted(n.decode() for n in self.client.smembers(registry_key(self.prefix)))
+        out = list(self._fixed or [])
+        for name in names:
+            q = self._cache.get(name)
+            if q is None:
+                q = self._cache[name] = Queue(name, client=self.client, prefix=self.prefix,
+                                              scripting=self.scripting)
+            out.append(q)
+        return out
+
+    def reap_once(self) -> dict[str, ReapResult]:
+        """One pass over every queue; errors are logged per queue and never stop the reaper."""
+        results: dict[str, ReapResult] = {}
+        try:
+            if not self._checked:
+                for client in {id(q.client): q.client for q in self.queues()}.values():
+                    warn_unless_noeviction(client, log)
+                self._checked = True
+            queues = self.queues()
+        except TRANSIENT as exc:
+            log.warning("reaper cannot reach Redis: %s; retrying next pass", exc)
+            return results
+        for q in queues:
+            try:
+                q.refresh_settings()
+                r = q.reap()
+            except TRANSIENT as exc:
+                log.warning("reap of queue=%s failed: %s; retrying next pass", q.name, exc)
+                continue
+            except KeyQueueError as exc:
+                log.error("reap of queue=%s: %s", q.name, exc)
+                continue
+            results[q.name] = r
+            if r.total:
+                log.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
+                         q.name, r.requeued, r.dead_lettered, r.delayed_released)
+        self.passes += 1
+        return results
+
+    def _schedule(self, blocking: bool) -> object:
+        blocking_cls, background_cls = _scheduler_classes()
+        scheduler = (blocking_cls if blocking else background_cls)()
+        scheduler.add_job(self.reap_once, "interval", seconds=self.interval, id="keyqueue-reap",
+                          coalesce=True, max_instances=1, next_run_time=_now())
+        self._scheduler = scheduler
+        return scheduler
+
+    def run(self) -> None:
+        """Reap until shutdown() (from another thread) or SIGINT/SIGTERM in the main thread."""
+        scheduler = self._schedule(blocking=True)
+        restore = on_stop_signals(self._on_signal)
+        try:
+            scheduler.start()  # type: ignore[attr-defined]
+        finally:
+            restore()
+
+    def start(self) -> None:
+        """Reap in a background thread."""
+        self._schedule(blocking=False).start()  # type: ignore[attr-defined]
+
+    def shutdown(self, wait: bool = True) -> None:
+        scheduler = self._scheduler
+        if scheduler is not None and scheduler.running:  # type: ignore[attr-defined]
+            scheduler.shutdown(wait=wait)  # type: ignore[attr-defined]
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("%s: reaper stopping", sig.name)
+        threading.Thread(target=self.shutdown, kwargs={"wait": False}).start()
+
+
+def _now():  # type: ignore[no-untyped-def]
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
