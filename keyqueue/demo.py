@@ -1,83 +1,133 @@
-"""The demo: producers and consumers on a Redis of its own, one consumer abandoning its work
-mid-batch, and the reaper bringing that work back. Ends with an audit of every message."""
+"""``keyqueue demo``: worker processes and a reaper on a Redis of its own (or --url). One
+worker is SIGKILLed mid-batch; its messages come back after their visibility timeout, and
+an audit accounts for every message. Each handler records its delivery in an audit hash,
+so duplicates (work done, ack lost with the killed process) are counted, not hidden."""
 
 from __future__ import annotations
 
-import threading
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Callable
 
+from .message import Message
 from .queue import Queue
 from .server import RedisServer
+
+QUEUE = "demo"
+AUDIT_KEY = "keyqueue-demo:deliveries"  # message id -> times a handler completed it
+VISIBILITY = 3.0
+
+
+def handle(message: Message) -> None:
+    """The demo's handler: a little work, then a record of the delivery."""
+    time.sleep(0.002)
+    assert message.queue is not None
+    message.queue.client.hincrby(AUDIT_KEY, message.id, 1)
 
 
 @dataclass
 class DemoResult:
     enqueued: int
     processed: int
-    duplicates: int
-    abandoned: int
+    deliveries: int
+    killed_holding: int
     seconds: float
 
     @property
+    def duplicates(self) -> int:
+        return self.deliveries - self.processed
+
+    @property
+    def lost(self) -> int:
+        return self.enqueued - self.processed
+
+    @property
     def ok(self) -> bool:
-        return self.processed == self.enqueued
+        return self.lost == 0
 
 
-def run_demo(url: str | None = None, *, messages: int = 5000, consumers: int = 3,
-             echo: Callable[[str], None] = print) -> DemoResult:
+def _spawn(url: str, prefix: str, *args: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, KEYQUEUE_URL=url)  # not on the command line, where ps shows it
+    return subprocess.Popen([sys.executable, "-m", "keyqueue", "--prefix", prefix, *args],
+                            env=env, stdin=subprocess.DEVNULL)
+
+
+def run_demo(url: str | None = None, *, prefix: str = "kq", messages: int = 2000, workers: int = 3,
+             echo: Callable[[str], None] | None = None) -> DemoResult:
+    out = echo or (lambda line: print(line, flush=True))
+    live = echo is None and sys.stdout.isatty()
     with ExitStack() as stack:
         if url is None:
             server = stack.enter_context(RedisServer())
             url = server.url
-            echo(f"started redis-server on 127.0.0.1:{server.port}")
-        q = Queue("demo", url=url, visibility_timeout=2.0, bucket_seconds=1, max_receives=5)
+            out(f"started redis-server on 127.0.0.1:{server.port} (no --url given)")
+        q = Queue(QUEUE, url=url, prefix=prefix, visibility_timeout=VISIBILITY, bucket_seconds=1)
         q.purge(source="all")
+        q.client.delete(AUDIT_KEY)
         t0 = time.monotonic()
-        q.enqueue_many(f"job {i}" for i in range(messages))
-        echo(f"enqueued {messages} messages in {time.monotonic() - t0:.3f}s")
-        done: Counter[str] = Counter()
-        lock = threading.Lock()
-        stop = threading.Event()
-        abandoned: list[int] = [0]
+        for i in range(0, messages, 1000):
+            q.enqueue_many(f"job {n}" for n in range(i, min(i + 1000, messages)))
+        out(f"enqueued {messages} messages")
 
-        def consume(crash_after: int | None) -> None:
-            mine = Queue("demo", url=url)
-            handled = 0
-            while not stop.is_set():
-                batch = mine.claim_many(50, wait=0.2)
-                if crash_after is not None and handled >= crash_after:
-                    abandoned[0] = len(batch)  # "dies" holding a batch: never acks it
-                    return
-                with lock:
-                    done.update(m.id for m in batch)
-                handled += len(batch)
-                mine.ack_many(batch)
+        procs = [_spawn(url, prefix, "worker", "keyqueue.demo:handle", "-q", QUEUE, "-c", "4",
+                        "--log-level", "error") for _ in range(workers)]
+        procs.append(_spawn(url, prefix, "reaper", QUEUE, "--interval", "0.5", "--log-level", "error"))
+        stack.callback(_stop_all, procs)
+        out(f"started {workers} worker processes (4 threads each) and a reaper")
 
-        def reap() -> None:
-            while not stop.wait(0.5):
-                q.reap()
-
-        threads = [threading.Thread(target=consume, args=(messages // (consumers * 3) if i == 0 else None,))
-                   for i in range(consumers)] + [threading.Thread(target=reap)]
-        for t in threads:
-            t.start()
-        while len(done) < messages and time.monotonic() - t0 < 60:
+        victim, killed_holding = procs[0], -1
+        last_line = 0.0
+        while time.monotonic() - t0 < 120:
+            done = q.client.hlen(AUDIT_KEY)
             s = q.stats()
-            echo(f"  processed {len(done):>6}/{messages}  waiting {s.waiting:>6}  "
-                 f"in flight {s.processing:>4}")
-            time.sleep(0.5)
-        stop.set()
-        for t in threads:
-            t.join()
-        result = DemoResult(messages, len(done), sum(done.values()) - len(done), abandoned[0],
+            if killed_holding < 0 and done >= messages // 3:
+                killed_holding = s.processing // workers
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                out(f"\nSIGKILLed worker pid {victim.pid} mid-batch (about {killed_holding} messages "
+                    f"in flight there); they come back after their {VISIBILITY:.0f}s visibility timeout")
+            line = (f"processed {done:>6}/{messages}  waiting {s.waiting:>6}  in flight {s.processing:>4}"
+                    f"  t={time.monotonic() - t0:5.1f}s")
+            if live:
+                bar = "#" * int(30 * done / messages)
+                sys.stdout.write(f"\r[{bar:<30}] {line}")
+                sys.stdout.flush()
+            elif time.monotonic() - last_line >= 1.0:
+                out(line)
+                last_line = time.monotonic()
+            if done >= messages and s.processing == 0:
+                break
+            time.sleep(0.1)
+        if live:
+            sys.stdout.write("\n")
+        codes = _stop_all(procs[1:])
+        deliveries = sum(int(v) for v in q.client.hvals(AUDIT_KEY))
+        result = DemoResult(messages, q.client.hlen(AUDIT_KEY), deliveries, max(killed_holding, 0),
                             time.monotonic() - t0)
-        echo(f"one consumer abandoned {result.abandoned} claimed messages; the reaper returned them")
-        echo(f"processed {result.processed}/{messages} distinct messages, "
-             f"{result.duplicates} delivered twice, in {result.seconds:.1f}s: "
-             + ("nothing lost" if result.ok else "MESSAGES MISSING"))
+        out(f"workers and reaper stopped with SIGTERM, exit codes {codes}")
+        out(f"audit: {result.enqueued} enqueued, {result.processed} processed, {result.lost} lost, "
+            f"{result.duplicates} processed twice (done by the killed worker, ack lost with it), "
+            f"in {result.seconds:.1f}s")
+        out("every message accounted for" if result.ok else "MESSAGES LOST")
         q.destroy()
+        q.client.delete(AUDIT_KEY)
         return result
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=40))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append(p.wait())
+    return codes

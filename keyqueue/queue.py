@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 
 from .connection import resolve_client
 from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
-from .keys import QueueKeys, validate_name, validate_prefix
+from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
 from .scripted import ScriptOps, corrupt_error
 from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate
@@ -82,18 +82,21 @@ class Queue:
         pipe.hgetall(k.config)
         pipe.sismember(k.registry, self.name)
         stored, registered = self._guarded(pipe.execute, k.config, k.registry)
-        write = self.client.pipeline(transaction=False)
+        self._registered = bool(registered)
         if given:
-            write.hset(k.config, mapping=wanted.to_hash(given))
-        if not registered:
-            write.sadd(k.registry, self.name)
-        if given or not registered:
-            write.execute()
+            self._guarded(lambda: self.client.hset(k.config, mapping=wanted.to_hash(given)), k.config)
+            self._register()
         try:
             current = QueueSettings.from_hash(stored)
         except InvalidArgument as exc:
             raise CorruptQueue(k.config, f"holds a bad setting ({exc})") from None
         return validate(current, {name: getattr(wanted, name) for name in given})
+
+    def _register(self) -> None:
+        """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
+        if not self._registered:
+            self._guarded(lambda: self.client.sadd(self.keys.registry, self.name), self.keys.registry)
+            self._registered = True
 
     def refresh_settings(self) -> QueueSettings:
         """Re-read the config hash (the reaper does this every pass)."""
@@ -135,6 +138,7 @@ class Queue:
         delay_ms = seconds_arg("delay", delay)
         if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
             raise InvalidArgument(f"dedup_key must be a non-empty str, not {dedup_key!r}")
+        self._register()
         s = self.settings
         return self._ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
 
@@ -144,6 +148,7 @@ class Queue:
         delay_ms = seconds_arg("delay", delay)
         if not data:
             return []
+        self._register()
         return self._ops.enqueue(data, delay_ms, self.settings.bucket_ms)
 
     # -- consuming ------------------------------------------------------------------
@@ -327,6 +332,15 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, prefix={self.prefix!r})"
+
+
+def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
+    """Names of the queues registered under ``prefix`` (those that were ever written to)."""
+    key = registry_key(validate_prefix(prefix))
+    try:
+        return sorted(n.decode() for n in client.smembers(key))
+    except ResponseError as exc:
+        raise (corrupt_error(exc, key) or exc) from None
 
 
 def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:

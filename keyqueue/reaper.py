@@ -14,9 +14,9 @@ import redis
 from .connection import resolve_client
 from .errors import InvalidArgument, KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
-from .keys import registry_key, validate_prefix
+from .keys import validate_prefix
 from .message import ReapResult
-from .queue import Queue
+from .queue import Queue, list_queues
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.reaper")
@@ -73,7 +73,7 @@ class Reaper:
         if self._names is not None:
             names = self._names
         else:
-            names = sorted(n.decode() for n in self.client.smembers(registry_key(self.prefix)))
+            names = list_queues(self.client, self.prefix)
         out = list(self._fixed or [])
         for name in names:
             q = self._cache.get(name)

@@ -319,7 +319,20 @@ def test_queues_under_different_prefixes_are_separate(make_queue, r: redis.Redis
     a, b = make_queue("jobs"), make_queue("jobs", prefix="other")
     a.enqueue("x")
     assert b.length() == 0 and r.exists("other:{jobs}:config") == 0
+    assert r.smembers("kq:queues") == {b"jobs"} and not r.exists("other:queues")
+    b.enqueue("y")
     assert r.smembers("other:queues") == {b"jobs"}
+
+
+def test_reading_a_queue_does_not_register_it(make_queue, r: redis.Redis) -> None:
+    from keyqueue.queue import list_queues
+
+    q = make_queue("typo")
+    assert q.length() == 0 and q.stats().waiting == 0 and q.peek() == []
+    assert list_queues(r) == [] and r.keys("*") == []
+    make_queue("configured", visibility_timeout=5)
+    make_queue("used").enqueue("x")
+    assert list_queues(r) == ["configured", "used"]
 
 
 SIZES = [0, 1, 63, 64, 65, 127, 128, 129, 1000, 6399, 6400, 6401, 256 * 1024]
