@@ -1,0 +1,142 @@
+"""Real `keyqueue worker` and `keyqueue reaper` processes: signals, SIGKILL, Redis restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import redis
+
+from keyqueue import Queue
+from keyqueue.server import RedisServer
+
+from .conftest import wait_until
+from .handlers import DONE, STARTED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Procs:
+    """Starts keyqueue processes (stderr to a log file each) and kills leftovers at the end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, Path] = {}
+
+    def spawn(self, url: str, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
+        log = self.tmp / f"proc{len(self.started)}.log"
+        with open(log, "wb") as err:
+            p = subprocess.Popen([sys.executable, "-m", "keyqueue", *args], cwd=ROOT, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        self.started.append(p)
+        self.logs[p.pid] = log
+        return p
+
+    def worker(self, url: str, handler: str, *extra: str) -> subprocess.Popen[bytes]:
+        return self.spawn(url, "worker", f"tests.handlers:{handler}", "-q", "q", *extra)
+
+    def log(self, p: subprocess.Popen[bytes]) -> str:
+        return self.logs[p.pid].read_text()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    ps = Procs(tmp_path)
+    yield ps
+    for p in ps.started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig) -> None:
+    q = Queue("q", client=r)
+    q.enqueue("1.0")  # the handler sleeps 1 s
+    q.enqueue_many(["0"] * 5)
+    p = procs.worker(redis_server.url, "slow", "--grace", "10")
+    wait_until(lambda: r.llen(STARTED) >= 1)
+    p.send_signal(sig)
+    assert p.wait(15) == 0
+    assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished and was acked
+    s = q.stats()
+    assert s.processing == 0 and s.waiting + len(r.hkeys(DONE)) == 6
+
+
+def test_second_signal_exits_at_once_and_the_message_comes_back(redis_server, r: redis.Redis, procs) -> None:
+    q = Queue("q", client=r, visibility_timeout=1, bucket_seconds=1)
+    q.enqueue("30")
+    p = procs.worker(redis_server.url, "slow", "--grace", "60")
+    wait_until(lambda: r.llen(STARTED) >= 1)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert p.wait(10) == 0 and time.monotonic() - t0 < 10
+    assert q.stats().processing == 1  # abandoned, not released
+    wait_until(lambda: q.reap().requeued == 1, timeout=10)
+    (m,) = q.peek()
+    assert m.receives == 1 and r.hget(DONE, "1") is None
+
+
+def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs) -> None:
+    q = Queue("q", client=r, visibility_timeout=1, bucket_seconds=1)
+    q.enqueue_many(["0.05"] * 40)
+    victim = procs.worker(redis_server.url, "slow", "-c", "4")
+    wait_until(lambda: r.llen(STARTED) >= 6)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert q.stats().processing > 0  # it died holding messages
+    rescuer = procs.worker(redis_server.url, "slow", "-c", "4")
+    wait_until(lambda: r.hlen(DONE) == 40 and q.stats().processing == 0, timeout=30)
+    rescuer.send_signal(signal.SIGTERM)
+    assert rescuer.wait(15) == 0
+    assert q.stats().waiting == 0
+
+
+def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.Redis, procs) -> None:
+    q = Queue("q", client=r, bucket_seconds=1)
+    q.enqueue("x")
+    q.enqueue("later", delay=0.5)
+    assert q.claim(visibility_timeout=0.5) is not None
+    p = procs.spawn(redis_server.url, "reaper", "--interval", "0.2")
+    wait_until(lambda: q.length() == 2, timeout=10)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    assert sorted(m.text for m in q.peek()) == ["later", "x"]
+
+
+# -- Redis stopped and restarted under running workers and reapers -------------------------
+
+
+@pytest.fixture
+def durable() -> Iterator[RedisServer]:
+    with RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+        yield server
+
+
+def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs) -> None:
+    r = redis.Redis(port=durable.port)
+    q = Queue("q", client=r, visibility_timeout=2, bucket_seconds=1)
+    q.enqueue_many(["0.01"] * 300)
+    w = procs.worker(durable.url, "slow", "-c", "2")
+    reaper = procs.spawn(durable.url, "reaper", "q", "--interval", "0.5")
+    wait_until(lambda: r.hlen(DONE) >= 50)
+    durable.stop()  # SIGTERM: Redis shuts down cleanly, the AOF has every write
+    time.sleep(1.5)
+    assert w.poll() is None and reaper.poll() is None, "a process died with Redis"
+    durable.start()
+    wait_until(lambda: r.hlen(DONE) == 300 and q.stats().processing == 0, timeout=60)
+    assert q.stats().waiting == 0
+    for p in (w, reaper):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(15) == 0
+    assert "retrying" in procs.log(w)  # it noticed the outage and backed off
