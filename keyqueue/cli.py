@@ -69,7 +69,7 @@ def version() -> None:
 
 @cli.command("ls")
 @pass_config
-def list_queues(cfg: Config) -> None:
+def ls(cfg: Config) -> None:
     """List the queues under the prefix."""
     for name in list_queues(cfg.client(), cfg.prefix):
         click.echo(name)
