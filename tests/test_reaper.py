@@ -1,0 +1,92 @@
+"""The Reaper daemon: APScheduler job over named queues or every queue under a prefix."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from keyqueue import InvalidArgument, Queue, Reaper
+
+from .conftest import FakeClock, wait_until
+
+
+def test_background_reaper_recovers_every_registered_queue(redis_server, r: redis.Redis) -> None:
+    a = Queue("a", client=r, bucket_seconds=1)
+    b = Queue("b", client=r, bucket_seconds=1)
+    for q in (a, b):
+        q.enqueue("x")
+        assert q.claim(visibility_timeout=0.2)
+    b.enqueue("later", delay=0.3)
+    reaper = Reaper(url=redis_server.url, interval=0.1)
+    reaper.start()
+    try:
+        wait_until(lambda: a.length() == 1 and b.length() == 2)
+    finally:
+        reaper.shutdown()
+    assert reaper.passes >= 1 and {q.name for q in reaper.queues()} == {"a", "b"}
+
+
+def test_named_queues_and_queue_objects(redis_server, r: redis.Redis) -> None:
+    clock = FakeClock()
+    mine = Queue("mine", client=r, clock=clock)
+    other = Queue("other", client=r, clock=clock)
+    for q in (mine, other):
+        q.enqueue("x")
+        q.claim(visibility_timeout=1)
+    clock.advance(2)
+    results = Reaper([mine], interval=1).reap_once()
+    assert set(results) == {"mine"} and results["mine"].requeued == 1
+    assert other.stats().processing == 1
+    by_name = Reaper(["other"], client=r).reap_once()
+    assert set(by_name) == {"other"}
+
+
+def test_each_pass_reads_the_settings_again(redis_server, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = Queue("q", client=r, clock=clock, max_receives=5)
+    q.enqueue("x")
+    q.claim(visibility_timeout=1)
+    reaper = Reaper([q])
+    Queue("q", client=r, max_receives=1)  # another process lowers the limit
+    clock.advance(2)
+    assert reaper.reap_once()["q"].dead_lettered == 1
+
+
+def test_several_reapers_never_deliver_twice(redis_server, r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = Queue("q", client=r, clock=clock, bucket_seconds=1)
+    q.enqueue_many([str(i) for i in range(3000)])
+    q.claim_many(3000, visibility_timeout=1)
+    clock.advance(5)
+    totals: list[int] = []
+    lock = threading.Lock()
+
+    def reap() -> None:
+        res = Reaper([Queue("q", url=redis_server.url, clock=clock)]).reap_once()["q"]
+        with lock:
+            totals.append(res.requeued)
+
+    threads = [threading.Thread(target=reap) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(totals) == 3000 and q.length() == 3000
+    assert r.llen("kq:{q}:queue") == 3000 and q.stats().processing == 0
+
+
+def test_run_blocks_until_shutdown(redis_server) -> None:
+    reaper = Reaper(url=redis_server.url, interval=0.05)
+    t = threading.Thread(target=reaper.run)
+    t.start()
+    wait_until(lambda: reaper.passes >= 3)
+    reaper.shutdown()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_bad_interval() -> None:
+    with pytest.raises(InvalidArgument):
+        Reaper(interval=0)
