@@ -1,21 +1,22 @@
 """Worker: runs a handler on every message of one or more queues, SQS-consumer style.
 
-One fetch loop claims in priority order and hands messages to ``concurrency`` handler
-threads. How many messages it holds adapts to how long handlers take, so fast handlers
-are fed (and acked) in batches while slow ones never sit on work others could do. Every
-ack still carries its own receipt. A heartbeat extends what is held, a reap thread
-recovers expired messages, and Redis outages are logged and waited out.
+Each of ``concurrency`` threads claims (queues in priority order), handles and acks its
+own batches: no hand-off between threads, so an idle worker starts on a new message one
+round trip after its long-poll wakes. How many messages a thread claims at once adapts to
+how long handlers take, so fast handlers are fed and acked in batches while slow ones
+never sit on work others could do; every ack still carries its own receipt. A heartbeat
+extends what is held, the worker reaps its queues every second, and Redis outages are
+logged and waited out.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue as stdqueue
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import redis
 
@@ -29,16 +30,18 @@ log = logging.getLogger("keyqueue.worker")
 
 Handler = Callable[[Message], Any]
 
-#: Most messages one claim takes, and most acks sent in one call.
+#: Most messages one thread claims at once (and acks in one call).
 MAX_BATCH = 100
-#: The worker holds about this many seconds of handler work beyond what its threads run.
-PREFETCH_SECONDS = 0.02
-#: Longest retry delay after a handler failure (SQS's visibility limit is 12 h; ours is 5 min).
+#: A thread claims about this many seconds of handler work at once.
+BATCH_SECONDS = 0.02
+#: Longest retry delay after a handler failure.
 MAX_BACKOFF = 300.0
 #: Seconds between reaps of the worker's queues.
 REAP_INTERVAL = 1.0
 #: Redis errors worth waiting out: the server is down, restarting or failing over.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Errors that fail one call but must not stop a worker.
+RECOVERABLE = TRANSIENT + (KeyQueueError,)
 
 
 def backoff(retry_backoff: float, receives: int) -> float:
@@ -113,10 +116,7 @@ class Worker:
 
         self._stopping = threading.Event()
         self._lock = threading.Lock()
-        self._held: dict[int, Held] = {}
-        self._work: stdqueue.SimpleQueue[Held | None] = stdqueue.SimpleQueue()
-        self._done: list[Held] = []  # handled, waiting for a batched ack
-        self._slot_free = threading.Condition(self._lock)
+        self._held: dict[int, Held] = {}  # every claimed, unfinished message, for heartbeats
         self._avg_seconds = 0.0  # moving average of handler time
         self.processed = 0
         self.failed = 0
@@ -126,23 +126,23 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; run() returns once in-flight work is done or the grace period ends."""
         self._stopping.set()
-        with self._lock:
-            self._slot_free.notify_all()
 
     def run(self, *, burst: bool = False) -> None:
         """Process messages until stop() or SIGINT/SIGTERM (or, with burst, until idle)."""
         restore = on_stop_signals(self._on_signal)
-        threads = [threading.Thread(target=self._handle_loop, name=f"keyqueue-handler-{i}", daemon=True)
-                   for i in range(self.concurrency)]
-        threads.append(threading.Thread(target=self._maintain, name="keyqueue-maintain", daemon=True))
         try:
             self._start()
-            for t in threads:
+            threads = [threading.Thread(target=self._thread_loop, args=(burst,), daemon=True,
+                                        name=f"keyqueue-worker-{i}") for i in range(self.concurrency)]
+            maintain = threading.Thread(target=self._maintain, name="keyqueue-maintain", daemon=True)
+            for t in [*threads, maintain]:
                 t.start()
-            self._fetch_loop(burst)
+            while any(t.is_alive() for t in threads) and not self._stopping.is_set():
+                threads[0].join(0.1)  # short joins: the main thread stays free for signals
+            self._stopping.set()
+            self._shutdown([*threads, maintain])
         finally:
             self._stopping.set()
-            self._shutdown(threads)
             restore()
 
     def _on_signal(self, sig: signal.Signals) -> None:
@@ -153,101 +153,79 @@ class Worker:
         self.stop()
 
     def _start(self) -> None:
-        seen: set[int] = set()
-        for q in self.queues:
-            if id(q.client) not in seen:
-                seen.add(id(q.client))
-                self._retrying(lambda q=q: warn_unless_noeviction(q.client, log), "check Redis")
+        for client in {id(q.client): q.client for q in self.queues}.values():
+            self._retrying(lambda c=client: warn_unless_noeviction(c, log), "check Redis")
         if self.reap_on_start:
             self._reap_all()
 
-    # -- claiming -----------------------------------------------------------------------
+    # -- one thread: claim, handle, ack ---------------------------------------------------
 
-    def _capacity(self) -> int:
-        """Messages to hold: one per thread, plus ~PREFETCH_SECONDS of work when handlers are fast."""
+    def _batch_size(self) -> int:
+        """One message for slow handlers; about BATCH_SECONDS of work for fast ones."""
         avg = self._avg_seconds
-        extra = MAX_BATCH if avg == 0 and self.processed > 0 else int(PREFETCH_SECONDS / avg) if avg else 0
-        return self.concurrency + min(extra * self.concurrency, MAX_BATCH)
+        if avg <= 0:
+            return 1 if self.processed + self.failed == 0 else MAX_BATCH
+        return max(1, min(MAX_BATCH, int(BATCH_SECONDS / avg)))
 
-    def _fetch_loop(self, burst: bool) -> None:
+    def _thread_loop(self, burst: bool) -> None:
         failures = 0
         while not self._stopping.is_set():
-            with self._lock:
-                while len(self._held) >= self._capacity() and not self._stopping.is_set():
-                    self._slot_free.wait(0.1)
-                free = self._capacity() - len(self._held)
-            if self._stopping.is_set():
-                return
             try:
-                got = self._claim(min(free, MAX_BATCH))
+                got = self._claim(self._batch_size())
                 failures = 0
-            except TRANSIENT as exc:
+            except RECOVERABLE as exc:
                 failures += 1
                 self._pause(failures, f"claim failed: {exc}")
                 continue
-            except KeyQueueError as exc:
-                failures += 1
-                self._pause(failures, f"claim refused: {exc}")
-                continue
             if got:
+                self._work(got)
                 continue
-            self._flush_acks()
             with self._lock:
                 idle = not self._held
             if burst and idle:
                 return
             try:
-                wait_for_any(self.queues, 1.0 if not burst else 0.05)
-            except (TRANSIENT + (KeyQueueError,)) as exc:
+                wait_for_any(self.queues, 0.05 if burst else 1.0)
+            except RECOVERABLE as exc:
                 failures += 1
                 self._pause(failures, f"wait failed: {exc}")
 
-    def _claim(self, count: int) -> bool:
+    def _claim(self, count: int) -> list[Held]:
         for q in self.queues:
             msgs = q.claim_many(count, visibility_timeout=self.visibility_timeout)
             if msgs:
+                held = [Held(m, q) for m in msgs]
                 with self._lock:
-                    for m in msgs:
-                        h = Held(m, q)
-                        self._held[id(m)] = h
-                        self._work.put(h)
+                    for h in held:
+                        self._held[id(h.message)] = h
                 for m in msgs:
                     log.debug("claimed queue=%s id=%s receives=%d", q.name, m.id, m.receives)
-                return True
-        return False
+                return held
+        return []
 
-    def _pause(self, failures: int, why: str) -> None:
-        delay = min(0.1 * 2 ** (failures - 1), 5.0)
-        log.warning("%s; retrying in %.1fs", why, delay)
-        self._stopping.wait(delay)
-
-    # -- handling -----------------------------------------------------------------------
-
-    def _handle_loop(self) -> None:
-        while True:
-            h = self._work.get()
-            if h is None:
-                return
+    def _work(self, batch: list[Held]) -> None:
+        done: list[Held] = []
+        for i, h in enumerate(batch):
             if self._stopping.is_set():
-                self._give_back(h)  # never started: back to the queue at once
-                continue
-            self._handle(h)
-            if self._work.empty():
-                self._flush_acks()
+                for rest in batch[i:]:
+                    self._give_back(rest)  # never started: back to the queue at once
+                break
+            if self._handle(h):
+                done.append(h)
+        self._ack(done)
 
-    def _handle(self, h: Held) -> None:
-        m = h.message
+    def _handle(self, h: Held) -> bool:
+        """Run the handler; True when it succeeded (the message is then to be acked)."""
         h.started = time.monotonic()
         try:
-            self.handler(m)
+            self.handler(h.message)
+            ok = True
         except Exception as exc:  # the handler's failure, not ours
             self._failed(h, exc)
-        else:
-            with self._lock:
-                self._done.append(h)
-        finally:
-            took = time.monotonic() - h.started
-            self._avg_seconds = took if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * took
+            ok = False
+        took = time.monotonic() - h.started
+        self._avg_seconds = took if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * took
+        return ok
 
     def _failed(self, h: Held, exc: Exception) -> None:
         m, q = h.message, h.queue
@@ -266,55 +244,60 @@ class Worker:
             if not ok:
                 log.warning("queue=%s id=%s was redelivered meanwhile; its new delivery decides",
                             q.name, m.id)
-        except (TRANSIENT + (KeyQueueError,)) as exc2:
+        except RECOVERABLE as exc2:
             log.error("could not release queue=%s id=%s (%s); it returns after its deadline",
                       q.name, m.id, exc2)
         self._forget([h])
 
-    def _flush_acks(self) -> None:
-        with self._lock:
-            done, self._done = self._done, []
-        if not done:
-            return
+    def _ack(self, done: list[Held]) -> None:
+        """Ack a thread's finished batch, one call per queue, retrying through short outages."""
         by_queue: dict[int, list[Held]] = {}
         for h in done:
             by_queue.setdefault(id(h.queue), []).append(h)
         for group in by_queue.values():
-            q = group[0].queue
-            msgs = [h.message for h in group]
-            for attempt in range(1, 6):
-                try:
-                    acked = q.ack_many(msgs)
-                    break
-                except TRANSIENT as exc:
-                    if self._stopping.wait(min(0.1 * 2 ** attempt, 2.0)) and attempt >= 3:
-                        acked = 0
-                        log.error("could not ack %d messages of %s: %s", len(msgs), q.name, exc)
-                        break
-            else:
-                acked = 0
-                log.error("could not ack %d messages of %s; they will be redelivered", len(msgs), q.name)
+            q, msgs = group[0].queue, [h.message for h in group]
+            acked = self._retrying(lambda: q.ack_many(msgs), f"ack of {len(msgs)} on {q.name}",
+                                   attempts=8)
             self.processed += len(msgs)
-            if acked < len(msgs):
+            if acked is None:
+                log.error("could not ack %d messages of %s; they will be redelivered", len(msgs), q.name)
+            elif acked < len(msgs):
                 log.warning("queue=%s: %d of %d acks were stale (redelivered meanwhile)",
                             q.name, len(msgs) - acked, len(msgs))
             for m in msgs:
                 log.debug("acked queue=%s id=%s receives=%d", q.name, m.id, m.receives)
         self._forget(done)
 
-    def _forget(self, done: Iterable[Held]) -> None:
+    def _forget(self, done: list[Held]) -> None:
         with self._lock:
             for h in done:
                 self._held.pop(id(h.message), None)
-            self._slot_free.notify_all()
 
     def _give_back(self, h: Held) -> None:
         try:
             h.queue.release(h.message)
-        except (TRANSIENT + (KeyQueueError,)) as exc:
+        except RECOVERABLE as exc:
             log.warning("could not release queue=%s id=%s (%s); it returns after its deadline",
                         h.queue.name, h.message.id, exc)
         self._forget([h])
+
+    def _pause(self, failures: int, why: str) -> None:
+        delay = min(0.1 * 2 ** (failures - 1), 5.0)
+        log.warning("%s; retrying in %.1fs", why, delay)
+        self._stopping.wait(delay)
+
+    def _retrying(self, fn: Callable[[], Any], what: str, attempts: int | None = None) -> Any:
+        """fn(), retried with backoff through Redis outages; None if it never succeeded."""
+        failures = 0
+        while attempts is None or failures < attempts:
+            try:
+                return fn()
+            except TRANSIENT as exc:
+                failures += 1
+                if self._stopping.is_set() and attempts is None:
+                    return None
+                self._pause(failures, f"{what} failed: {exc}")
+        return None
 
     # -- heartbeat and reaping ----------------------------------------------------------
 
@@ -326,7 +309,6 @@ class Worker:
             if time.monotonic() >= next_reap:
                 self._reap_all()
                 next_reap = time.monotonic() + REAP_INTERVAL
-            self._flush_acks()
 
     def _extend_held(self) -> None:
         now = time.monotonic()
@@ -337,45 +319,34 @@ class Worker:
             if now - h.extended < vis / 3:
                 continue
             try:
-                if h.queue.extend(h.message, vis):
-                    h.extended = now
-                    log.debug("extended queue=%s id=%s by %.1fs", h.queue.name, h.message.id, vis)
-                else:
-                    h.extended = now
-                    log.warning("queue=%s id=%s: could not extend, it was redelivered meanwhile",
-                                h.queue.name, h.message.id)
-            except (TRANSIENT + (KeyQueueError,)) as exc:
+                ok = h.queue.extend(h.message, vis)
+            except RECOVERABLE as exc:
                 log.warning("heartbeat failed for queue=%s id=%s: %s", h.queue.name, h.message.id, exc)
+                continue
+            h.extended = now
+            if ok:
+                log.debug("extended queue=%s id=%s by %.1fs", h.queue.name, h.message.id, vis)
+            else:
+                log.warning("queue=%s id=%s: could not extend, it was redelivered meanwhile",
+                            h.queue.name, h.message.id)
 
     def _reap_all(self) -> None:
         for q in self.queues:
             try:
                 r = q.reap()
-                if r.total:
-                    log.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                             q.name, r.requeued, r.dead_lettered, r.delayed_released)
-            except (TRANSIENT + (KeyQueueError,)) as exc:
+            except RECOVERABLE as exc:
                 log.warning("reap of queue=%s failed: %s", q.name, exc)
-
-    def _retrying(self, fn: Callable[[], Any], what: str) -> Any:
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                return fn()
-            except TRANSIENT as exc:
-                failures += 1
-                self._pause(failures, f"{what} failed: {exc}")
-        return None
+                continue
+            if r.total:
+                log.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
+                         q.name, r.requeued, r.dead_lettered, r.delayed_released)
 
     # -- shutdown -----------------------------------------------------------------------
 
     def _shutdown(self, threads: list[threading.Thread]) -> None:
-        for _ in range(self.concurrency):
-            self._work.put(None)
         end = time.monotonic() + self.grace_period
         for t in threads:
             t.join(max(0.0, end - time.monotonic()))
-        self._flush_acks()
         with self._lock:
             left = list(self._held.values())
         for h in left:
