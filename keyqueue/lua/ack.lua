@@ -9,11 +9,12 @@ local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset'})
 if bad then return corrupt(bad) end
 
 local broken = {}
-local ids, keys, timers = {}, {}, {}
+local ids, keys, timers, seen = {}, {}, {}, {}
 for i = 3, #KEYS do
   local id, receipt = ARGV[2 + 2 * (i - 2)], ARGV[3 + 2 * (i - 2)]
   local f = checked(broken, 'HMGET', KEYS[i], 'c', 'd')
-  if f and f[1] and f[1] == receipt then
+  if f and f[1] and f[1] == receipt and not seen[id] then
+    seen[id] = true
     ids[#ids + 1] = id
     keys[#keys + 1] = KEYS[i]
     timers[#timers + 1] = tonumber(f[2]) or 0
