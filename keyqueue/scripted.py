@@ -91,7 +91,7 @@ class ScriptOps:
     def _head(self) -> tuple[str, str]:
         if self.clock is None:
             return self._static_head
-        return (self.keys.base, str(int(self.clock() * 1000)))
+        return (self.keys.base, str(round(self.clock() * 1000)))
 
     def call(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Any:
         """EVALSHA, loading the script once if the server does not know it (new or restarted)."""

@@ -27,11 +27,13 @@ their old prefix and gain exactly the expected ids, then adopts the order Redis 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import redis
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -70,7 +72,14 @@ DURATIONS_MS = st.one_of(
     st.integers(min_value=1, max_value=90_000),
 )
 DELAYS_MS = st.one_of(st.just(0), DURATIONS_MS)
-BODIES = st.binary(max_size=6)
+# Short bodies mostly; some around the 64-byte chunks long bodies are stored in (b, b1, b2,
+# ...), and a few around the 6,400-byte limit above which a body is one field again.
+BODIES = st.one_of(
+    st.binary(max_size=6),
+    st.binary(min_size=60, max_size=200),
+    st.builds(lambda n, c: c * n, st.sampled_from([6399, 6400, 6401]),
+              st.binary(min_size=1, max_size=1)),
+)
 DEDUP_KEYS = st.sampled_from(["a", "b", "c"])
 
 
@@ -105,6 +114,8 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             self.next_id = 1
             self.dedup: dict[str, str] = {}
             self.held: list[Message] = []  # every delivery ever handed out (most go stale)
+            self.purges = 0
+            self.seen: Counter[str] = Counter()  # paths taken (also hypothesis events)
             self.max_receives: int | None = None
             self.bucket_ms = 1
             self.visibility_ms = 1
@@ -115,8 +126,10 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             bucket_seconds=st.sampled_from([0.001, 1, 7, 60]),
             max_receives=st.sampled_from([None, 1, 2, 3]),
             visibility=st.sampled_from([0.5, 1, 5, 30]),
+            bodies=st.lists(BODIES, max_size=4),
         )
-        def setup(self, bucket_seconds: float, max_receives: int | None, visibility: float) -> None:
+        def setup(self, bucket_seconds: float, max_receives: int | None, visibility: float,
+                  bodies: list[bytes]) -> None:
             writer = Queue(NAME, client=self.r, clock=self.clock, bucket_seconds=bucket_seconds,
                            max_receives=max_receives, visibility_timeout=visibility,
                            dedup_window=DEDUP_WINDOW)
@@ -124,10 +137,18 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             self.q = Queue(NAME, client=self.r, clock=self.clock)
             assert self.q.settings == writer.settings
             self.max_receives = max_receives
+            self.note(f"setup max_receives={max_receives} bucket={bucket_seconds} vis={visibility}")
             self.bucket_ms = max(1, round(bucket_seconds * 1000))
             self.visibility_ms = round(visibility * 1000)
+            # A few waiting messages to start from, so short runs still claim something.
+            assert self.q.enqueue_many(bodies) == [self._new(b, 0) for b in bodies]
 
         # -- helpers -----------------------------------------------------------------------
+
+        def note(self, what: str) -> None:
+            self.seen[what] += 1
+            if currently_in_test_context():
+                event(what)
 
         def _set_clock(self, ms: int) -> None:
             """FakeClock in seconds such that the scripts see exactly ``ms``."""
@@ -154,6 +175,8 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             return data.draw(st.sampled_from(self.held), label="any delivery")
 
         def _new(self, body: bytes, delay_ms: int) -> str:
+            if len(body) > 64:
+                self.note("enqueue: chunked body" if len(body) <= 6400 else "enqueue: huge body")
             mid = str(self.next_id)
             self.next_id += 1
             if delay_ms > 0:
@@ -212,7 +235,8 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             assert self.q is not None
             got = self.q.enqueue(body, delay=delay_ms / 1000, dedup_key=dedup_key)
             if dedup_key is not None and dedup_key in self.dedup:
-                event("enqueue: dedup hit" + (" (message gone)" if self.dedup[dedup_key] in self.gone else ""))
+                gone = self.dedup[dedup_key] in self.gone
+                self.note("enqueue: dedup hit" + (" (message gone)" if gone else ""))
                 assert got == self.dedup[dedup_key]
                 return
             want = self._new(body, delay_ms)
@@ -228,7 +252,7 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
 
         # -- consuming ---------------------------------------------------------------------
 
-        def _claim(self, count: int, vis_ms: int | None, single: bool) -> None:
+        def _claim(self, count: int, vis_ms: int | None, single: bool) -> list[Message]:
             assert self.q is not None
             vis = None if vis_ms is None else vis_ms / 1000
             if single:
@@ -242,7 +266,7 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
                 m = self.msgs[self.waiting.pop(0)]
                 if self.max_receives is not None and m.receives >= self.max_receives:
                     self._to_dead(m, m.error if m.error is not None else AUTO)
-                    event("claim: dead-lettered at claim time")
+                    self.note("claim: dead-lettered at claim time")
                 else:
                     m.state, m.timer = PROCESSING, deadline
                     m.receives += 1
@@ -256,47 +280,21 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
                 self._check_message(msg, m)
                 assert msg.queue is self.q
                 self.held.append(msg)
+            return got
 
-        @rule(vis_ms=st.one_of(st.none(), DURATIONS_MS))
-        def claim(self, vis_ms: int | None) -> None:
-            self._claim(1, vis_ms, single=True)
-
-        @rule(count=st.integers(1, 5), vis_ms=st.one_of(st.none(), DURATIONS_MS))
-        def claim_many(self, count: int, vis_ms: int | None) -> None:
-            self._claim(count, vis_ms, single=False)
-
-        @precondition(lambda self: self.held)
-        @rule(data=st.data())
-        def ack(self, data: st.DataObject) -> None:
+        def _ack(self, msg: Message) -> None:
             assert self.q is not None
-            msg = self.pick(data)
             want = self.current(msg)
-            event(f"ack: current={want}")
+            self.note(f"ack: current={want}")
             assert self.q.ack(msg) is want
             if want:
                 self._delete(msg.id)
 
-        @precondition(lambda self: self.held)
-        @rule(data=st.data())
-        def ack_many(self, data: st.DataObject) -> None:
+        def _extend(self, msg: Message, seconds_ms: int) -> None:
             assert self.q is not None
-            n = data.draw(st.integers(0, 4), label="how many")
-            batch = [self.pick(data) for _ in range(n)]
-            # A delivery listed twice is one acknowledgement (see the report on duplicates).
-            unique = list({id(m): m for m in batch}.values())
-            want = [m for m in unique if self.current(m)]
-            assert self.q.ack_many(unique) == len(want)
-            for m in want:
-                self._delete(m.id)
-
-        @precondition(lambda self: self.held)
-        @rule(data=st.data(), seconds_ms=st.one_of(st.just(0), DURATIONS_MS))
-        def extend(self, data: st.DataObject, seconds_ms: int) -> None:
-            assert self.q is not None
-            msg = self.pick(data)
             want = self.current(msg)
             before = msg.deadline
-            event(f"extend: current={want}")
+            self.note(f"extend: current={want}")
             assert self.q.extend(msg, seconds_ms / 1000) is want
             if want:
                 self.msgs[msg.id].timer = self.now + seconds_ms
@@ -304,14 +302,10 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             else:
                 assert msg.deadline == before
 
-        @precondition(lambda self: self.held)
-        @rule(data=st.data(), delay_ms=DELAYS_MS,
-              error=st.one_of(st.none(), st.sampled_from(["", "oops"])))
-        def release(self, data: st.DataObject, delay_ms: int, error: str | None) -> None:
+        def _release(self, msg: Message, delay_ms: int, error: str | None) -> None:
             assert self.q is not None
-            msg = self.pick(data)
             want = self.current(msg)
-            event(f"release: current={want}")
+            self.note(f"release: current={want}")
             assert self.q.release(msg, delay=delay_ms / 1000, error=error) is want
             if not want:
                 return
@@ -323,16 +317,72 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             else:
                 self._to_waiting(m)
 
-        @precondition(lambda self: self.held)
-        @rule(data=st.data(), reason=st.sampled_from(["", "bad input"]))
-        def dead_letter(self, data: st.DataObject, reason: str) -> None:
+        def _dead_letter(self, msg: Message, reason: str) -> None:
             assert self.q is not None
-            msg = self.pick(data)
             want = self.current(msg)
-            event(f"dead_letter: current={want}")
+            self.note(f"dead_letter: current={want}")
             assert self.q.dead_letter(msg, reason) is want
             if want:
                 self._to_dead(self.msgs[msg.id], reason or None)
+
+        @rule()
+        def claim(self) -> None:
+            self._claim(1, None, single=True)
+
+        @rule(count=st.integers(1, 5), vis_ms=st.one_of(st.none(), DURATIONS_MS),
+              single=st.booleans())
+        def claim_with(self, count: int, vis_ms: int | None, single: bool) -> None:
+            """claim(visibility_timeout=...) or claim_many(count, visibility_timeout=...)."""
+            self._claim(1 if single else count, vis_ms, single=single)
+
+        @rule(outcome=st.sampled_from(["ack", "retry", "retry later", "give up", "crash"]),
+              vis_ms=st.one_of(st.none(), DURATIONS_MS))
+        def worker(self, outcome: str, vis_ms: int | None) -> None:
+            """A worker's cycle: claim one message, then handle it (a crash leaves it in flight)."""
+            for msg in self._claim(1, vis_ms, single=True):
+                if outcome == "ack":
+                    self._ack(msg)
+                elif outcome == "retry":
+                    self._release(msg, 0, "failed")
+                elif outcome == "retry later":
+                    self._release(msg, 1000, None)
+                elif outcome == "give up":
+                    self._dead_letter(msg, "poison")
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data())
+        def ack(self, data: st.DataObject) -> None:
+            self._ack(self.pick(data))
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data())
+        def ack_many(self, data: st.DataObject) -> None:
+            assert self.q is not None
+            n = data.draw(st.integers(0, 4), label="how many")
+            batch = [self.pick(data) for _ in range(n)]
+            # A delivery listed twice is acknowledged (and counted) once.
+            want = {m.id for m in batch if self.current(m)}
+            if len(want) < len([m for m in batch if self.current(m)]):
+                self.note("ack_many: a current delivery listed twice")
+            assert self.q.ack_many(batch) == len(want)
+            for mid in want:
+                self._delete(mid)
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data(), seconds_ms=st.one_of(st.just(0), DURATIONS_MS))
+        def extend(self, data: st.DataObject, seconds_ms: int) -> None:
+            self._extend(self.pick(data), seconds_ms)
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data(), delay_ms=DELAYS_MS,
+              error=st.one_of(st.none(), st.sampled_from(["", "oops"])))
+        def release(self, data: st.DataObject, delay_ms: int, error: str | None) -> None:
+            self._release(self.pick(data), delay_ms, error)
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data(), reason=st.sampled_from(["", "bad input"]))
+        def dead_letter(self, data: st.DataObject, reason: str) -> None:
+            self._dead_letter(self.pick(data), reason)
 
         @rule()
         def receiptless_messages_change_nothing(self) -> None:
@@ -356,26 +406,22 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             to_waiting: set[str] = set()
             to_dead: set[str] = set()
             released = 0
-            for m in list(self.msgs.values()):
+            for m in self.msgs.values():
                 if m.timer is None or m.timer > self.now:
                     continue
-                if m.state == PROCESSING:
-                    m.state, m.receipt, m.timer = DEAD, None, None
-                    if self.max_receives is not None and m.receives >= self.max_receives:
-                        to_dead.add(m.id)
-                        event("reap: dead-lettered an expired delivery")
-                        if m.error is None:
-                            m.error = AUTO
-                    else:
-                        m.state = WAITING
-                        to_waiting.add(m.id)
-                elif m.state == DELAYED:
-                    m.state, m.timer = WAITING, None
-                    to_waiting.add(m.id)
+                if m.state == DELAYED:
                     released += 1
-            if res.total:
-                event(f"reap: moved {min(res.total, 3)}+ messages" if res.total >= 3
-                      else f"reap: moved {res.total} messages")
+                    to_waiting.add(m.id)
+                elif self.max_receives is not None and m.receives >= self.max_receives:
+                    self.note("reap: dead-lettered an expired delivery")
+                    to_dead.add(m.id)
+                    if m.error is None:
+                        m.error = AUTO
+                else:
+                    to_waiting.add(m.id)
+                m.state = DEAD if m.id in to_dead else WAITING
+                m.receipt, m.timer = None, None
+            self.note(f"reap: moved {min(res.total, 3)}{'+' if res.total >= 3 else ''}")
             assert (res.requeued, res.dead_lettered, res.delayed_released) == (
                 len(to_waiting) - released, len(to_dead), released)
             self._adopt_tail(BASE + "queue", self.waiting, to_waiting)
@@ -385,7 +431,11 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
         def requeue_ids(self, source: str, data: st.DataObject) -> None:
             assert self.q is not None
             known = [str(i) for i in range(1, self.next_id + 2)]  # includes never-issued ids
-            ids = data.draw(st.lists(st.sampled_from(known), max_size=4), label="ids")
+            in_source = self.dead if source == DEAD else self.ids_in(PROCESSING)
+            choice = st.sampled_from(known)
+            if in_source:
+                choice = st.one_of(st.sampled_from(in_source), choice)
+            ids = data.draw(st.lists(choice, max_size=4), label="ids")
             n = self.q.requeue(ids, source=source)  # type: ignore[arg-type]
             want = 0
             for mid in ids:
@@ -397,7 +447,7 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
                 m.receives = 0
                 self._to_waiting(m)
                 want += 1
-            event(f"requeue {source} by ids: {'some' if want else 'none'} requeued")
+            self.note(f"requeue {source} by ids: {'some' if want else 'none'} requeued")
             assert n == want
 
         @rule(source=st.sampled_from([DEAD, PROCESSING]))
@@ -418,9 +468,11 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
                 self._adopt_tail(BASE + "queue", self.waiting, set(ids))
             assert n == len(ids)
 
+        @precondition(lambda self: self.purges < 2)  # rare: it wipes the state the rest builds
         @rule(source=st.sampled_from([WAITING, DELAYED, DEAD, "all"]))
         def purge(self, source: str) -> None:
             assert self.q is not None
+            self.purges += 1
             n = self.q.purge(source=source)  # type: ignore[arg-type]
             doomed = [i for i, m in self.msgs.items() if source == "all" or m.state == source]
             for mid in doomed:
@@ -429,19 +481,24 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
 
         # -- time ----------------------------------------------------------------------------
 
-        @rule(ms=st.one_of(st.sampled_from([0, 1, 499, 1000]), DURATIONS_MS))
-        def advance(self, ms: int) -> None:
+        @rule(ms=st.one_of(st.sampled_from([0, 1, 499, 1000]), DURATIONS_MS),
+              then_reap=st.booleans())
+        def advance(self, ms: int, then_reap: bool) -> None:
             self._set_clock(self.now + ms)
+            if then_reap:
+                self.reap()
 
         @precondition(lambda self: any(m.timer is not None and m.timer > self.now
                                        for m in self.msgs.values()))
-        @rule(offset=st.sampled_from([-1, 0, 1]), data=st.data())
-        def advance_to_a_timer(self, offset: int, data: st.DataObject) -> None:
+        @rule(offset=st.sampled_from([-1, 0, 1]), then_reap=st.booleans(), data=st.data())
+        def advance_to_a_timer(self, offset: int, then_reap: bool, data: st.DataObject) -> None:
             """Land exactly on (or 1 ms around) a pending deadline / visible-at."""
             timers = sorted({m.timer for m in self.msgs.values()
                              if m.timer is not None and m.timer > self.now})
             target = data.draw(st.sampled_from(timers), label="timer")
             self._set_clock(max(self.now, target + offset))
+            if then_reap:
+                self.reap()
 
         # -- checks ----------------------------------------------------------------------------
 
@@ -451,12 +508,16 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
                 return
             q = self.q
             processing, delayed = self.ids_in(PROCESSING), self.ids_in(DELAYED)
-            stats = q.stats()
-            age = None if not self.waiting else max(0.0, (self.now - self.msgs[self.waiting[0]].t) / 1000)
-            assert (stats.waiting, stats.processing, stats.delayed, stats.dead, stats.oldest_age) == (
-                len(self.waiting), len(processing), len(delayed), len(self.dead), age)
-            assert len(q) == len(self.waiting)
             want_delayed = sorted(delayed, key=lambda i: (self.msgs[i].timer, int(i)))
+            stats = q.stats()
+            head = self.msgs[self.waiting[0]] if self.waiting else None
+            age = None if head is None else max(0.0, (self.now - head.t) / 1000)
+            assert (stats.waiting, stats.processing, stats.delayed, stats.dead,
+                    stats.oldest_age) == (len(self.waiting), len(processing), len(delayed),
+                                          len(self.dead), age)
+            assert len(q) == len(self.waiting)
+            # A short peek of the delayed ones stops early (bucket by bucket): still the first.
+            assert [m.id for m in q.peek(2, source=DELAYED)] == want_delayed[:2]
             for source, want in ((WAITING, self.waiting), (DEAD, self.dead),
                                  (PROCESSING, processing), (DELAYED, want_delayed)):
                 got = q.peek(1000, source=source)  # type: ignore[arg-type]
@@ -512,8 +573,12 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
             for k, h in hashes.items():
                 m = self.msgs[k[len(BASE + "item:"):]]
                 fields = {f.decode(): v for f, v in h.items()}
-                assert set(fields) <= {"b", "t", "r", "n", "c", "d", "e"}, fields
-                assert fields["b"] == m.body
+                parts = sorted(int(f[1:]) for f in fields if f[0] == "b" and f != "b")
+                assert parts == list(range(1, len(parts) + 1)), fields.keys()  # b, b1, b2, ...
+                others = set(fields) - {f"b{i}" for i in parts}
+                assert others <= {"b", "t", "r", "n", "c", "d", "e"}, others
+                body = fields["b"] + b"".join(fields[f"b{i}"] for i in parts)
+                assert body == m.body
                 assert int(fields["t"]) == m.t
                 assert int(fields.get("r", b"0")) == m.receives
                 assert int(fields.get("n", b"0")) == m.deliveries
@@ -558,14 +623,83 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
     return QueueMachine
 
 
+@pytest.mark.timeout(420)  # passes in ~20 s; a failure needs time to shrink (at most 300 s)
 def test_queue_agrees_with_model(redis_server: RedisServer) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
         run_state_machine_as_test(
             make_machine(client),
-            settings=settings(max_examples=150, stateful_step_count=40, deadline=None,
+            settings=settings(max_examples=200, stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.filter_too_much]),
         )
+    finally:
+        client.close()
+
+
+def test_model_walks_both_dead_letter_paths(redis_server: RedisServer) -> None:
+    """A fixed run through the machine (random runs reach these paths only now and then):
+    claim-time dead-lettering, reap-time dead-lettering, a stale receipt after redelivery,
+    delayed release, requeue, and an exact-deadline expiry."""
+    client = redis.Redis(port=redis_server.port)
+    try:
+        m = make_machine(client)()
+
+        def check() -> None:
+            m.api_agrees()
+            m.redis_agrees()
+
+        m.setup(bucket_seconds=7, max_receives=2, visibility=5, bodies=[b"a", b"b", b"c"])
+        check()
+        first = m._claim(1, None, single=True)[0]  # "1": receives 1
+        m._release(first, 0, "failed")  # back to the tail
+        check()
+        m._claim(2, None, single=False)  # "2", "3"
+        second = m._claim(1, 1000, single=True)[0]  # "1" again: receives 2 = max_receives
+        m._release(second, 0, None)
+        check()
+        assert m._claim(1, None, single=True) == []  # "1" goes to dead letters at claim time
+        assert m.dead == ["1"]
+        check()
+        m.advance(4999, then_reap=True)  # 1 ms before the deadline of "2" and "3"
+        assert m.ids_in(PROCESSING) == ["2", "3"]
+        m.advance(1, then_reap=True)  # exactly on it: both back to the tail
+        assert sorted(m.waiting) == ["2", "3"]
+        check()
+        third = m._claim(1, None, single=True)[0]
+        m._ack(first)  # stale receipt: nothing happens
+        m._extend(first, 60_000)
+        m._dead_letter(first, "x")
+        check()
+        m.advance(5000, then_reap=True)  # receives 2 = max_receives: dead at reap time
+        assert third.id in m.dead and m.msgs[third.id].error is AUTO
+        check()
+        assert m.seen["claim: dead-lettered at claim time"] == 1
+        assert m.seen["reap: dead-lettered an expired delivery"] == 1
+        m.requeue_all(DEAD)
+        assert m.dead == [] and m.waiting[-2:] == ["1", third.id]
+        assert m.msgs["1"].receives == m.msgs[third.id].receives == 0
+        check()
+        late = m._claim(1, None, single=True)[0]
+        m._release(late, 1500, None)
+        m.advance(1499, then_reap=True)
+        assert m.msgs[late.id].state == DELAYED
+        m.advance(1, then_reap=True)
+        assert m.msgs[late.id].state == WAITING
+        check()
+    finally:
+        client.close()
+
+
+def test_ack_many_counts_a_repeated_delivery_once(redis_server: RedisServer) -> None:
+    client = redis.Redis(port=redis_server.port)
+    try:
+        client.flushdb()
+        q = Queue("dup", client=client)
+        q.enqueue("x")
+        msg = q.claim()
+        assert msg is not None
+        assert q.ack_many([msg, msg]) == 1  # one message acknowledged (it was 2 before cedba23)
+        assert q.stats().processing == 0 and q.ack_many([msg, msg]) == 0
     finally:
         client.close()
