@@ -22,7 +22,7 @@ PurgeSource = Literal["waiting", "delayed", "dead", "all"]
 RequeueSource = Literal["dead", "processing"]
 
 #: Ids examined per script call by reap, requeue and purge, so Redis is never blocked long.
-BATCH = 1000
+BATCH = 500
 #: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
 WAIT_SLICE = 2.0
 

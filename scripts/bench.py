@@ -388,6 +388,46 @@ def run_memory(r: redis.Redis, n: int, max_beyond_body: float = 250) -> MemoryRe
                         beyond <= max_beyond_body)
 
 
+@dataclass
+class BatchResult:
+    operation: str
+    messages: int
+    calls: int
+    median_ms: float
+    max_ms: float
+
+
+def script_call_durations(r: redis.Redis, work: Callable[[], object]) -> list[float]:
+    """Server-side duration (ms) of every EVALSHA that `work` sends, from SLOWLOG."""
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+    try:
+        work()
+        entries = r.slowlog_get(100_000)
+    finally:
+        r.config_set("slowlog-log-slower-than", 10_000)
+        r.config_set("slowlog-max-len", 128)
+    return sorted(e["duration"] / 1000 for e in entries
+                  if e["command"].split(b" ")[0].upper() == b"EVALSHA")
+
+
+def run_batches(r: redis.Redis, n: int) -> list[BatchResult]:
+    """How long one batch of purge and requeue holds Redis, over n messages."""
+    data = bodies(n)
+    out = []
+    for name, prepare in (
+        ("purge waiting", lambda q: q.purge),
+        ("requeue processing", lambda q: (q.claim_many(n), lambda: q.requeue(source="processing"))[1]),
+    ):
+        r.flushall()
+        q = kq_prefill(r, data)
+        work = prepare(q)
+        times = script_call_durations(r, work)
+        out.append(BatchResult(name, n, len(times), times[len(times) // 2], times[-1]))
+    return out
+
+
 # -- output ---------------------------------------------------------------------------
 
 
@@ -395,7 +435,8 @@ def verdict(passed: bool | None) -> str:
     return "-" if passed is None else ("PASS" if passed else "FAIL")
 
 
-def markdown(throughput: list[ThroughputResult], memory: MemoryResult, info: dict) -> str:
+def markdown(throughput: list[ThroughputResult], memory: MemoryResult, batches: list[BatchResult],
+             info: dict) -> str:
     lines = [
         f"redis-server {info['redis_version']}, redis-py {redis.__version__}, "
         f"{BODY_SIZE}-byte bodies, best of {info['rounds']} rounds",
@@ -420,7 +461,12 @@ def markdown(throughput: list[ThroughputResult], memory: MemoryResult, info: dic
         f"{m.keyqueue_beyond_body:.1f} | {m.baseline_bytes_per_msg:.1f} | "
         f"{m.keyqueue_bytes_per_msg / m.baseline_bytes_per_msg:.2f} | {m.target} | "
         f"{verdict(m.passed)} |",
+        "",
+        "| Long operation | Messages | script calls | median ms per call | max ms per call |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for b in batches:
+        lines.append(f"| {b.operation} | {b.messages:,} | {b.calls} | {b.median_ms:.2f} | {b.max_ms:.2f} |")
     return "\n".join(lines)
 
 
@@ -445,15 +491,17 @@ def main(argv: list[str] | None = None) -> int:
             warm_up(r, cases(r, QUICK))
             throughput = run_throughput(r, all_cases, args.rounds)
             memory = run_memory(r, counts.memory)
+            batches = run_batches(r, counts.memory)
             info = {"redis_version": r.info("server")["redis_version"], "rounds": args.rounds}
         finally:
             r.close()
     if args.json:
         print(json.dumps({**info, "redis_py": redis.__version__, "body_bytes": BODY_SIZE,
                           "throughput": [asdict(t) for t in throughput],
-                          "memory": asdict(memory)}, indent=2))
+                          "memory": asdict(memory), "batches": [asdict(b) for b in batches]},
+                         indent=2))
     else:
-        print(markdown(throughput, memory, info))
+        print(markdown(throughput, memory, batches, info))
     failed = [t for t in throughput if t.passed is False] + ([memory] if not memory.passed else [])
     return 1 if failed else 0
 

@@ -141,3 +141,35 @@ local function checked(bad, cmd, key, ...)
   return reply
 end
 
+-- Group ids by the bucket of their timer (timers[i] ms; 0 or nil = none), in first-seen order.
+local function by_bucket(ids, timers, bucket_ms)
+  local groups, order = {}, {}
+  for i, id in ipairs(ids) do
+    local t = timers[i]
+    if t and t > 0 then
+      local b = bucket_of(t, bucket_ms)
+      if not groups[b] then groups[b] = {}; order[#order + 1] = b end
+      local g = groups[b]
+      g[#g + 1] = id
+    end
+  end
+  return groups, order
+end
+
+-- The first timer set of `order` that holds the wrong type, else nil.
+local function bad_bucket(order)
+  for _, b in ipairs(order) do
+    if wrong_type({timer_key(b), 'set'}) then return timer_key(b) end
+  end
+  return nil
+end
+
+-- Remove grouped ids from their timer sets, dropping emptied buckets from the index.
+local function drop_timers(timers, groups, order)
+  for _, b in ipairs(order) do
+    local tk = timer_key(b)
+    rcall('SREM', tk, unpack(groups[b]))
+    if rcall('EXISTS', tk) == 0 then rcall('ZREM', timers, b) end
+  end
+end
+

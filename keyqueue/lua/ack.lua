@@ -2,7 +2,7 @@
   Acknowledge deliveries: each message whose receipt is current is deleted.
   KEYS[1] processing  KEYS[2] timers  KEYS[3..] item keys
   ARGV[3] bucket ms  ARGV[4..] id, receipt pairs (in the order of the item keys)
-  Returns the number acknowledged.
+  Returns the number acknowledged (a delivery listed twice counts once).
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset'})
@@ -24,27 +24,19 @@ if #broken > 0 then return corrupt(broken[1]) end
 if #ids == 0 then return 0 end
 
 local held = rcall('SMISMEMBER', KEYS[1], unpack(ids))
-local gone, gone_keys, buckets, order = {}, {}, {}, {}
+local gone, gone_keys, gone_timers = {}, {}, {}
 for i, id in ipairs(ids) do
   if held[i] == 1 then
     gone[#gone + 1] = id
     gone_keys[#gone_keys + 1] = keys[i]
-    if timers[i] > 0 then
-      local b = bucket_of(timers[i], bucket_ms)
-      if not buckets[b] then buckets[b] = {}; order[#order + 1] = b end
-      table.insert(buckets[b], id)
-    end
+    gone_timers[#gone_timers + 1] = timers[i]
   end
 end
-for _, b in ipairs(order) do
-  if wrong_type({timer_key(b), 'set'}) then return corrupt(timer_key(b)) end
-end
 if #gone == 0 then return 0 end
+local groups, order = by_bucket(gone, gone_timers, bucket_ms)
+bad = bad_bucket(order)
+if bad then return corrupt(bad) end
 rcall('SREM', KEYS[1], unpack(gone))
-for _, b in ipairs(order) do
-  local tk = timer_key(b)
-  rcall('SREM', tk, unpack(buckets[b]))
-  if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[2], b) end
-end
+drop_timers(KEYS[2], groups, order)
 rcall('DEL', unpack(gone_keys))
 return #gone

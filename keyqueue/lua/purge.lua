@@ -14,46 +14,62 @@ local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4]
                         KEYS[5], 'list'})
 if bad then return corrupt(bad) end
 
-local n = 0
+local function item_keys(ids)
+  local ks = {}
+  for i, id in ipairs(ids) do ks[i] = item_key(id) end
+  return ks
+end
+
 if source == 'waiting' or source == 'dead' then
   local list = source == 'waiting' and KEYS[1] or KEYS[5]
   local ids = rcall('LRANGE', list, 0, limit - 1)
+  if #ids == 0 then return {0, 0, 1} end
   rcall('LTRIM', list, #ids, -1)
-  for _, id in ipairs(ids) do
-    if source == 'dead' or rcall('SREM', KEYS[2], id) == 1 then
-      rcall('DEL', item_key(id))
-      n = n + 1
-    end
+  local gone = ids
+  if source == 'waiting' then  -- only ids still waiting own their item hash
+    local waiting = rcall('SMISMEMBER', KEYS[2], unpack(ids))
+    gone = {}
+    for i, id in ipairs(ids) do if waiting[i] == 1 then gone[#gone + 1] = id end end
+    if #gone > 0 then rcall('SREM', KEYS[2], unpack(gone)) end
   end
-  return {n, 0, (#ids < limit) and 1 or 0}
+  if #gone > 0 then rcall('DEL', unpack(item_keys(gone))) end
+  return {#gone, 0, (#ids < limit) and 1 or 0}
 elseif source == 'processing' then
   local ids = rcall('SRANDMEMBER', KEYS[3], limit)
-  for _, id in ipairs(ids) do
-    local ik = item_key(id)
-    local d = tonumber(rcall('HGET', ik, 'd') or '0')
-    rcall('SREM', KEYS[3], id)
-    if d > 0 then timer_del(KEYS[4], id, d, bucket_ms) end
-    rcall('DEL', ik)
-    n = n + 1
-  end
-  return {n, 0, (#ids < limit) and 1 or 0}
+  if #ids == 0 then return {0, 0, 1} end
+  local timers = {}
+  for i, id in ipairs(ids) do timers[i] = tonumber(rcall('HGET', item_key(id), 'd') or '0') end
+  local groups, order = by_bucket(ids, timers, bucket_ms)
+  bad = bad_bucket(order)
+  if bad then return corrupt(bad) end
+  rcall('SREM', KEYS[3], unpack(ids))
+  drop_timers(KEYS[4], groups, order)
+  rcall('DEL', unpack(item_keys(ids)))
+  return {#ids, 0, (#ids < limit) and 1 or 0}
 end
 
 -- delayed: ids in timer buckets that are neither owned nor waiting
-local examined = 0
+local n, examined = 0, 0
 while examined < limit do
   local z = rcall('ZRANGE', KEYS[4], offset, offset)
   if #z == 0 then return {n, offset, 1} end
   local tk = timer_key(z[1])
   if wrong_type({tk, 'set'}) then return corrupt(tk) end
-  for _, id in ipairs(rcall('SMEMBERS', tk)) do
-    local ik = item_key(id)
-    examined = examined + 1
-    if rcall('SISMEMBER', KEYS[3], id) == 0 and rcall('SISMEMBER', KEYS[2], id) == 0
-       and rcall('HEXISTS', ik, 'd') == 1 then
-      rcall('SREM', tk, id)
-      rcall('DEL', ik)
-      n = n + 1
+  local ids = rcall('SMEMBERS', tk)
+  examined = examined + math.max(#ids, 1)
+  if #ids > 0 then
+    local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
+    local waiting = rcall('SMISMEMBER', KEYS[2], unpack(ids))
+    local gone = {}
+    for i, id in ipairs(ids) do
+      if held[i] == 0 and waiting[i] == 0 and rcall('HEXISTS', item_key(id), 'd') == 1 then
+        gone[#gone + 1] = id
+      end
+    end
+    if #gone > 0 then
+      rcall('SREM', tk, unpack(gone))
+      rcall('DEL', unpack(item_keys(gone)))
+      n = n + #gone
     end
   end
   if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], z[1]) else offset = offset + 1 end

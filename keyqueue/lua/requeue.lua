@@ -13,37 +13,53 @@ local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4]
                         KEYS[5], 'list', KEYS[6], 'list'})
 if bad then return corrupt(bad) end
 
+local given = #ARGV > 5
 local ids
-if #ARGV > 5 then ids = {unpack(ARGV, 6)}
+if given then ids = {unpack(ARGV, 6)}
 elseif from_dead then ids = rcall('LRANGE', KEYS[5], 0, limit - 1)
 else ids = rcall('SRANDMEMBER', KEYS[3], limit) end
+if #ids == 0 then return {0, 0} end
 
-local timers = {}
-local checks = {}
+-- One read per id, which is also its type check, before any write.
+local broken, items = {}, {}
+for i, id in ipairs(ids) do items[i] = checked(broken, 'HMGET', item_key(id), 't', 'd') end
+if #broken > 0 then return corrupt(broken[1]) end
+
+-- Which ids are really in the source (and have a message behind them).
+local present = {}
+if from_dead then
+  if given then
+    for i, id in ipairs(ids) do present[i] = rcall('LREM', KEYS[5], 1, id) > 0 end
+  else
+    rcall('LTRIM', KEYS[5], #ids, -1)
+    for i = 1, #ids do present[i] = true end
+  end
+else
+  local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
+  for i = 1, #ids do present[i] = held[i] == 1 end
+end
+local moved, timers, seen = {}, {}, {}
 for i, id in ipairs(ids) do
-  local ik = item_key(id)
-  if wrong_type({ik, 'hash'}) then return corrupt(ik) end
-  if not from_dead then
-    timers[i] = tonumber(rcall('HGET', ik, 'd') or '0')
-    if timers[i] > 0 then
-      checks[#checks + 1] = timer_key(bucket_of(timers[i], bucket_ms)); checks[#checks + 1] = 'set'
-    end
+  if present[i] and items[i][1] and not seen[id] then
+    seen[id] = true
+    moved[#moved + 1] = id
+    timers[#timers + 1] = from_dead and 0 or (tonumber(items[i][2]) or 0)
   end
 end
-bad = wrong_type(checks)
-if bad then return corrupt(bad) end
+local groups, order = by_bucket(moved, timers, bucket_ms)
+bad = bad_bucket(order)
+if bad then return corrupt(bad) end  -- only in-flight ids have timers: nothing is written yet
 
-local n = 0
-for i, id in ipairs(ids) do
-  local ik = item_key(id)
-  local removed
-  if from_dead then removed = rcall('LREM', KEYS[5], 1, id) else removed = rcall('SREM', KEYS[3], id) end
-  if removed > 0 and rcall('EXISTS', ik) == 1 then
-    if not from_dead and timers[i] > 0 then timer_del(KEYS[4], id, timers[i], bucket_ms) end
-    rcall('HDEL', ik, 'r', 'c', 'd')
-    make_waiting(KEYS[1], KEYS[2], id)
-    n = n + 1
-  end
+if not from_dead then
+  local out = {}
+  for i, id in ipairs(ids) do if present[i] then out[#out + 1] = id end end
+  if #out > 0 then rcall('SREM', KEYS[3], unpack(out)) end
+  drop_timers(KEYS[4], groups, order)
 end
-if n > 0 then signal(KEYS[6]) end
-return {n, #ids}
+for _, id in ipairs(moved) do rcall('HDEL', item_key(id), 'r', 'c', 'd') end
+if #moved > 0 then
+  rcall('RPUSH', KEYS[1], unpack(moved))
+  rcall('SADD', KEYS[2], unpack(moved))
+  signal(KEYS[6])
+end
+return {#moved, #ids}
