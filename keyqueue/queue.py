@@ -278,9 +278,10 @@ class Queue:
         sources = ("waiting", "delayed", "dead", "processing") if source == "all" else (source,)
         total = 0
         for src in sources:
-            offset, done = 0, False
+            position: tuple[int, str] = (0, "0")
+            done = False
             while not done:
-                n, offset, done = self._ops.purge_step(src, BATCH, offset, self.settings.bucket_ms)
+                n, position, done = self._ops.purge_step(src, BATCH, position, self.settings.bucket_ms)
                 total += n
                 if progress and n:
                     progress(n)

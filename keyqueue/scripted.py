@@ -191,9 +191,11 @@ class ScriptOps:
                                        [bucket_ms, source, limit, *ids])
         return requeued, examined
 
-    def purge_step(self, source: str, limit: int, offset: int, bucket_ms: int) -> tuple[int, int, bool]:
-        n, offset, done = self.call("purge", self.state_keys, [bucket_ms, source, limit, offset])
-        return n, offset, bool(done)
+    def purge_step(self, source: str, limit: int, position: tuple[int, str],
+                   bucket_ms: int) -> tuple[int, tuple[int, str], bool]:
+        n, offset, cursor, done = self.call("purge", self.state_keys,
+                                            [bucket_ms, source, limit, *position])
+        return n, (int(offset), cursor.decode() if isinstance(cursor, bytes) else str(cursor)), bool(done)
 
     def peek(self, source: str, count: int) -> list[Any]:
         return self.call("peek", self.state_keys, [source, count])

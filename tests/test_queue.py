@@ -361,3 +361,18 @@ def test_small_bodies_keep_the_compact_hash_encoding(q: Queue, r: redis.Redis) -
     q.enqueue(b"x" * 100)
     assert r.object("encoding", "kq:{q}:item:1") == b"listpack"
     assert r.hgetall("kq:{q}:item:1").keys() == {b"t", b"b", b"b1"}
+
+
+def test_large_batches_stay_under_lua_limits(make_queue, r: redis.Redis) -> None:
+    """Lua's unpack() takes about 8,000 values: big calls must be chunked inside."""
+    clock = FakeClock()
+    q = make_queue(clock=clock, bucket_seconds=3600)
+    q.enqueue_many([b"x"] * 20_000)
+    q.enqueue_many([b"d"] * 12_000, delay=60)  # one timer bucket of 12,000 ids
+    got = q.claim_many(20_000)
+    assert len(got) == 20_000 and len({m.id for m in got}) == 20_000
+    assert q.requeue(source="processing") == 20_000
+    assert q.purge(source="delayed") == 12_000
+    assert q.stats().delayed == 0 and q.length() == 20_000
+    assert q.ack_many(q.claim_many(20_000)) == 20_000
+    assert r.keys("kq:{q}:item:*") == []

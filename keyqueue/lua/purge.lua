@@ -3,13 +3,15 @@
   until done so Redis is never blocked long. seq, config and dedup keys are kept.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead
   ARGV[3] bucket ms  ARGV[4] source ('waiting' | 'delayed' | 'dead' | 'processing')
-  ARGV[5] limit  ARGV[6] bucket offset (delayed only: buckets already seen that keep ids)
-  Returns {deleted, next bucket offset, done (1/0)}.
+  ARGV[5] limit  ARGV[6] bucket offset and ARGV[7] SSCAN cursor in it (delayed only: where
+  the previous call stopped; buckets before the offset keep only ids in flight)
+  Returns {deleted, next bucket offset, next cursor, done (1/0)}.
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local source = ARGV[4]
 local limit = tonumber(ARGV[5])
 local offset = tonumber(ARGV[6])
+local cursor = ARGV[7]
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list'})
 if bad then return corrupt(bad) end
@@ -23,7 +25,7 @@ end
 if source == 'waiting' or source == 'dead' then
   local list = source == 'waiting' and KEYS[1] or KEYS[5]
   local ids = rcall('LRANGE', list, 0, limit - 1)
-  if #ids == 0 then return {0, 0, 1} end
+  if #ids == 0 then return {0, 0, '0', 1} end
   rcall('LTRIM', list, #ids, -1)
   local gone = ids
   if source == 'waiting' then  -- only ids still waiting own their item hash
@@ -33,10 +35,10 @@ if source == 'waiting' or source == 'dead' then
     if #gone > 0 then rcall('SREM', KEYS[2], unpack(gone)) end
   end
   if #gone > 0 then rcall('DEL', unpack(item_keys(gone))) end
-  return {#gone, 0, (#ids < limit) and 1 or 0}
+  return {#gone, 0, '0', (#ids < limit) and 1 or 0}
 elseif source == 'processing' then
   local ids = rcall('SRANDMEMBER', KEYS[3], limit)
-  if #ids == 0 then return {0, 0, 1} end
+  if #ids == 0 then return {0, 0, '0', 1} end
   local timers = {}
   for i, id in ipairs(ids) do timers[i] = tonumber(rcall('HGET', item_key(id), 'd') or '0') end
   local groups, order = by_bucket(ids, timers, bucket_ms)
@@ -45,17 +47,19 @@ elseif source == 'processing' then
   rcall('SREM', KEYS[3], unpack(ids))
   drop_timers(KEYS[4], groups, order)
   rcall('DEL', unpack(item_keys(ids)))
-  return {#ids, 0, (#ids < limit) and 1 or 0}
+  return {#ids, 0, '0', (#ids < limit) and 1 or 0}
 end
 
--- delayed: ids in timer buckets that are neither owned nor waiting
+-- delayed: ids in timer buckets that are neither owned nor waiting, scanned in chunks
 local n, examined = 0, 0
 while examined < limit do
   local z = rcall('ZRANGE', KEYS[4], offset, offset)
-  if #z == 0 then return {n, offset, 1} end
+  if #z == 0 then return {n, offset, '0', 1} end
   local tk = timer_key(z[1])
   if wrong_type({tk, 'set'}) then return corrupt(tk) end
-  local ids = rcall('SMEMBERS', tk)
+  local scan = rcall('SSCAN', tk, cursor, 'COUNT', math.min(limit, 1000))
+  cursor = scan[1]
+  local ids = scan[2]
   examined = examined + math.max(#ids, 1)
   if #ids > 0 then
     local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
@@ -72,6 +76,8 @@ while examined < limit do
       n = n + #gone
     end
   end
-  if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], z[1]) else offset = offset + 1 end
+  if cursor == '0' then
+    if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], z[1]) else offset = offset + 1 end
+  end
 end
-return {n, offset, 0}
+return {n, offset, cursor, 0}
