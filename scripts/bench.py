@@ -397,19 +397,22 @@ class BatchResult:
     max_ms: float
 
 
-def script_call_durations(r: redis.Redis, work: Callable[[], object]) -> list[float]:
-    """Server-side duration (ms) of every EVALSHA that `work` sends, from SLOWLOG."""
+def script_call_durations(r: redis.Redis, work: Callable[[], object]) -> tuple[int, list[float]]:
+    """How many EVALSHA calls `work` sends (INFO commandstats) and the server-side
+    duration in ms of those SLOWLOG kept (all, up to its length)."""
     r.config_set("slowlog-log-slower-than", 0)
     r.config_set("slowlog-max-len", 100_000)
     r.slowlog_reset()
+    r.config_resetstat()
     try:
         work()
+        calls = r.info("commandstats")["cmdstat_evalsha"]["calls"]
         entries = r.slowlog_get(100_000)
     finally:
         r.config_set("slowlog-log-slower-than", 10_000)
         r.config_set("slowlog-max-len", 128)
-    return sorted(e["duration"] / 1000 for e in entries
-                  if e["command"].split(b" ")[0].upper() == b"EVALSHA")
+    return calls, sorted(e["duration"] / 1000 for e in entries
+                         if e["command"].split(b" ")[0].upper() == b"EVALSHA")
 
 
 def run_batches(r: redis.Redis, n: int) -> list[BatchResult]:
@@ -423,8 +426,8 @@ def run_batches(r: redis.Redis, n: int) -> list[BatchResult]:
         r.flushall()
         q = kq_prefill(r, data)
         work = prepare(q)
-        times = script_call_durations(r, work)
-        out.append(BatchResult(name, n, len(times), times[len(times) // 2], times[-1]))
+        calls, times = script_call_durations(r, work)
+        out.append(BatchResult(name, n, calls, times[len(times) // 2], times[-1]))
     return out
 
 
