@@ -90,3 +90,16 @@ def test_run_blocks_until_shutdown(redis_server) -> None:
 def test_bad_interval() -> None:
     with pytest.raises(InvalidArgument):
         Reaper(interval=0)
+
+
+def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    Queue("q", client=r).enqueue("x")
+    r.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        with caplog.at_level(logging.WARNING, logger="keyqueue.reaper"):
+            Reaper(url=redis_server.url).reap_once()
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    assert any("volatile-lru" in rec.getMessage() for rec in caplog.records)

@@ -230,3 +230,22 @@ def test_eviction_policy_warning(make_queue, r: redis.Redis, caplog: pytest.LogC
         r.config_set("maxmemory-policy", "noeviction")
     assert any("allkeys-lru" in rec.getMessage() and "noeviction" in rec.getMessage()
                for rec in caplog.records)
+
+
+def test_log_lines_name_queue_id_and_receives(make_queue, caplog: pytest.LogCaptureFixture) -> None:
+    q = make_queue("mail", max_receives=1)
+    q.enqueue("fine")
+    q.enqueue("bad")
+
+    def handler(m: Message) -> None:
+        if m.text == "bad":
+            raise KeyError("missing field")
+
+    with caplog.at_level(logging.DEBUG, logger="keyqueue.worker"):
+        Worker(q, handler).run(burst=True)
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert "claimed queue=mail id=1 receives=1" in lines
+    assert "acked queue=mail id=1 receives=1" in lines
+    assert any(line.startswith("dead-lettered queue=mail id=2 receives=1 after KeyError")
+               for line in lines)
+    assert all("\n" not in line for line in lines)
