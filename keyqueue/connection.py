@@ -36,14 +36,25 @@ def from_url(url: str) -> redis.Redis:
         raise ConfigurationError(f"invalid Redis URL {redact(url)}: {exc}") from None
 
 
+def connection_kwargs(client: redis.Redis) -> dict:
+    """The settings of a client's connections (a Redis or a RedisCluster)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return dict(pool.connection_kwargs)
+    return dict(getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None) or {})
+
+
 def resolve_client(client: redis.Redis | None, url: str | None) -> redis.Redis:
     """One client that answers bytes: bodies are binary, so decode_responses is turned off."""
     if client is not None and url is not None:
         raise ConfigurationError("give either client= or url=, not both")
     if client is None:
         return from_url(url or DEFAULT_URL)
+    if not connection_kwargs(client).get("decode_responses"):
+        return client
     pool = getattr(client, "connection_pool", None)
-    if pool is not None and pool.connection_kwargs.get("decode_responses"):
-        kwargs = dict(pool.connection_kwargs, decode_responses=False)
-        return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))
-    return client
+    if pool is None:
+        raise ConfigurationError("message bodies are bytes: give a RedisCluster made with "
+                                 "decode_responses=False")
+    kwargs = dict(pool.connection_kwargs, decode_responses=False)
+    return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 import redis
 from redis.exceptions import ResponseError
 
-from .connection import resolve_client
+from .connection import connection_kwargs, resolve_client
 from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
@@ -355,7 +355,7 @@ def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:
     cluster = type(first.client).__name__ == "RedisCluster"
     if len(queues) == 1 or (same_client and not cluster):
         timeout = min(timeout, WAIT_SLICE)
-        sock_timeout = first.client.connection_pool.connection_kwargs.get("socket_timeout")
+        sock_timeout = connection_kwargs(first.client).get("socket_timeout")
         if sock_timeout:
             timeout = min(timeout, sock_timeout / 2)
         keys = [q.keys.signal for q in queues]
