@@ -167,14 +167,24 @@ class Queue:
             "visibility_timeout", visibility_timeout, allow_zero=False)
         wait_ms = seconds_arg("wait", wait)
         deadline = time.monotonic() + wait_ms / 1000.0
-        while True:
-            reply = self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg)
-            if len(reply) > 1:
-                return decode_messages(reply, self, start=1)
+        reply = self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg)
+        while len(reply) <= 1:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            wait_for_any([self], remaining)
+            reply = self._wait_then_claim([self], remaining, count, vis_ms)
+        return decode_messages(reply, self, start=1)
+
+    def _wait_then_claim(self, watched: Sequence[Queue], seconds: float, count: int,
+                         vis_ms: int) -> list[Any]:
+        """Wait for a signal on any of ``watched`` (this queue among them), then claim from
+        this queue: one round trip where the queues share a client outside a cluster."""
+        s = self.settings
+        if not _one_connection(watched):
+            wait_for_any(watched, seconds)
+            return self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg)
+        return self._ops.wait_then_claim([q.keys.signal for q in watched], _slice(self, seconds),
+                                         count, vis_ms, s.bucket_ms, s.max_receives_arg)
 
 
     def _own(self, message: Message) -> bool:
@@ -344,6 +354,45 @@ def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
         raise (corrupt_error(exc, key) or exc) from None
 
 
+def _one_connection(queues: Sequence[Queue]) -> bool:
+    """Whether one BLPOP can watch all their signal lists (same client, no cluster)."""
+    first = queues[0]
+    if type(first.client).__name__ == "RedisCluster":
+        return len(queues) == 1
+    return all(q.client is first.client for q in queues)
+
+
+def _slice(queue: Queue, seconds: float) -> float:
+    """One blocking wait: at most WAIT_SLICE, and well inside the client's socket timeout."""
+    timeout = min(seconds, WAIT_SLICE)
+    sock_timeout = connection_kwargs(queue.client).get("socket_timeout")
+    if sock_timeout:
+        timeout = min(timeout, sock_timeout / 2)
+    return max(timeout, 0.01)
+
+
+def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
+              wait: float = 0.0) -> tuple[Queue | None, list[Message]]:
+    """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
+    them for up to ``wait`` seconds. Returns the queue the messages came from."""
+    deadline = time.monotonic() + wait
+    first = queues[0]
+    vis_ms = None if visibility_timeout is None else seconds_arg(
+        "visibility_timeout", visibility_timeout, allow_zero=False)
+    while True:
+        for q in queues:
+            msgs = q.claim_many(count, visibility_timeout=visibility_timeout)
+            if msgs:
+                return q, msgs
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, []
+        reply = first._wait_then_claim(queues, remaining, count,
+                                       first.settings.visibility_ms if vis_ms is None else vis_ms)
+        if len(reply) > 1:
+            return first, decode_messages(reply, first, start=1)
+
+
 def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:
     """Block until any of ``queues`` is signalled (a message may be there), at most ``timeout``.
 
@@ -351,14 +400,8 @@ def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:
     clients, or a cluster, where the lists live in different slots) the first queue's list
     is watched and the others are polled between slices."""
     first = queues[0]
-    same_client = all(q.client is first.client for q in queues)
-    cluster = type(first.client).__name__ == "RedisCluster"
-    if len(queues) == 1 or (same_client and not cluster):
-        timeout = min(timeout, WAIT_SLICE)
-        sock_timeout = connection_kwargs(first.client).get("socket_timeout")
-        if sock_timeout:
-            timeout = min(timeout, sock_timeout / 2)
+    if _one_connection(queues):
         keys = [q.keys.signal for q in queues]
-        first._guarded(lambda: first.client.blpop(keys, timeout=max(timeout, 0.01)), *keys)
+        first._guarded(lambda: first.client.blpop(keys, timeout=_slice(first, timeout)), *keys)
     else:
         wait_for_any([first], min(timeout, 0.25))

@@ -155,6 +155,25 @@ class ScriptOps:
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
         return self.call("claim", self.claim_keys, (count, visibility_ms, bucket_ms, max_receives))
 
+    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
+                        visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
+        """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
+        commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command("BLPOP", *signals, timeout)
+        pipe.execute_command("EVALSHA", script_sha("claim"), len(self.claim_keys), *self.claim_keys,
+                             *self._head(), count, visibility_ms, bucket_ms, max_receives)
+        _, reply = pipe.execute(raise_on_error=False)
+        for r in (_, reply):
+            if isinstance(r, NoScriptError):
+                self.client.script_load(script_source("claim"))
+                return [0]  # the caller claims again, now with the script loaded
+            if isinstance(r, ResponseError):
+                raise corrupt_error(r, signals[0]) or r
+            if isinstance(r, Exception):
+                raise r
+        return reply
+
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> int:
         item = self.keys.item
         calls = []

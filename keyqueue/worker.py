@@ -23,7 +23,7 @@ import redis
 from .errors import InvalidArgument, KeyQueueError
 from .health import warn_unless_noeviction
 from .message import Message
-from .queue import Queue, wait_for_any
+from .queue import Queue, claim_any
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.worker")
@@ -170,38 +170,33 @@ class Worker:
     def _thread_loop(self, burst: bool) -> None:
         failures = 0
         while not self._stopping.is_set():
+            with self._lock:
+                idle = not self._held
             try:
-                got = self._claim(self._batch_size())
+                # Burst ends once the queues are empty and nothing is in flight; otherwise
+                # long-poll: the claim runs in Redis the moment a message arrives.
+                q, msgs = claim_any(self.queues, self._batch_size(),
+                                    visibility_timeout=self.visibility_timeout,
+                                    wait=0.0 if burst and idle else (0.05 if burst else 1.0))
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1
                 self._pause(failures, f"claim failed: {exc}")
                 continue
-            if got:
-                self._work(got)
-                continue
-            with self._lock:
-                idle = not self._held
-            if burst and idle:
-                return
-            try:
-                wait_for_any(self.queues, 0.05 if burst else 1.0)
-            except RECOVERABLE as exc:
-                failures += 1
-                self._pause(failures, f"wait failed: {exc}")
-
-    def _claim(self, count: int) -> list[Held]:
-        for q in self.queues:
-            msgs = q.claim_many(count, visibility_timeout=self.visibility_timeout)
             if msgs:
-                held = [Held(m, q) for m in msgs]
-                with self._lock:
-                    for h in held:
-                        self._held[id(h.message)] = h
-                for m in msgs:
-                    log.debug("claimed queue=%s id=%s receives=%d", q.name, m.id, m.receives)
-                return held
-        return []
+                assert q is not None
+                self._work(self._hold(q, msgs))
+            elif burst and idle:
+                return
+
+    def _hold(self, q: Queue, msgs: list[Message]) -> list[Held]:
+        held = [Held(m, q) for m in msgs]
+        with self._lock:
+            for h in held:
+                self._held[id(h.message)] = h
+        for m in msgs:
+            log.debug("claimed queue=%s id=%s receives=%d", q.name, m.id, m.receives)
+        return held
 
     def _work(self, batch: list[Held]) -> None:
         done: list[Held] = []
