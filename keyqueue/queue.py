@@ -372,18 +372,22 @@ def _slice(queue: Queue, seconds: float) -> float:
 
 
 def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
-              wait: float = 0.0) -> tuple[Queue | None, list[Message]]:
+              wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
     """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
-    them for up to ``wait`` seconds. Returns the queue the messages came from."""
+    them for up to ``wait`` seconds. Returns the queue the messages came from.
+    ``poll_first=False`` skips the first plain claim of the first queue (the caller's last
+    wait just claimed it and found it empty)."""
     deadline = time.monotonic() + wait
     first = queues[0]
     vis_ms = None if visibility_timeout is None else seconds_arg(
         "visibility_timeout", visibility_timeout, allow_zero=False)
+    skip_first = not poll_first
     while True:
-        for q in queues:
+        for q in queues[1:] if skip_first else queues:
             msgs = q.claim_many(count, visibility_timeout=visibility_timeout)
             if msgs:
                 return q, msgs
+        skip_first = True  # every later pass follows a wait that claimed the first queue
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None, []

@@ -23,7 +23,7 @@ import redis
 from .errors import InvalidArgument, KeyQueueError
 from .health import warn_unless_noeviction
 from .message import Message
-from .queue import Queue, claim_any
+from .queue import WAIT_SLICE, Queue, claim_any
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.worker")
@@ -169,15 +169,17 @@ class Worker:
 
     def _thread_loop(self, burst: bool) -> None:
         failures = 0
+        waited_empty = False
         while not self._stopping.is_set():
             with self._lock:
                 idle = not self._held
             try:
                 # Burst ends once the queues are empty and nothing is in flight; otherwise
                 # long-poll: the claim runs in Redis the moment a message arrives.
-                q, msgs = claim_any(self.queues, self._batch_size(),
-                                    visibility_timeout=self.visibility_timeout,
-                                    wait=0.0 if burst and idle else (0.05 if burst else 1.0))
+                wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+                q, msgs = claim_any(self.queues, self._batch_size(), poll_first=not waited_empty,
+                                    visibility_timeout=self.visibility_timeout, wait=wait)
+                waited_empty = not msgs and wait > 0
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1

@@ -249,3 +249,17 @@ def test_log_lines_name_queue_id_and_receives(make_queue, caplog: pytest.LogCapt
     assert any(line.startswith("dead-lettered queue=mail id=2 receives=1 after KeyError")
                for line in lines)
     assert all("\n" not in line for line in lines)
+
+
+def test_an_idle_worker_costs_about_one_command_a_second(q: Queue, r: redis.Redis) -> None:
+    w = Worker(q, lambda m: None, reap_on_start=False)
+    with Running(w):
+        time.sleep(0.5)  # started and waiting
+        r.config_resetstat()
+        t0 = time.monotonic()
+        time.sleep(6)
+        stats = r.info("commandstats")
+        elapsed = time.monotonic() - t0
+    sent = stats.get("cmdstat_evalsha", {}).get("calls", 0) + stats.get("cmdstat_blpop", {}).get("calls", 0)
+    reaps = 6  # the worker also reaps its queue every second (one script call each)
+    assert sent <= elapsed + reaps + 3, f"{sent} commands in {elapsed:.1f}s"
