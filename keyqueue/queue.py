@@ -186,7 +186,6 @@ class Queue:
         return self._ops.wait_then_claim([q.keys.signal for q in watched], _slice(self, seconds),
                                          count, vis_ms, s.bucket_ms, s.max_receives_arg)
 
-
     def _own(self, message: Message) -> bool:
         """Whether ``message`` carries a receipt this queue can check."""
         if message.queue is not None and message.queue is not self and message.queue.keys != self.keys:
