@@ -21,8 +21,10 @@ PeekSource = Literal["waiting", "processing", "delayed", "dead"]
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
 RequeueSource = Literal["dead", "processing"]
 
-#: Ids examined per script call by reap, requeue and purge, so Redis is never blocked long.
+#: Ids examined per script call by reap and purge, so Redis is never blocked long.
 BATCH = 500
+#: Requeue does more per id (reset fields, move, drop timers): smaller calls, same bound.
+REQUEUE_BATCH = 250
 #: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
 WAIT_SLICE = 2.0
 
@@ -256,22 +258,24 @@ class Queue:
         done = 0
         if ids is not None:
             wanted = [str(i) for i in ids]
-            for i in range(0, len(wanted), BATCH):
-                n, _ = self._ops.requeue(source, wanted[i : i + BATCH], BATCH, bucket_ms)
+            for i in range(0, len(wanted), REQUEUE_BATCH):
+                n, _, _ = self._ops.requeue(source, wanted[i : i + REQUEUE_BATCH], REQUEUE_BATCH, bucket_ms)
                 done += n
                 if progress:
                     progress(n)
             return done
-        # Everything that was in the source when we started, in batches.
+        # Everything that was in the source when we started, in batches: dead letters from
+        # the head of their list, in-flight ids by one SSCAN pass over processing.
         budget = self._source_size(source)
+        cursor = "0"
         while budget > 0:
-            n, examined = self._ops.requeue(source, [], min(BATCH, budget), bucket_ms)
-            if examined == 0:
-                break
+            n, examined, cursor = self._ops.requeue(source, [], min(REQUEUE_BATCH, budget), bucket_ms, cursor)
             budget -= examined
             done += n
             if progress:
                 progress(n)
+            if source == "dead" and examined == 0 or source == "processing" and cursor == "0":
+                break
         return done
 
     def _source_size(self, source: str) -> int:

@@ -205,10 +205,11 @@ class ScriptOps:
         return self.call("reap", [*self.state_keys, self.keys.signal],
                          [bucket_ms, max_receives, limit, *position])
 
-    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int) -> tuple[int, int]:
-        requeued, examined = self.call("requeue", [*self.state_keys, self.keys.signal],
-                                       [bucket_ms, source, limit, *ids])
-        return requeued, examined
+    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
+                cursor: str = "0") -> tuple[int, int, str]:
+        requeued, examined, cursor = self.call("requeue", [*self.state_keys, self.keys.signal],
+                                               [bucket_ms, source, limit, cursor, *ids])
+        return requeued, examined, cursor.decode() if isinstance(cursor, bytes) else str(cursor)
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str],
                    bucket_ms: int) -> tuple[int, tuple[int, str], bool]:

@@ -3,8 +3,9 @@
   to 0. An in-flight message's receipt is forgotten, so its current holder can no longer
   ack it. Either the given ids, or up to `limit` taken from the head of the source.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  ARGV[3] bucket ms  ARGV[4] source ('dead' | 'processing')  ARGV[5] limit  ARGV[6..] ids
-  Returns {requeued, examined}.
+  ARGV[3] bucket ms  ARGV[4] source ('dead' | 'processing')  ARGV[5] limit
+  ARGV[6] SSCAN cursor over processing (when no ids are given)  ARGV[7..] ids
+  Returns {requeued, examined, next cursor ('0' when the scan is complete)}.
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local from_dead = ARGV[4] == 'dead'
@@ -13,12 +14,17 @@ local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4]
                         KEYS[5], 'list', KEYS[6], 'list'})
 if bad then return corrupt(bad) end
 
-local given = #ARGV > 5
+local given = #ARGV > 6
 local ids
-if given then ids = {unpack(ARGV, 6)}
+local cursor = '0'
+if given then ids = {unpack(ARGV, 7)}
 elseif from_dead then ids = rcall('LRANGE', KEYS[5], 0, limit - 1)
-else ids = rcall('SRANDMEMBER', KEYS[3], limit) end
-if #ids == 0 then return {0, 0} end
+else
+  -- SSCAN, not SRANDMEMBER: random picks slow down as the set empties and its table goes sparse
+  local scan = rcall('SSCAN', KEYS[3], ARGV[6], 'COUNT', limit)
+  cursor, ids = scan[1], scan[2]
+end
+if #ids == 0 then return {0, 0, cursor} end
 
 -- One read per id, which is also its type check, before any write.
 local broken, items = {}, {}
@@ -62,4 +68,4 @@ if #moved > 0 then
   rcall('SADD', KEYS[2], unpack(moved))
   signal(KEYS[6])
 end
-return {#moved, #ids}
+return {#moved, #ids, cursor}
