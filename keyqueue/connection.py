@@ -36,7 +36,7 @@ def from_url(url: str) -> redis.Redis:
         raise ConfigurationError(f"invalid Redis URL {redact(url)}: {exc}") from None
 
 
-def connection_kwargs(client: redis.Redis) -> dict:
+def connection_kwargs(client: redis.Redis) -> dict[str, object]:
     """The settings of a client's connections (a Redis or a RedisCluster)."""
     pool = getattr(client, "connection_pool", None)
     if pool is not None:

@@ -123,7 +123,7 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
-    codes = []
+    codes: list[int | None] = []
     for p in procs:
         try:
             codes.append(p.wait(timeout=40))

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 import redis
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT
 
 from .connection import connection_kwargs, resolve_client
 from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
@@ -86,7 +87,8 @@ class Queue:
         stored, registered = self._guarded(pipe.execute, k.config, k.registry)
         self._registered = bool(registered)
         if given:
-            self._guarded(lambda: self.client.hset(k.config, mapping=wanted.to_hash(given)), k.config)
+            fields: dict[EncodableT, EncodableT] = {k: v for k, v in wanted.to_hash(given).items()}
+            self._guarded(lambda: self.client.hset(k.config, mapping=fields), k.config)
             self._register()
         try:
             current = QueueSettings.from_hash(stored)
@@ -352,7 +354,7 @@ def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
     """Names of the queues registered under ``prefix`` (those that were ever written to)."""
     key = registry_key(validate_prefix(prefix))
     try:
-        return sorted(n.decode() for n in client.smembers(key))
+        return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in client.smembers(key))
     except ResponseError as exc:
         raise (corrupt_error(exc, key) or exc) from None
 
@@ -369,7 +371,7 @@ def _slice(queue: Queue, seconds: float) -> float:
     """One blocking wait: at most WAIT_SLICE, and well inside the client's socket timeout."""
     timeout = min(seconds, WAIT_SLICE)
     sock_timeout = connection_kwargs(queue.client).get("socket_timeout")
-    if sock_timeout:
+    if isinstance(sock_timeout, (int, float)) and sock_timeout > 0:
         timeout = min(timeout, sock_timeout / 2)
     return max(timeout, 0.01)
 

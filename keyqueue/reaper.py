@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from datetime import datetime, timezone
 from typing import Iterable
 
 import redis
@@ -143,7 +144,6 @@ class Reaper:
         threading.Thread(target=self.shutdown, kwargs={"wait": False}).start()
 
 
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
+def _now() -> datetime:
 
     return datetime.now(timezone.utc)

@@ -11,6 +11,7 @@ logged and waited out.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -154,7 +155,7 @@ class Worker:
 
     def _start(self) -> None:
         for client in {id(q.client): q.client for q in self.queues}.values():
-            self._retrying(lambda c=client: warn_unless_noeviction(c, log), "check Redis")
+            self._retrying(functools.partial(warn_unless_noeviction, client, log), "check Redis")
         if self.reap_on_start:
             self._reap_all()
 
