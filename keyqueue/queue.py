@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT
 
 from .connection import connection_kwargs, resolve_client
-from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
+from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
 from .scripted import ScriptOps, corrupt_error
@@ -70,7 +70,8 @@ class Queue:
         }
         wanted = validate(QueueSettings(), given)
         if not scripting:
-            raise NotImplementedError("the script-free mode is not built yet")
+            raise ConfigurationError("the script-free mode (scripting=False, --no-scripting) is "
+                                     "not available yet; use the scripted mode")
         self.scripting = scripting
         self.client = resolve_client(client, url)
         self.keys = QueueKeys(self.prefix, self.name)
