@@ -9,6 +9,8 @@ import redis
 from .errors import ConfigurationError
 
 DEFAULT_URL = "redis://localhost:6379/0"
+#: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 def redact(url: str) -> str:

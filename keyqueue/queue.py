@@ -15,8 +15,8 @@ from .connection import connection_kwargs, resolve_client
 from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
-from .scripted import ScriptOps, corrupt_error
-from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate
+from .scripted import ScriptOps, keyqueue_error
+from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
 PeekSource = Literal["waiting", "processing", "delayed", "dead"]
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
@@ -88,14 +88,16 @@ class Queue:
         stored, registered = self._guarded(pipe.execute, k.config, k.registry)
         self._registered = bool(registered)
         if given:
-            fields: dict[EncodableT, EncodableT] = {k: v for k, v in wanted.to_hash(given).items()}
+            fields: dict[EncodableT, EncodableT] = dict(wanted.to_hash(given).items())
             self._guarded(lambda: self.client.hset(k.config, mapping=fields), k.config)
             self._register()
+        return validate(self._parse_settings(stored), {name: getattr(wanted, name) for name in given})
+
+    def _parse_settings(self, stored: dict[bytes, bytes]) -> QueueSettings:
         try:
-            current = QueueSettings.from_hash(stored)
+            return QueueSettings.from_hash(stored)
         except InvalidArgument as exc:
-            raise CorruptQueue(k.config, f"holds a bad setting ({exc})") from None
-        return validate(current, {name: getattr(wanted, name) for name in given})
+            raise CorruptQueue(self.keys.config, f"holds a bad setting ({exc})") from None
 
     def _register(self) -> None:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
@@ -106,20 +108,14 @@ class Queue:
     def refresh_settings(self) -> QueueSettings:
         """Re-read the config hash (the reaper does this every pass)."""
         stored = self._guarded(lambda: self.client.hgetall(self.keys.config), self.keys.config)
-        try:
-            self.settings = QueueSettings.from_hash(stored)
-        except InvalidArgument as exc:
-            raise CorruptQueue(self.keys.config, f"holds a bad setting ({exc})") from None
+        self.settings = self._parse_settings(stored)
         return self.settings
 
     def _guarded(self, fn: Callable[[], Any], *keys: str) -> Any:
         try:
             return fn()
         except ResponseError as exc:
-            err = corrupt_error(exc, keys[0] if len(keys) == 1 else " or ".join(keys))
-            if err is None:
-                raise
-            raise err from None
+            raise keyqueue_error(exc, " or ".join(keys)) from None
 
     # -- producing ------------------------------------------------------------------
 
@@ -165,8 +161,7 @@ class Queue:
 
     def claim_many(self, count: int, *, visibility_timeout: float | None = None,
                    wait: float = 0.0) -> list[Message]:
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise InvalidArgument(f"count must be a whole number >= 1, not {count!r}")
+        whole_number("count", count, 1)
         s = self.settings
         vis_ms = s.visibility_ms if visibility_timeout is None else seconds_arg(
             "visibility_timeout", visibility_timeout, allow_zero=False)
@@ -334,8 +329,7 @@ class Queue:
         if source not in ("waiting", "processing", "delayed", "dead"):
             raise InvalidArgument(
                 f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise InvalidArgument(f"count must be a whole number >= 0, not {count!r}")
+        whole_number("count", count, 0)
         return decode_messages(self._ops.peek(source, count), self, with_receipt=False)
 
     def worker(self, **options: Any) -> Callable[[Callable[[Message], Any]], Any]:
@@ -357,7 +351,7 @@ def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
     try:
         return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in client.smembers(key))
     except ResponseError as exc:
-        raise (corrupt_error(exc, key) or exc) from None
+        raise keyqueue_error(exc, key) from None
 
 
 def _one_connection(queues: Sequence[Queue]) -> bool:

@@ -12,17 +12,16 @@ from typing import Iterable
 
 import redis
 
-from .connection import resolve_client
-from .errors import InvalidArgument, KeyQueueError, MissingDependency
+from .connection import TRANSIENT, resolve_client
+from .errors import KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
 from .keys import validate_prefix
 from .message import ReapResult
 from .queue import Queue, list_queues
+from .settings import check_seconds
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.reaper")
-
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 def _scheduler_classes() -> tuple[type, type]:
@@ -32,6 +31,25 @@ def _scheduler_classes() -> tuple[type, type]:
     except ImportError as exc:  # pragma: no cover - apscheduler is a dependency
         raise MissingDependency("the Reaper needs APScheduler: pip install 'apscheduler>=3.10,<4'") from exc
     return BlockingScheduler, BackgroundScheduler
+
+
+def reap_and_log(q: Queue, logger: logging.Logger, *, refresh: bool = False) -> ReapResult | None:
+    """One reap of ``q`` (after re-reading its settings with ``refresh``), logged; None when
+    it failed, which is logged too: reaping goes on."""
+    try:
+        if refresh:
+            q.refresh_settings()
+        r = q.reap()
+    except TRANSIENT as exc:
+        logger.warning("reap of queue=%s failed: %s; retrying next pass", q.name, exc)
+        return None
+    except KeyQueueError as exc:
+        logger.error("reap of queue=%s: %s", q.name, exc)
+        return None
+    if r.total:
+        logger.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
+                    q.name, r.requeued, r.dead_lettered, r.delayed_released)
+    return r
 
 
 class Reaper:
@@ -48,10 +66,8 @@ class Reaper:
         interval: float = 1.0,
         scripting: bool = True,
     ) -> None:
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval > 0:
-            raise InvalidArgument(f"interval must be a number of seconds > 0, not {interval!r}")
+        self.interval = check_seconds("interval", interval, allow_zero=False)
         self.prefix = validate_prefix(prefix)
-        self.interval = float(interval)
         self.scripting = scripting
         given = None if queues is None else list(queues)
         needs_client = given is None or any(isinstance(q, str) for q in given)
@@ -97,19 +113,9 @@ class Reaper:
             log.warning("reaper cannot reach Redis: %s; retrying next pass", exc)
             return results
         for q in queues:
-            try:
-                q.refresh_settings()
-                r = q.reap()
-            except TRANSIENT as exc:
-                log.warning("reap of queue=%s failed: %s; retrying next pass", q.name, exc)
-                continue
-            except KeyQueueError as exc:
-                log.error("reap of queue=%s: %s", q.name, exc)
-                continue
-            results[q.name] = r
-            if r.total:
-                log.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                         q.name, r.requeued, r.dead_lettered, r.delayed_released)
+            r = reap_and_log(q, log, refresh=True)
+            if r is not None:
+                results[q.name] = r
         self.passes += 1
         return results
 

@@ -62,14 +62,19 @@ def script_sha(name: str) -> str:
     return hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
-def corrupt_error(exc: ResponseError, default_key: str) -> CorruptQueue | None:
-    """The CorruptQueue a reply stands for, or None when it is another error."""
-    msg = str(exc)
+def keyqueue_error(exc: Exception, default_key: str) -> Exception:
+    """The exception to raise for an error reply: CorruptQueue for a key of the wrong type
+    (named by the script, else ``default_key``), the reply itself otherwise."""
+    msg = str(exc) if isinstance(exc, ResponseError) else ""
     if msg.startswith("KQCORRUPT "):
         return CorruptQueue(msg.split()[1])
     if "WRONGTYPE" in msg:
         return CorruptQueue(default_key)
-    return None
+    return exc
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class ScriptOps:
@@ -82,8 +87,9 @@ class ScriptOps:
         k = keys
         # Key lists built once: they are on the hot path of every call.
         self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal)
-        self.claim_keys = (k.queue, k.items, k.processing, k.timers, k.dead, k.signal)
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
+        # the states plus the wake-up signal: scripts that may make messages visible
+        self.waking_keys = (*self.state_keys, k.signal)
         self.owner_keys = (k.processing, k.timers)
 
         self._static_head = (k.base, "")
@@ -103,10 +109,7 @@ class ScriptOps:
                 self.client.script_load(script_source(name))
                 return self.client.execute_command(*command)
         except ResponseError as exc:
-            err = corrupt_error(exc, self.keys.base)
-            if err is not None:
-                raise err from None
-            raise
+            raise keyqueue_error(exc, self.keys.base) from None
 
     def call_many(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Several calls of one script in one round trip (each call stays atomic on its own)."""
@@ -125,8 +128,7 @@ class ScriptOps:
                 if isinstance(reply, NoScriptError) and attempt == 0:
                     retry.append(i)
                 elif isinstance(reply, Exception):
-                    err = corrupt_error(reply, self.keys.base) if isinstance(reply, ResponseError) else None
-                    raise (err or reply)
+                    raise keyqueue_error(reply, self.keys.base)
                 else:
                     results[i] = reply
             if not retry:
@@ -153,7 +155,7 @@ class ScriptOps:
         return ids
 
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
-        return self.call("claim", self.claim_keys, (count, visibility_ms, bucket_ms, max_receives))
+        return self.call("claim", self.waking_keys, (count, visibility_ms, bucket_ms, max_receives))
 
     def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
                         visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
@@ -161,17 +163,15 @@ class ScriptOps:
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command("BLPOP", *signals, timeout)
-        pipe.execute_command("EVALSHA", script_sha("claim"), len(self.claim_keys), *self.claim_keys,
+        pipe.execute_command("EVALSHA", script_sha("claim"), len(self.waking_keys), *self.waking_keys,
                              *self._head(), count, visibility_ms, bucket_ms, max_receives)
-        _, reply = pipe.execute(raise_on_error=False)
-        for r in (_, reply):
+        woken, reply = pipe.execute(raise_on_error=False)
+        for r in (woken, reply):
             if isinstance(r, NoScriptError):
                 self.client.script_load(script_source("claim"))
                 return [0]  # the caller claims again, now with the script loaded
-            if isinstance(r, ResponseError):
-                raise corrupt_error(r, signals[0]) or r
             if isinstance(r, Exception):
-                raise r
+                raise keyqueue_error(r, signals[0])
         return reply
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> int:
@@ -202,20 +202,20 @@ class ScriptOps:
 
     def reap_step(self, bucket_ms: int, max_receives: str, limit: int,
                   position: tuple[str, str, int]) -> list[Any]:
-        return self.call("reap", [*self.state_keys, self.keys.signal],
+        return self.call("reap", self.waking_keys,
                          [bucket_ms, max_receives, limit, *position])
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
                 cursor: str = "0") -> tuple[int, int, str]:
-        requeued, examined, cursor = self.call("requeue", [*self.state_keys, self.keys.signal],
+        requeued, examined, cursor = self.call("requeue", self.waking_keys,
                                                [bucket_ms, source, limit, cursor, *ids])
-        return requeued, examined, cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        return requeued, examined, _text(cursor)
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str],
                    bucket_ms: int) -> tuple[int, tuple[int, str], bool]:
         n, offset, cursor, done = self.call("purge", self.state_keys,
                                             [bucket_ms, source, limit, *position])
-        return n, (int(offset), cursor.decode() if isinstance(cursor, bytes) else str(cursor)), bool(done)
+        return n, (int(offset), _text(cursor)), bool(done)
 
     def peek(self, source: str, count: int) -> list[Any]:
         return self.call("peek", self.state_keys, [source, count])

@@ -97,15 +97,26 @@ def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
             if value is not None and (not _is_int(value) or value < 1):
                 raise InvalidArgument(f"max_receives must be a whole number >= 1 or None, not {value!r}")
         elif name == "max_body_bytes":
-            if not _is_int(value) or value < 1:
-                raise InvalidArgument(f"max_body_bytes must be a whole number >= 1, not {value!r}")
+            whole_number(name, value, 1)
         else:
-            positive = name != "dedup_window"
-            if not _is_number(value) or value < 0 or (positive and value == 0):
-                need = "> 0" if positive else ">= 0"
-                raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
+            check_seconds(name, value, allow_zero=name == "dedup_window")
         checked[name] = value
     return replace(base, **checked)
+
+
+def whole_number(name: str, value: object, minimum: int) -> int:
+    """An int argument of at least ``minimum`` (bool is not a number here), or a clear error."""
+    if not _is_int(value) or value < minimum:  # type: ignore[operator]
+        raise InvalidArgument(f"{name} must be a whole number >= {minimum}, not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
+    """A finite, non-negative (or positive) number of seconds, or a clear error."""
+    if not _is_number(value) or value < 0 or (not allow_zero and value == 0):  # type: ignore[operator]
+        need = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def to_ms(seconds: float) -> int:
@@ -116,10 +127,7 @@ def seconds_arg(name: str, value: object, *, allow_zero: bool = True) -> int:
     """A non-negative duration argument in ms, or a clear error."""
     if value == 0 and allow_zero and type(value) in (int, float):
         return 0
-    if not _is_number(value) or value < 0 or (not allow_zero and value == 0):  # type: ignore[operator]
-        need = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
-    return to_ms(value)  # type: ignore[arg-type]
+    return to_ms(check_seconds(name, value, allow_zero=allow_zero))
 
 
 def _is_int(v: object) -> bool:

@@ -19,12 +19,13 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-import redis
-
+from .connection import TRANSIENT
 from .errors import InvalidArgument, KeyQueueError
 from .health import warn_unless_noeviction
 from .message import Message
 from .queue import WAIT_SLICE, Queue, claim_any
+from .reaper import reap_and_log
+from .settings import check_seconds, whole_number
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.worker")
@@ -39,8 +40,6 @@ BATCH_SECONDS = 0.02
 MAX_BACKOFF = 300.0
 #: Seconds between reaps of the worker's queues.
 REAP_INTERVAL = 1.0
-#: Redis errors worth waiting out: the server is down, restarting or failing over.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 #: Errors that fail one call but must not stop a worker.
 RECOVERABLE = TRANSIENT + (KeyQueueError,)
 
@@ -99,21 +98,14 @@ class Worker:
             raise InvalidArgument("a Worker needs a Queue or a non-empty list of Queues")
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {handler!r}")
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise InvalidArgument(f"concurrency must be a whole number >= 1, not {concurrency!r}")
-        for name, value in (("retry_backoff", retry_backoff), ("grace_period", grace_period)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-                raise InvalidArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
-        if visibility_timeout is not None and not (
-                isinstance(visibility_timeout, (int, float)) and visibility_timeout > 0):
-            raise InvalidArgument(f"visibility_timeout must be > 0 seconds, not {visibility_timeout!r}")
         self.handler = handler
-        self.concurrency = concurrency
-        self.visibility_timeout = visibility_timeout
+        self.concurrency = whole_number("concurrency", concurrency, 1)
+        self.visibility_timeout = None if visibility_timeout is None else check_seconds(
+            "visibility_timeout", visibility_timeout, allow_zero=False)
         self.heartbeat = heartbeat
-        self.retry_backoff = float(retry_backoff)
+        self.retry_backoff = check_seconds("retry_backoff", retry_backoff)
         self.reap_on_start = reap_on_start
-        self.grace_period = float(grace_period)
+        self.grace_period = check_seconds("grace_period", grace_period)
 
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -330,14 +322,7 @@ class Worker:
 
     def _reap_all(self) -> None:
         for q in self.queues:
-            try:
-                r = q.reap()
-            except RECOVERABLE as exc:
-                log.warning("reap of queue=%s failed: %s", q.name, exc)
-                continue
-            if r.total:
-                log.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                         q.name, r.requeued, r.dead_lettered, r.delayed_released)
+            reap_and_log(q, log)
 
     # -- shutdown -----------------------------------------------------------------------
 

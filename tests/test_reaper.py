@@ -103,3 +103,4 @@ def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytes
     finally:
         r.config_set("maxmemory-policy", "noeviction")
     assert any("volatile-lru" in rec.getMessage() for rec in caplog.records)
+
