@@ -95,8 +95,12 @@ class Reaper:
         for name in names:
             q = self._cache.get(name)
             if q is None:
-                q = self._cache[name] = Queue(name, client=self.client, prefix=self.prefix,
-                                              scripting=self.scripting)
+                try:
+                    q = self._cache[name] = Queue(name, client=self.client, prefix=self.prefix,
+                                                  scripting=self.scripting)
+                except KeyQueueError as exc:  # one corrupt queue must not stop the others
+                    log.error("cannot reap queue=%s: %s", name, exc)
+                    continue
             out.append(q)
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
@@ -104,3 +105,22 @@ def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytes
         r.config_set("maxmemory-policy", "noeviction")
     assert any("volatile-lru" in rec.getMessage() for rec in caplog.records)
 
+
+def test_a_corrupt_queue_does_not_stop_the_pass(redis_server, r: redis.Redis,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    good = Queue("good", client=r, bucket_seconds=1)
+    good.enqueue("x")
+    assert good.claim(visibility_timeout=0.05)
+    Queue("bad", client=r).enqueue("x")
+    r.hset("kq:{bad}:config", "visibility_timeout", "soon")
+    wait_until(lambda: time.time() > good.peek(source="processing")[0].deadline)  # type: ignore[operator]
+    with caplog.at_level(logging.ERROR, logger="keyqueue.reaper"):
+        every = Reaper(client=r).reap_once()  # finds both through the registry
+    assert "bad" not in every and every["good"].requeued == 1
+    bad = Queue("good", client=r)  # a Queue object whose config turns bad between passes
+    r.hset("kq:{good}:config", "max_receives", "many")
+    assert Reaper([bad]).reap_once() == {}
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert any("queue=bad" in m and "kq:{bad}:config" in m for m in messages)
