@@ -87,7 +87,7 @@ class QueueKeys:
     def item(self, msg_id: str | int) -> str:
         return f"{self.base}item:{msg_id}"
 
-    def timer(self, bucket: int) -> str:
+    def timer(self, bucket: int | str) -> str:
         return f"{self.base}timer:{bucket}"
 
     def dedup(self, dedup_key: str) -> str:

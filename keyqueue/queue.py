@@ -15,6 +15,7 @@ from .connection import connection_kwargs, resolve_client
 from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
+from .commands import CommandOps
 from .scripted import ScriptOps, keyqueue_error
 from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
@@ -69,13 +70,10 @@ class Queue:
             ).items() if v is not UNSET
         }
         wanted = validate(QueueSettings(), given)
-        if not scripting:
-            raise ConfigurationError("the script-free mode (scripting=False, --no-scripting) is "
-                                     "not available yet; use the scripted mode")
         self.scripting = scripting
         self.client = resolve_client(client, url)
         self.keys = QueueKeys(self.prefix, self.name)
-        self._ops = ScriptOps(self.client, self.keys, clock)
+        self._ops: ScriptOps | CommandOps = (ScriptOps if scripting else CommandOps)(self.client, self.keys, clock)
         self.settings = self._load_settings(wanted, set(given))
 
     # -- settings -------------------------------------------------------------------

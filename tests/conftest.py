@@ -26,10 +26,17 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.fixture(params=[True, False], ids=["scripted", "commands"])
+def scripting(request: pytest.FixtureRequest) -> bool:
+    """Both modes: every test that builds its queues through this runs twice."""
+    return bool(request.param)
+
+
 @pytest.fixture
-def make_queue(r: redis.Redis) -> Callable[..., Queue]:
+def make_queue(r: redis.Redis, scripting: bool) -> Callable[..., Queue]:
     def make(name: str = "q", **kw: Any) -> Queue:
         kw.setdefault("client", r)
+        kw.setdefault("scripting", scripting)
         return Queue(name, **kw)
 
     return make
