@@ -15,6 +15,7 @@ trip is a batch of commands; every operation costs a fixed number of them.
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable, Sequence
 
 import redis
@@ -31,6 +32,8 @@ FIELD = 64
 SPLIT_UP_TO = FIELD * 100
 #: WATCH/EXEC attempts before an operation gives up on a message that keeps changing.
 ATTEMPTS = 3
+#: Claim passes when the head is contested (each looks further down the list).
+CLAIM_ATTEMPTS = 6
 #: How long a purge of waiting messages holds them (only matters if the purge dies midway).
 PURGE_VISIBILITY_MS = 60_000
 
@@ -214,20 +217,25 @@ class CommandOps:
         When every head entry it tried was held by another claimer, it looks again (a few
         times), so a claim does not come back empty while messages wait behind a contested head."""
         out: list[Any] = [0]
+        offset = 0
         with session(self.client) as s:
-            for _ in range(ATTEMPTS):
-                got, _, contested = self._claim_once(s, count, visibility_ms, bucket_ms, max_receives, out)
-                if got or not contested:
+            for attempt in range(CLAIM_ATTEMPTS):
+                got, _, busy = self._claim_once(s, count, visibility_ms, bucket_ms, max_receives, out, offset)
+                if got or not busy:
                     break
+                # Other claimers are taking those: look behind them, a little apart from
+                # each other so that a crowd of claimers does not meet on one entry again.
+                offset += busy + random.randrange(count * (attempt + 1))
         return out
 
     def _claim_once(self, s: Session, count: int, visibility_ms: int, bucket_ms: int,
-                    max_receives: str, out: list[Any]) -> tuple[list[str], int, bool]:
-        """One pass of the thread's protocol over the head of the list. Appends the delivered
-        messages to ``out`` (and counts dead letters in out[0]); returns their ids, their
-        deadline, and whether another claimer held some of the head."""
+                    max_receives: str, out: list[Any], offset: int = 0) -> tuple[list[str], int, int]:
+        """One pass of the thread's protocol over the list from ``offset``. Appends the
+        delivered messages to ``out`` (and counts dead letters in out[0]); returns their ids,
+        their deadline, and how many entries another claimer was in the middle of taking."""
         k = self.keys
-        read: Command = ("LINDEX", k.queue, 0) if count == 1 else ("LRANGE", k.queue, 0, count - 1)
+        read: Command = (("LINDEX", k.queue, offset) if count == 1
+                         else ("LRANGE", k.queue, offset, offset + count - 1))
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
         now, (heads, waiting_len) = self._open(s, (), [read, ("LLEN", k.queue)])
         if count == 1:
@@ -235,7 +243,7 @@ class CommandOps:
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms
         if not ids:
-            return [], deadline, False
+            return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
         typed = [*self.waking_keys[1:], tk]
@@ -252,9 +260,10 @@ class CommandOps:
                 break
             fields[i] = as_fields(raw)
         # The intent (a timer entry at our deadline), then the ownership steps of the thread.
-        got = s.send([("SADD", tk, *ids), ("ZADD", k.timers, "LT", deadline, b),
+        # (Index first: a bucket must never hold an id the index does not point to.)
+        got = s.send([("ZADD", k.timers, "LT", deadline, b), ("SADD", tk, *ids),
                       *(("SADD", k.processing, i) for i in ids)])
-        self._raise_errors([("SADD", tk), ("ZADD", k.timers)], got[:2])
+        self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
         won = [i for i, a in zip(ids, got[2:]) if a == 1]
         contested = [i for i, a in zip(ids, got[2:]) if a != 1]
         got = s.send([*(("SREM", k.items, i) for i in won),
@@ -264,6 +273,7 @@ class CommandOps:
         stale = [i for i, x in zip(won, got) if not (x == 1 and fields[i])]
         # Held by another claimer but not waiting: a live delivery's stale entry.
         stale += [i for i, x in zip(contested, got[len(won):]) if x != 1]
+        busy = len(contested)
 
         limit = int(max_receives) if max_receives else None
         now_s, deadline_s = str(now), str(deadline)
@@ -292,11 +302,11 @@ class CommandOps:
         if delivered:
             # Re-assert the timer: a reaper may have dropped an older entry for the same id.
             tx += [("SADD", tk, *delivered), ("ZADD", k.timers, "LT", deadline, b)]
-            if int(waiting_len) > len(heads):
+            if int(waiting_len) > offset + len(heads):
                 tx += _signal(k.signal)
         if tx:
             self._commit(s, tx)
-        return delivered, deadline, bool(contested)
+        return delivered, deadline, busy
 
     def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
                         visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:

@@ -132,12 +132,6 @@ def test_bad_input_exits_2_with_one_line(redis_server, args: list[str], message:
     assert res.stderr.startswith(message) and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 
-def test_no_scripting_is_refused_cleanly_until_it_exists(redis_server) -> None:
-    res = kq("--no-scripting", "len", "q", url=redis_server.url)
-    assert res.returncode == 2 and res.stderr.startswith("Error: the script-free mode")
-    assert "Traceback" not in res.stderr
-
-
 def test_too_large_body_exits_2_and_enqueues_nothing(redis_server, r: redis.Redis) -> None:
     Queue("q", client=r, max_body_bytes=5)
     res = kq("enqueue", "q", "ok", "far too long", url=redis_server.url)

@@ -11,9 +11,9 @@ import redis
 from keyqueue import Queue
 
 
-def drain(url: str, batch: int, out: list[str] | None = None) -> list[str]:
+def drain(url: str, batch: int, out: list[str] | None = None, scripting: bool = True) -> list[str]:
     """Claim and ack until the queue is empty; returns every id this consumer was given."""
-    q = Queue("race", url=url)
+    q = Queue("race", url=url, scripting=scripting)
     got = out if out is not None else []
     while True:
         msgs = q.claim_many(batch) if batch > 1 else [m for m in [q.claim()] if m]
@@ -23,15 +23,15 @@ def drain(url: str, batch: int, out: list[str] | None = None) -> list[str]:
         assert q.ack_many(msgs) == len(msgs)
 
 
-def _drain_into(url: str, batch: int, results: mp.Queue) -> None:
-    results.put(drain(url, batch))
+def _drain_into(url: str, batch: int, results: mp.Queue, scripting: bool) -> None:
+    results.put(drain(url, batch, scripting=scripting))
 
 
-def test_threads_never_share_a_message(redis_server, r: redis.Redis) -> None:
-    q = Queue("race", client=r)
+def test_threads_never_share_a_message(redis_server, r: redis.Redis, scripting: bool) -> None:
+    q = Queue("race", client=r, scripting=scripting)
     ids = q.enqueue_many([b"x"] * 6000)
     outs: list[list[str]] = [[] for _ in range(8)]
-    threads = [threading.Thread(target=drain, args=(redis_server.url, 1 + 9 * (i % 2), outs[i]))
+    threads = [threading.Thread(target=drain, args=(redis_server.url, 1 + 9 * (i % 2), outs[i], scripting))
                for i in range(8)]
     for t in threads:
         t.start()
@@ -44,12 +44,12 @@ def test_threads_never_share_a_message(redis_server, r: redis.Redis) -> None:
     assert q.stats().processing == 0 and not r.keys("kq:{race}:item:*")
 
 
-def test_processes_never_share_a_message(redis_server, r: redis.Redis) -> None:
-    q = Queue("race", client=r)
+def test_processes_never_share_a_message(redis_server, r: redis.Redis, scripting: bool) -> None:
+    q = Queue("race", client=r, scripting=scripting)
     ids = q.enqueue_many([b"y"] * 8000)
     ctx = mp.get_context("spawn")
     results: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_drain_into, args=(redis_server.url, (1, 25, 100, 7)[i], results))
+    procs = [ctx.Process(target=_drain_into, args=(redis_server.url, (1, 25, 100, 7)[i], results, scripting))
              for i in range(4)]
     for p in procs:
         p.start()
@@ -61,10 +61,10 @@ def test_processes_never_share_a_message(redis_server, r: redis.Redis) -> None:
     assert sorted(seen, key=int) == ids and max(seen.values()) == 1
 
 
-def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis) -> None:
+def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis, scripting: bool) -> None:
     """Short timeouts, a reaper racing the claimers: deliveries of one id never overlap."""
     vis = 0.05
-    q = Queue("race", client=r, visibility_timeout=vis, bucket_seconds=1)
+    q = Queue("race", client=r, visibility_timeout=vis, bucket_seconds=1, scripting=scripting)
     q.enqueue_many([str(i) for i in range(300)])
     stop = threading.Event()
     spans: list[tuple[str, float, str]] = []
@@ -75,7 +75,7 @@ def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis) -> 
             q.reap()
 
     def claimer(ack_mod: int) -> None:
-        mine = Queue("race", url=redis_server.url)
+        mine = Queue("race", url=redis_server.url, scripting=scripting)
         while not stop.is_set():
             for m in mine.claim_many(5):
                 with lock:

@@ -97,7 +97,7 @@ class Model:
     receipts: set[str] = field(default_factory=set)
 
 
-def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
+def make_machine(client: redis.Redis, scripting: bool = True) -> type[RuleBasedStateMachine]:
     class QueueMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -130,11 +130,12 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
         )
         def setup(self, bucket_seconds: float, max_receives: int | None, visibility: float,
                   bodies: list[bytes]) -> None:
-            writer = Queue(NAME, client=self.r, clock=self.clock, bucket_seconds=bucket_seconds,
+            writer = Queue(NAME, client=self.r, clock=self.clock, scripting=scripting,
+                           bucket_seconds=bucket_seconds,
                            max_receives=max_receives, visibility_timeout=visibility,
                            dedup_window=DEDUP_WINDOW)
             # The queue under test reads its settings back from the config hash.
-            self.q = Queue(NAME, client=self.r, clock=self.clock)
+            self.q = Queue(NAME, client=self.r, clock=self.clock, scripting=scripting)
             assert self.q.settings == writer.settings
             self.max_receives = max_receives
             self.note(f"setup max_receives={max_receives} bucket={bucket_seconds} vis={visibility}")
@@ -624,12 +625,12 @@ def make_machine(client: redis.Redis) -> type[RuleBasedStateMachine]:
 
 
 @pytest.mark.timeout(420)  # passes in ~20 s; a failure needs time to shrink (at most 300 s)
-def test_queue_agrees_with_model(redis_server: RedisServer) -> None:
+def test_queue_agrees_with_model(redis_server: RedisServer, scripting: bool) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
         run_state_machine_as_test(
-            make_machine(client),
-            settings=settings(max_examples=200, stateful_step_count=40, deadline=None,
+            make_machine(client, scripting),
+            settings=settings(max_examples=200 if scripting else 120, stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.filter_too_much]),
         )
@@ -637,13 +638,13 @@ def test_queue_agrees_with_model(redis_server: RedisServer) -> None:
         client.close()
 
 
-def test_model_walks_both_dead_letter_paths(redis_server: RedisServer) -> None:
+def test_model_walks_both_dead_letter_paths(redis_server: RedisServer, scripting: bool) -> None:
     """A fixed run through the machine (random runs reach these paths only now and then):
     claim-time dead-lettering, reap-time dead-lettering, a stale receipt after redelivery,
     delayed release, requeue, and an exact-deadline expiry."""
     client = redis.Redis(port=redis_server.port)
     try:
-        m = make_machine(client)()
+        m = make_machine(client, scripting)()
 
         def check() -> None:
             m.api_agrees()
@@ -691,11 +692,11 @@ def test_model_walks_both_dead_letter_paths(redis_server: RedisServer) -> None:
         client.close()
 
 
-def test_ack_many_counts_a_repeated_delivery_once(redis_server: RedisServer) -> None:
+def test_ack_many_counts_a_repeated_delivery_once(redis_server: RedisServer, scripting: bool) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
         client.flushdb()
-        q = Queue("dup", client=client)
+        q = Queue("dup", client=client, scripting=scripting)
         q.enqueue("x")
         msg = q.claim()
         assert msg is not None

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 class Procs:
     """Starts keyqueue processes (stderr to a log file each) and kills leftovers at the end."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, scripting: bool = True) -> None:
         self.tmp = tmp
+        self.mode = [] if scripting else ["--no-scripting"]
         self.started: list[subprocess.Popen[bytes]] = []
         self.logs: dict[int, Path] = {}
 
@@ -34,7 +35,7 @@ class Procs:
         env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
         log = self.tmp / f"proc{len(self.started)}.log"
         with open(log, "wb") as err:
-            p = subprocess.Popen([sys.executable, "-m", "keyqueue", *args], cwd=ROOT, env=env,
+            p = subprocess.Popen([sys.executable, "-m", "keyqueue", *self.mode, *args], cwd=ROOT, env=env,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         self.started.append(p)
         self.logs[p.pid] = log
@@ -48,8 +49,8 @@ class Procs:
 
 
 @pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    ps = Procs(tmp_path)
+def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
+    ps = Procs(tmp_path, scripting)
     yield ps
     for p in ps.started:
         if p.poll() is None:
@@ -58,8 +59,8 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig) -> None:
-    q = Queue("q", client=r)
+def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting)
     q.enqueue("1.0")  # the handler sleeps 1 s
     q.enqueue_many(["0"] * 5)
     p = procs.worker(redis_server.url, "slow", "--grace", "10")
@@ -71,8 +72,8 @@ def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis
     assert s.processing == 0 and s.waiting + len(r.hkeys(DONE)) == 6
 
 
-def test_second_signal_exits_at_once_and_the_message_comes_back(redis_server, r: redis.Redis, procs) -> None:
-    q = Queue("q", client=r, visibility_timeout=1, bucket_seconds=1)
+def test_second_signal_exits_at_once_and_the_message_comes_back(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=1, bucket_seconds=1)
     q.enqueue("30")
     p = procs.worker(redis_server.url, "slow", "--grace", "60")
     wait_until(lambda: r.llen(STARTED) >= 1)
@@ -87,8 +88,8 @@ def test_second_signal_exits_at_once_and_the_message_comes_back(redis_server, r:
     assert m.receives == 1 and r.hget(DONE, "1") is None
 
 
-def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs) -> None:
-    q = Queue("q", client=r, visibility_timeout=1, bucket_seconds=1)
+def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=1, bucket_seconds=1)
     q.enqueue_many(["0.05"] * 40)
     victim = procs.worker(redis_server.url, "slow", "-c", "4")
     wait_until(lambda: r.llen(STARTED) >= 6)
@@ -102,8 +103,8 @@ def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs) -> 
     assert q.stats().waiting == 0
 
 
-def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.Redis, procs) -> None:
-    q = Queue("q", client=r, bucket_seconds=1)
+def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, bucket_seconds=1)
     q.enqueue("x")
     q.enqueue("later", delay=0.5)
     assert q.claim(visibility_timeout=0.5) is not None
@@ -123,9 +124,9 @@ def durable() -> Iterator[RedisServer]:
         yield server
 
 
-def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs) -> None:
+def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, scripting: bool) -> None:
     r = redis.Redis(port=durable.port)
-    q = Queue("q", client=r, visibility_timeout=2, bucket_seconds=1)
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=2, bucket_seconds=1)
     q.enqueue_many(["0.01"] * 300)
     w = procs.worker(durable.url, "slow", "-c", "2")
     reaper = procs.spawn(durable.url, "reaper", "q", "--interval", "0.5")

@@ -13,14 +13,14 @@ from keyqueue import InvalidArgument, Queue, Reaper
 from .conftest import FakeClock, wait_until
 
 
-def test_background_reaper_recovers_every_registered_queue(redis_server, r: redis.Redis) -> None:
-    a = Queue("a", client=r, bucket_seconds=1)
-    b = Queue("b", client=r, bucket_seconds=1)
+def test_background_reaper_recovers_every_registered_queue(redis_server, r: redis.Redis, scripting: bool) -> None:
+    a = Queue("a", client=r, scripting=scripting, bucket_seconds=1)
+    b = Queue("b", client=r, scripting=scripting, bucket_seconds=1)
     for q in (a, b):
         q.enqueue("x")
         assert q.claim(visibility_timeout=0.2)
     b.enqueue("later", delay=0.3)
-    reaper = Reaper(url=redis_server.url, interval=0.1)
+    reaper = Reaper(url=redis_server.url, scripting=scripting, interval=0.1)
     reaper.start()
     try:
         wait_until(lambda: a.length() == 1 and b.length() == 2)
@@ -29,10 +29,10 @@ def test_background_reaper_recovers_every_registered_queue(redis_server, r: redi
     assert reaper.passes >= 1 and {q.name for q in reaper.queues()} == {"a", "b"}
 
 
-def test_named_queues_and_queue_objects(redis_server, r: redis.Redis) -> None:
+def test_named_queues_and_queue_objects(redis_server, r: redis.Redis, scripting: bool) -> None:
     clock = FakeClock()
-    mine = Queue("mine", client=r, clock=clock)
-    other = Queue("other", client=r, clock=clock)
+    mine = Queue("mine", client=r, scripting=scripting, clock=clock)
+    other = Queue("other", client=r, scripting=scripting, clock=clock)
     for q in (mine, other):
         q.enqueue("x")
         q.claim(visibility_timeout=1)
@@ -40,24 +40,24 @@ def test_named_queues_and_queue_objects(redis_server, r: redis.Redis) -> None:
     results = Reaper([mine], interval=1).reap_once()
     assert set(results) == {"mine"} and results["mine"].requeued == 1
     assert other.stats().processing == 1
-    by_name = Reaper(["other"], client=r).reap_once()
+    by_name = Reaper(["other"], client=r, scripting=scripting).reap_once()
     assert set(by_name) == {"other"}
 
 
-def test_each_pass_reads_the_settings_again(redis_server, r: redis.Redis) -> None:
+def test_each_pass_reads_the_settings_again(redis_server, r: redis.Redis, scripting: bool) -> None:
     clock = FakeClock()
-    q = Queue("q", client=r, clock=clock, max_receives=5)
+    q = Queue("q", client=r, scripting=scripting, clock=clock, max_receives=5)
     q.enqueue("x")
     q.claim(visibility_timeout=1)
     reaper = Reaper([q])
-    Queue("q", client=r, max_receives=1)  # another process lowers the limit
+    Queue("q", client=r, scripting=scripting, max_receives=1)  # another process lowers the limit
     clock.advance(2)
     assert reaper.reap_once()["q"].dead_lettered == 1
 
 
-def test_several_reapers_never_deliver_twice(redis_server, r: redis.Redis) -> None:
+def test_several_reapers_never_deliver_twice(redis_server, r: redis.Redis, scripting: bool) -> None:
     clock = FakeClock()
-    q = Queue("q", client=r, clock=clock, bucket_seconds=1)
+    q = Queue("q", client=r, scripting=scripting, clock=clock, bucket_seconds=1)
     q.enqueue_many([str(i) for i in range(3000)])
     q.claim_many(3000, visibility_timeout=1)
     clock.advance(5)
@@ -65,7 +65,7 @@ def test_several_reapers_never_deliver_twice(redis_server, r: redis.Redis) -> No
     lock = threading.Lock()
 
     def reap() -> None:
-        res = Reaper([Queue("q", url=redis_server.url, clock=clock)]).reap_once()["q"]
+        res = Reaper([Queue("q", url=redis_server.url, scripting=scripting, clock=clock)]).reap_once()["q"]
         with lock:
             totals.append(res.requeued)
 
@@ -78,8 +78,8 @@ def test_several_reapers_never_deliver_twice(redis_server, r: redis.Redis) -> No
     assert r.llen("kq:{q}:queue") == 3000 and q.stats().processing == 0
 
 
-def test_run_blocks_until_shutdown(redis_server) -> None:
-    reaper = Reaper(url=redis_server.url, interval=0.05)
+def test_run_blocks_until_shutdown(redis_server, scripting: bool) -> None:
+    reaper = Reaper(url=redis_server.url, scripting=scripting, interval=0.05)
     t = threading.Thread(target=reaper.run)
     t.start()
     wait_until(lambda: reaper.passes >= 3)
@@ -93,33 +93,33 @@ def test_bad_interval() -> None:
         Reaper(interval=0)
 
 
-def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture, scripting: bool) -> None:
     import logging
 
-    Queue("q", client=r).enqueue("x")
+    Queue("q", client=r, scripting=scripting).enqueue("x")
     r.config_set("maxmemory-policy", "volatile-lru")
     try:
         with caplog.at_level(logging.WARNING, logger="keyqueue.reaper"):
-            Reaper(url=redis_server.url).reap_once()
+            Reaper(url=redis_server.url, scripting=scripting).reap_once()
     finally:
         r.config_set("maxmemory-policy", "noeviction")
     assert any("volatile-lru" in rec.getMessage() for rec in caplog.records)
 
 
 def test_a_corrupt_queue_does_not_stop_the_pass(redis_server, r: redis.Redis,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+                                                caplog: pytest.LogCaptureFixture, scripting: bool) -> None:
     import logging
 
-    good = Queue("good", client=r, bucket_seconds=1)
+    good = Queue("good", client=r, scripting=scripting, bucket_seconds=1)
     good.enqueue("x")
     assert good.claim(visibility_timeout=0.05)
-    Queue("bad", client=r).enqueue("x")
+    Queue("bad", client=r, scripting=scripting).enqueue("x")
     r.hset("kq:{bad}:config", "visibility_timeout", "soon")
     wait_until(lambda: time.time() > good.peek(source="processing")[0].deadline)  # type: ignore[operator]
     with caplog.at_level(logging.ERROR, logger="keyqueue.reaper"):
-        every = Reaper(client=r).reap_once()  # finds both through the registry
+        every = Reaper(client=r, scripting=scripting).reap_once()  # finds both through the registry
     assert "bad" not in every and every["good"].requeued == 1
-    bad = Queue("good", client=r)  # a Queue object whose config turns bad between passes
+    bad = Queue("good", client=r, scripting=scripting)  # a Queue object whose config turns bad between passes
     r.hset("kq:{good}:config", "max_receives", "many")
     assert Reaper([bad]).reap_once() == {}
     messages = [rec.getMessage() for rec in caplog.records]

@@ -1,0 +1,77 @@
+"""The operations the crash-point test kills a client in, each with the state it starts from.
+
+``setup(q)`` builds the state with a healthy client and returns what the operation needs;
+``run(q, ctx)`` is the operation, run by the client that dies. Times come from a FakeClock
+shared by every client, so recovery can move past every deadline at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from keyqueue import Queue
+
+VISIBILITY = 30.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    setup: Callable[[Queue], dict[str, Any]]
+    run: Callable[[Queue, dict[str, Any]], Any]
+    #: ids the operation may delete for good (so they may be missing afterwards)
+    may_delete: Callable[[dict[str, Any]], set[str]] = lambda ctx: set()
+
+
+def _waiting(q: Queue) -> dict[str, Any]:
+    return {"ids": q.enqueue_many(["w1", "w2", "w3"])}
+
+
+def _held(q: Queue) -> dict[str, Any]:
+    ids = q.enqueue_many(["h1", "h2", "w3"])
+    held = q.claim_many(2)
+    return {"ids": ids, "held": held}
+
+
+def _mixed(q: Queue) -> dict[str, Any]:
+    """Waiting, in flight (some expired), delayed (some due) and dead messages."""
+    ctx = _held(q)
+    q.dead_letter(q.claim_many(1)[0], "bad")  # w3 -> dead
+    q.enqueue_many(["w4", "w5"])
+    q.enqueue("d1", delay=5)
+    q.enqueue("d2", delay=500)
+    clock = q._ops.clock
+    assert clock is not None
+    clock.advance(VISIBILITY + 1)  # type: ignore[attr-defined]  # held ones expired, d1 due
+    q.claim()  # w4: a fresh delivery, not expired
+    return ctx
+
+
+def _held_ctx(ctx: dict[str, Any]) -> Any:
+    return ctx["held"][0]
+
+
+def _held_ids(ctx: dict[str, Any]) -> set[str]:
+    return {m.id for m in ctx["held"]}
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "enqueue": Scenario(_waiting, lambda q, c: q.enqueue("new")),
+    "enqueue_dedup": Scenario(_waiting, lambda q, c: q.enqueue("new", dedup_key="k")),
+    "enqueue_many": Scenario(_waiting, lambda q, c: q.enqueue_many(["n1", "n2", "n3"])),
+    "enqueue_delayed": Scenario(_waiting, lambda q, c: q.enqueue("later", delay=10)),
+    "claim": Scenario(_waiting, lambda q, c: q.claim()),
+    "claim_many": Scenario(_waiting, lambda q, c: q.claim_many(3)),
+    "claim_wait": Scenario(lambda q: {}, lambda q, c: (q.enqueue("late"), q.claim(wait=0.5))),
+    "ack": Scenario(_held, lambda q, c: q.ack(_held_ctx(c)), lambda c: {_held_ctx(c).id}),
+    "ack_many": Scenario(_held, lambda q, c: q.ack_many(c["held"]), _held_ids),
+    "extend": Scenario(_held, lambda q, c: q.extend(_held_ctx(c), 60)),
+    "release": Scenario(_held, lambda q, c: q.release(_held_ctx(c))),
+    "release_delayed": Scenario(_held, lambda q, c: q.release(_held_ctx(c), delay=5)),
+    "dead_letter": Scenario(_held, lambda q, c: q.dead_letter(_held_ctx(c), "bad")),
+    "reap": Scenario(_mixed, lambda q, c: q.reap()),
+    "requeue_dead": Scenario(_mixed, lambda q, c: q.requeue()),
+    "requeue_processing": Scenario(_mixed, lambda q, c: q.requeue(source="processing")),
+    "purge_waiting": Scenario(_mixed, lambda q, c: q.purge(), lambda c: {"*waiting"}),
+    "purge_all": Scenario(_mixed, lambda q, c: q.purge(source="all"), lambda c: {"*"}),
+}
