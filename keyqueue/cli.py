@@ -193,6 +193,26 @@ def destroy(cfg: Config, queue: str, yes: bool) -> None:
     click.echo(f"destroyed {queue}")
 
 
+@cli.command("check")
+@click.argument("queue")
+@click.option("--repair", is_flag=True, help="Fix what is found (safe while workers run).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds before the second look that confirms a finding.")
+@pass_config
+def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: float) -> None:
+    """Check that every message of QUEUE is in exactly one state (an fsck); exit 1 while
+    problems remain. Uses no scripts."""
+    from .check import check_queue
+
+    report = check_queue(cfg.queue(queue), repair=repair, settle=settle)
+    click.echo(json.dumps(report.to_dict()) if as_json else str(report))
+    if not report.consistent:
+        left = sum(len(p.ids) for p in report.problems if not p.repaired)
+        hint = "" if repair else "; --repair fixes what it can"
+        raise click.ClickException(f"queue {queue!r} is inconsistent: {left} unrepaired problems{hint}")
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

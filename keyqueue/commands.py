@@ -247,7 +247,10 @@ class CommandOps:
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
         typed = [*self.waking_keys[1:], tk]
-        got = s.send([*(("TYPE", key) for key in typed), *(("HGETALL", k.item(i)) for i in ids)])
+        # WATCH the hashes: dropping a stale list entry is only safe while its message has
+        # not become waiting again (every way back to waiting writes the hash).
+        got = s.send([("WATCH", *(k.item(i) for i in ids)), *(("TYPE", key) for key in typed),
+                      *(("HGETALL", k.item(i)) for i in ids)])[1:]
         for key, kind in zip(typed, got):
             if _text(kind) not in ("none", self.kind(key)):
                 raise CorruptQueue(key)
@@ -295,16 +298,20 @@ class CommandOps:
                    ("LREM", k.queue, 1, i)]
             delivered.append(i)
             out += message_reply(i, f)
+        drops: list[Command] = []
         for i in stale:
             if i in won:
                 tx.append(("SREM", k.processing, i))
-            tx.append(("LREM", k.queue, 1, i))
+            drops.append(("LREM", k.queue, 1, i))
         if delivered:
             # Re-assert the timer: a reaper may have dropped an older entry for the same id.
             tx += [("SADD", tk, *delivered), ("ZADD", k.timers, "LT", deadline, b)]
             if int(waiting_len) > offset + len(heads):
                 tx += _signal(k.signal)
-        if tx:
+        # What we own needs no WATCH; if a stale id's message changed, keep its entry.
+        if not (tx or drops):
+            s.one("UNWATCH")
+        elif self._commit(s, [*tx, *drops]) is None and tx:
             self._commit(s, tx)
         return delivered, deadline, busy
 
@@ -517,6 +524,8 @@ class CommandOps:
                         moved = True
                 elif dec.act is Act.RELEASE:
                     tx += [("HDEL", ik, "c", "d"), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
+                    if not seen.receipt and seen.timer is None:
+                        tx.append(("HINCRBY", ik, "n", 0))  # a write, so a claimer's WATCH sees it
                     counts[2 if seen.timer is not None and not dec.unclaim else 0] += 1
                     moved = True
                 elif dec.act is Act.DROP and seen.waiting and (seen.receipt or seen.timer is not None):
@@ -738,11 +747,18 @@ class CommandOps:
                 ("LINDEX", k.queue, 0), ("LLEN", k.dead)])
             tks = [k.timer(_text(b)) for b in buckets]
             self._types(s, tks)
-            reads: list[Command] = [("SCARD", tk) for tk in tks]
+            reads: list[Command] = [("SMEMBERS", tk) for tk in tks]
             if head is not None:
                 reads.append(("HGET", k.item(_text(head)), "t"))
             got = s.send(reads)
             self._raise_errors(reads, got)
-        timed = sum(int(x) for x in got[: len(tks)])
+            # Timer sets may hold stale entries here: count only ids that really are delayed.
+            ids = sorted({_text(i) for members in got[: len(tks)] for i in members})
+            delayed = 0
+            if ids:
+                flags = s.send([*(("HEXISTS", k.item(i), "d") for i in ids),
+                                ("SMISMEMBER", k.processing, *ids), ("SMISMEMBER", k.items, *ids)])
+                delayed = sum(1 for has, p, w in zip(flags[: len(ids)], flags[-2], flags[-1])
+                              if has == 1 and p == 0 and w == 0)
         oldest = got[-1] if head is not None else None
-        return [waiting, processing, max(timed - int(processing), 0), dead, oldest, now]
+        return [waiting, processing, delayed, dead, oldest, now]

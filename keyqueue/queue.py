@@ -5,7 +5,7 @@ read settings, wait for a wake-up signal, and find keys to destroy."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 import redis
 from redis.exceptions import ResponseError
@@ -16,6 +16,9 @@ from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTo
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
 from .commands import CommandOps
+
+if TYPE_CHECKING:
+    from .check import CheckReport
 from .scripted import ScriptOps, keyqueue_error
 from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
@@ -329,6 +332,14 @@ class Queue:
                 f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")
         whole_number("count", count, 0)
         return decode_messages(self._ops.peek(source, count), self, with_receipt=False)
+
+    def check(self, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
+        """fsck: verify every message is in exactly one state; with ``repair``, fix what can
+        be fixed without losing a message. Findings must hold for ``settle`` seconds, so a
+        live operation caught between two commands is not mistaken for damage."""
+        from .check import check_queue
+
+        return check_queue(self, repair=repair, settle=settle)
 
     def worker(self, **options: Any) -> Callable[[Callable[[Message], Any]], Any]:
         """Decorator: ``@queue.worker(concurrency=4)`` turns ``fn(message)`` into a Worker."""

@@ -59,8 +59,11 @@ def describe(cmd: tuple[Any, ...]) -> str:
 
         sha = cmd[1].decode() if isinstance(cmd[1], bytes) else str(cmd[1])
         return "EVALSHA " + next((n for n in SCRIPT_NAMES if script_sha(n) == sha), "?")
-    if name == "SCRIPT":
-        return "SCRIPT " + _name(cmd[1])
+    if name == "SCRIPT LOAD":
+        from keyqueue.scripted import SCRIPT_NAMES, script_source
+
+        text = cmd[1].decode() if isinstance(cmd[1], bytes) else str(cmd[1])
+        return "SCRIPT LOAD " + next((n for n in SCRIPT_NAMES if script_source(n) == text), "?")
     key = cmd[1].decode() if isinstance(cmd[1], bytes) else str(cmd[1])
     role = re.sub(r"^.*\}:", "", key)
     role = re.sub(r"^(item|timer|dedup):.*", r"\1", role)

@@ -107,3 +107,43 @@ def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis, scr
             assert deadline - vis >= prev_deadline - 0.001, f"{mid} claimed while still owned"
             redelivered += 1
     assert redelivered > 100
+
+
+def test_releases_racing_claims_leave_every_message_visible(redis_server, r: redis.Redis,
+                                                            scripting: bool) -> None:
+    """Consumers release some messages while others claim: a claimer that finds a list entry
+    stale must never drop the fresh entry a release just added (it would leave the message
+    waiting but invisible to every claim)."""
+    q = Queue("race", client=r, scripting=scripting)
+    total = 2000
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        for _ in range(0, total, 20):
+            q.enqueue_many([b"x"] * 20)
+
+    def consume() -> None:
+        mine = Queue("race", url=redis_server.url, scripting=scripting)
+        while not stop.is_set():
+            for m in mine.claim_many(5, wait=0.05):
+                if int(m.id) % 7 == 0 and m.receives == 1:
+                    m.release()
+                    continue
+                seen.append(m.id)
+                assert m.ack()
+
+    threads = [threading.Thread(target=produce)] + [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        from .conftest import wait_until
+
+        wait_until(lambda: len(seen) >= total, timeout=60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert len(seen) == len(set(seen)) == total
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed) == (0, 0, 0)

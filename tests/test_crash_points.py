@@ -41,11 +41,16 @@ BASE = "kq:{c}:"
 
 
 def _cases() -> list[Any]:
+    """Every boundary; a script-free client's death is also recovered by a scripted reaper
+    (reap.lua applies the same repair rules), as on a server where both modes run."""
     out = []
     for (mode, op), names in BOUNDARIES.items():
         for k in range(len(names) + 1):
             after = names[k - 1] if k else "start"
-            out.append(pytest.param(mode == "scripted", op, k, id=f"{mode}-{op}-{k:02d}-after-{after}"))
+            name = f"{mode}-{op}-{k:02d}-after-{after}"
+            out.append(pytest.param(mode == "scripted", op, k, mode == "scripted", id=name))
+            if mode == "commands":
+                out.append(pytest.param(False, op, k, True, id=name + "-scripted-reaper"))
     return out
 
 
@@ -156,15 +161,16 @@ def server() -> Any:
         yield s
 
 
-@pytest.mark.parametrize("scripting,op,k", _cases())
-def test_a_client_dying_here_loses_nothing(server: RedisServer, scripting: bool, op: str, k: int) -> None:
+@pytest.mark.parametrize("scripting,op,k,scripted_recovery", _cases())
+def test_a_client_dying_here_loses_nothing(server: RedisServer, scripting: bool, op: str, k: int,
+                                           scripted_recovery: bool) -> None:
     r = redis.Redis(port=server.port)
     budget, died, ctx = run_op(server.port, r, scripting, op, k)
     expected = BOUNDARIES[("scripted" if scripting else "commands", op)]
     assert died == (k < len(expected)), f"{op} sent {budget.log}"
     clock: FakeClock = ctx["clock"]
     clock.advance(RECOVERY)  # past every deadline and claim intent of the dead client
-    healthy = _queue(r, scripting, clock)
+    healthy = _queue(r, scripted_recovery, clock)
     healthy.reap()
     states = check_states(r)
     dead = {mid for mid, s in states.items() if s == "dead"}

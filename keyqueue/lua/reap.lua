@@ -11,6 +11,7 @@
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0), corrupt keys...}
 ]]
+local bucket_ms = tonumber(ARGV[3])
 local max_receives = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 local budget = limit
@@ -24,22 +25,38 @@ local res = {0, 0, 0}
 local broken = {}
 local moved = false
 
--- Handle one id found in timer set tk. Returns its timer if it stays in tk, else nil.
-local function examine(tk, id)
+-- Handle one id found in timer set tk (bucket ends at `bucket_end` ms) by the rules of
+-- keyqueue/repair.py, which the script-free mode's reaper applies too: a state a live
+-- operation of that mode passes through is left alone until the bucket has fully passed.
+-- Returns the id's timer if it stays in tk, else nil.
+local function to_waiting(tk, ik, id, d, bucket_ms)
+  rcall('SREM', tk, id)
+  if d and timer_key(bucket_of(d, bucket_ms)) ~= tk then rcall('SREM', timer_key(bucket_of(d, bucket_ms)), id) end
+  -- A write even when there is no c or d to delete: a script-free claimer WATCHes the hash
+  -- before it drops a list entry it found stale.
+  if rcall('HDEL', ik, 'c', 'd') == 0 then rcall('HINCRBY', ik, 'n', 0) end
+  make_waiting(KEYS[1], KEYS[2], id)
+  moved = true
+end
+
+local function examine(tk, id, bucket_end, bucket_ms)
   local ik = item_key(id)
+  local settled = now >= bucket_end
   local t = rcall('TYPE', ik)['ok']
-  if t == 'none' then rcall('SREM', tk, id); return nil end
-  if t ~= 'hash' then broken[#broken + 1] = ik; return now end  -- untouched, stays due
-  local f = rcall('HMGET', ik, 'd', 'r', 'e')
-  local d = tonumber(f[1])
-  local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
-  if not d or (not in_processing and rcall('SISMEMBER', KEYS[2], id) == 1) then
-    rcall('SREM', tk, id)  -- it has no timer any more (waiting or dead)
+  if t == 'none' then
+    if not settled then return bucket_end end
+    rcall('SREM', tk, id); rcall('SREM', KEYS[3], id); rcall('SREM', KEYS[2], id)
     return nil
   end
-  if d > now then return d end
-  rcall('SREM', tk, id)
-  if in_processing then
+  if t ~= 'hash' then broken[#broken + 1] = ik; return now end  -- untouched, stays due
+  local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c')
+  local d = tonumber(f[1])
+  local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
+  local waiting = rcall('SISMEMBER', KEYS[2], id) == 1
+  if in_processing and f[4] and d then  -- a delivery
+    if d > now then return d end
+    rcall('SREM', tk, id)
+    if timer_key(bucket_of(d, bucket_ms)) ~= tk then rcall('SREM', timer_key(bucket_of(d, bucket_ms)), id) end
     rcall('SREM', KEYS[3], id)
     rcall('HDEL', ik, 'c', 'd')
     local r = tonumber(f[2] or '0')
@@ -52,12 +69,41 @@ local function examine(tk, id)
       return nil
     end
     res[1] = res[1] + 1
-  else
-    rcall('HDEL', ik, 'd')
-    res[3] = res[3] + 1
+    make_waiting(KEYS[1], KEYS[2], id)
+    moved = true
+    return nil
   end
-  make_waiting(KEYS[1], KEYS[2], id)
-  moved = true
+  if in_processing then  -- owned, but the claim never wrote its receipt
+    if not settled then return bucket_end end
+    rcall('SREM', KEYS[3], id)
+    if waiting then rcall('SREM', tk, id); return nil end
+    if d then
+      if d > now then return d end
+      res[1] = res[1] + 1
+      to_waiting(tk, ik, id, d, bucket_ms)
+      return nil
+    end
+    if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
+    res[1] = res[1] + 1
+    to_waiting(tk, ik, id, d, bucket_ms)
+    return nil
+  end
+  if waiting then
+    if not settled then return bucket_end end
+    rcall('SREM', tk, id)
+    if d or f[4] then rcall('HDEL', ik, 'c', 'd') end
+    return nil
+  end
+  if d then  -- delayed
+    if d > now then return d end
+    res[3] = res[3] + 1
+    to_waiting(tk, ik, id, d, bucket_ms)
+    return nil
+  end
+  if not settled then return bucket_end end
+  if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
+  res[1] = res[1] + 1  -- a message nothing referred to: adopted
+  to_waiting(tk, ik, id, d, bucket_ms)
   return nil
 end
 
@@ -80,7 +126,7 @@ while budget > 0 do
       if card > budget then break end  -- the next call takes it whole
       local min = nil
       for _, id in ipairs(rcall('SMEMBERS', tk)) do
-        local d = examine(tk, id)
+        local d = examine(tk, id, (tonumber(bucket) + 1) * bucket_ms, bucket_ms)
         if d and (not min or d < min) then min = d end
       end
       budget = budget - math.max(card, 1)
@@ -94,7 +140,7 @@ while budget > 0 do
     else
       local r = rcall('SSCAN', tk, cursor, 'COUNT', budget)
       cursor = r[1]
-      for _, id in ipairs(r[2]) do examine(tk, id) end
+      for _, id in ipairs(r[2]) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms, bucket_ms) end
       budget = budget - math.max(#r[2], 1)
       if cursor == '0' then
         if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end
