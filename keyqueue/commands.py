@@ -218,14 +218,19 @@ class CommandOps:
         times), so a claim does not come back empty while messages wait behind a contested head."""
         out: list[Any] = [0]
         offset = 0
+        wanted = count
         with session(self.client) as s:
             for attempt in range(CLAIM_ATTEMPTS):
-                got, _, busy = self._claim_once(s, count, visibility_ms, bucket_ms, max_receives, out, offset)
-                if got or not busy:
+                dead_before = out[0]
+                got, _, busy = self._claim_once(s, wanted, visibility_ms, bucket_ms, max_receives, out, offset)
+                wanted -= len(got)
+                if not wanted or not (busy or out[0] > dead_before):
                     break
-                # Other claimers are taking those: look behind them, a little apart from
+                # Dead letters do not count towards ``count`` (as in the script): go on.
+                # Other claimers are taking some: look behind them, a little apart from
                 # each other so that a crowd of claimers does not meet on one entry again.
-                offset += busy + random.randrange(count * (attempt + 1))
+                if busy:
+                    offset += busy + random.randrange(wanted * (attempt + 1))
         return out
 
     def _claim_once(self, s: Session, count: int, visibility_ms: int, bucket_ms: int,
