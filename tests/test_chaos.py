@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_chaos_soak_loses_nothing_and_orphans_nothing() -> None:
+@pytest.mark.parametrize("mode", [[], ["--no-scripting"]], ids=["scripted", "commands"])
+def test_chaos_soak_loses_nothing_and_orphans_nothing(mode: list[str]) -> None:
     cmd = [sys.executable, str(ROOT / "scripts" / "chaos.py"), "--messages", "3000", "--rate", "150",
-           "--seconds-between-kills", "1.0", "--json"]
+           "--seconds-between-kills", "1.0", "--json", *mode]
     proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=230)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
