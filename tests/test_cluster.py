@@ -83,3 +83,10 @@ def test_a_decoding_cluster_client_is_refused_clearly(cluster: RedisCluster) -> 
             Queue("q", client=decoding)
     finally:
         decoding.close()
+
+
+def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster: RedisCluster) -> None:
+    from keyqueue import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server"):
+        Queue("q", client=cluster, scripting=False)
