@@ -172,6 +172,12 @@ class CommandOps:
     def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> list[str]:
         return self._enqueue(bodies, delay_ms, bucket_ms, None, 0)
 
+    def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
+                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> list[str]:
+        """Messages with their own delay and dedup key: one enqueue each."""
+        return [self._enqueue([body], delay, bucket_ms, key, dedup_ms)[0]
+                for body, delay, key in zip(bodies, delays_ms, dedup_keys)]
+
     def _enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
                  dedup_key: str | None, dedup_ms: int) -> list[str]:
         k = self.keys

@@ -15,7 +15,7 @@ from .connection import connection_kwargs, resolve_client
 from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
-from .commands import CommandOps
+from .commands import CommandOps, as_fields, message_reply
 
 if TYPE_CHECKING:
     from .check import CheckReport
@@ -144,14 +144,47 @@ class Queue:
         s = self.settings
         return self._ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
 
-    def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0) -> list[str]:
-        """Add many messages in one round trip; ids are returned in order."""
+    def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
+                     delays: Sequence[float] | None = None,
+                     dedup_keys: Sequence[str | None] | None = None) -> list[str]:
+        """Add many messages in one round trip; ids are returned in order.
+
+        ``delays`` and ``dedup_keys`` (one per body, None = no key) give each message its
+        own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
         data = [self._body(b) for b in bodies]
         delay_ms = seconds_arg("delay", delay)
+        for name, per in (("delays", delays), ("dedup_keys", dedup_keys)):
+            if per is not None and len(per) != len(data):
+                raise InvalidArgument(f"{name} has {len(per)} entries for {len(data)} bodies")
+        each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
+        if dedup_keys is not None:
+            for key in dedup_keys:
+                if key is not None and (not isinstance(key, str) or not key):
+                    raise InvalidArgument(f"a dedup key must be a non-empty str or None, not {key!r}")
         if not data:
             return []
         self._register()
-        return self._ops.enqueue(data, delay_ms, self.settings.bucket_ms)
+        s = self.settings
+        if each_ms is None and dedup_keys is None:
+            return self._ops.enqueue(data, delay_ms, s.bucket_ms)
+        return self._ops.enqueue_each(data, each_ms or [delay_ms] * len(data),
+                                      list(dedup_keys or [None] * len(data)), s.bucket_ms, s.dedup_ms)
+
+    def get(self, ids: Iterable[str]) -> list[Message]:
+        """The messages with these ids, in order, without claiming them (no receipt); ids
+        with no message are skipped. One round trip."""
+        wanted = [str(i) for i in ids]
+        if not wanted:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for i in wanted:
+            pipe.execute_command("HGETALL", self.keys.item(i))
+        replies = self._guarded(lambda: pipe.execute(), self.keys.base + "item:*")
+        flat: list[Any] = []
+        for i, raw in zip(wanted, replies):
+            if raw:
+                flat += message_reply(i, as_fields(raw))
+        return decode_messages(flat, self, with_receipt=False)
 
     # -- consuming ------------------------------------------------------------------
 

@@ -154,6 +154,17 @@ class ScriptOps:
             ids.extend(str(start + j) for j in range(n))
         return ids
 
+    def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
+                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> list[str]:
+        """One script call per message (each its own delay and dedup key), all pipelined."""
+        base = self.enqueue_keys
+        calls = [(base if key is None else (*base, self.keys.dedup(key)), (delay, bucket_ms, dedup_ms, body))
+                 for body, delay, key in zip(bodies, delays_ms, dedup_keys)]
+        out: list[str] = []
+        for i in range(0, len(calls), CHUNK):
+            out += [reply[0].decode() for reply in self.call_many("enqueue", calls[i : i + CHUNK])]
+        return out
+
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
         return self.call("claim", self.waking_keys, (count, visibility_ms, bucket_ms, max_receives))
 

@@ -376,3 +376,24 @@ def test_large_batches_stay_under_lua_limits(make_queue, r: redis.Redis) -> None
     assert q.stats().delayed == 0 and q.length() == 20_000
     assert q.ack_many(q.claim_many(20_000)) == 20_000
     assert r.keys("kq:{q}:item:*") == []
+
+
+def test_enqueue_many_with_a_delay_and_a_dedup_key_each(q: Queue) -> None:
+    ids = q.enqueue_many(["a", "b", "c"], delays=[0, 30, 0], dedup_keys=["ka", None, "kc"])
+    assert len(set(ids)) == 3
+    again = q.enqueue_many(["a2", "c2", "d"], dedup_keys=["ka", "kc", None])
+    assert again[:2] == [ids[0], ids[2]] and again[2] not in ids  # repeats return the first ids
+    s = q.stats()
+    assert (s.waiting, s.delayed) == (3, 1)
+    assert [m.text for m in q.claim_many(5)] == ["a", "c", "d"]
+    with pytest.raises(InvalidArgument, match="delays has 1 entries for 2 bodies"):
+        q.enqueue_many(["x", "y"], delays=[1])
+    with pytest.raises(InvalidArgument, match="dedup key"):
+        q.enqueue_many(["x"], dedup_keys=[""])
+
+
+def test_get_reads_messages_by_id_without_claiming(q: Queue) -> None:
+    ids = q.enqueue_many(["a", "b"])
+    got = q.get([ids[1], "999", ids[0]])
+    assert [(m.id, m.text, m.receipt) for m in got] == [(ids[1], "b", None), (ids[0], "a", None)]
+    assert q.stats().waiting == 2 and q.get([]) == []

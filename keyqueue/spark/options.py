@@ -1,0 +1,70 @@
+"""The options of the "keyqueue" format, parsed once on the driver into a plain, picklable
+value: Redis clients cannot be pickled, so every task opens its own from these."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import InvalidArgument
+from ..queue import Queue
+
+TRUE = ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class Options:
+    url: str
+    queue: str
+    prefix: str = "kq"
+    scripting: bool = True
+    body_column: str = "value"
+    delay_column: str = "delay"
+    dedup_column: str = "dedupKey"
+    #: stream read: rows per micro-batch unless Spark passes a limit of its own
+    max_rows: int = 10_000
+    #: stream read: claim's visibility timeout (None: the queue's)
+    visibility_timeout: float | None = None
+    #: batch read: waiting | processing | delayed | dead
+    source: str = "waiting"
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> Options:
+        o = {k.lower(): v for k, v in opts.items()}
+        url = o.get("url") or os.environ.get("KEYQUEUE_URL")
+        if not url:
+            raise InvalidArgument('the "keyqueue" format needs option("url", "redis://...") '
+                                  "(or KEYQUEUE_URL in the environment)")
+        if not o.get("queue"):
+            raise InvalidArgument('the "keyqueue" format needs option("queue", NAME)')
+        source = o.get("source", "waiting")
+        if source not in ("waiting", "processing", "delayed", "dead"):
+            raise InvalidArgument(f"source must be waiting, processing, delayed or dead, not {source!r}")
+        vis = o.get("visibilitytimeout")
+        parsed = cls(
+            url=url, queue=o["queue"], prefix=o.get("prefix", "kq"),
+            scripting=o.get("scripting", "true").lower() in TRUE,
+            body_column=o.get("bodycolumn", "value"),
+            delay_column=o.get("delaycolumn", "delay"),
+            dedup_column=o.get("dedupkeycolumn", "dedupKey"),
+            max_rows=_positive("maxRowsPerTrigger", o.get("maxrowspertrigger", "10000")),
+            visibility_timeout=None if vis is None else float(vis),
+            source=source,
+        )
+        parsed.open().settings  # noqa: B018  fails early (bad URL, name, corrupt config) on the driver
+        return parsed
+
+    def open(self) -> Queue:
+        """A Queue with a client of its own (call it where the work runs)."""
+        return Queue(self.queue, url=self.url, prefix=self.prefix, scripting=self.scripting)
+
+
+def _positive(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise InvalidArgument(f"{name} must be a positive whole number, not {value!r}")
+    return n

@@ -1,0 +1,214 @@
+"""``spark.readStream.format("keyqueue")``: consume a queue as a stream, at-least-once.
+
+Each micro-batch claims up to max-rows-per-trigger messages with the visibility timeout
+when Spark asks for the latest offset, and records what it claimed (ids and receipts) in
+the helper hash ``P:{NAME}:stream:<source>`` under the batch number, so a query restarted
+from its checkpoint replays a batch exactly. Messages are acknowledged once Spark has
+committed the batch that held them: at ``commit(end)``, or when Spark asks for the next
+offset (it does so only after the previous batch is in the commit log). A thread of the
+reader extends the deadlines of everything claimed and not yet acknowledged while the
+query lives; a stopped or crashed query's messages come back by their visibility timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ..message import Message
+from ..queue import Queue
+from .options import Options
+from .snapshot import PER_PARTITION, Ids, utc
+
+log = logging.getLogger("keyqueue.spark")
+
+SCHEMA = "id string, body binary, receives int, enqueued_at timestamp"
+#: A manifest outlives a query that is never restarted by this long (seconds).
+MANIFEST_TTL = 7 * 24 * 3600
+#: Most messages one micro-batch takes when Spark sets no row limit.
+MAX_PER_BATCH = 100_000
+#: Messages per claim call.
+CLAIM_CHUNK = 1000
+
+Pairs = list[tuple[str, str]]
+
+
+def stubs(q: Queue, pairs: Pairs) -> list[Message]:
+    """Messages carrying only what ack and extend need: id and receipt."""
+    return [Message(mid, b"", receipt, 0, 0.0, None, None, queue=q) for mid, receipt in pairs]
+
+
+@dataclass
+class Offset:
+    source: str
+    batch: int
+
+    @classmethod
+    def of(cls, d: dict[str, object]) -> Offset:
+        return cls(str(d["source"]), int(d["batch"]))  # type: ignore[call-overload]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"source": self.source, "batch": self.batch}
+
+
+class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Lives in one long-lived Python process on the driver for the whole query; ``read``
+    runs on pickled copies in the executors, so it uses only ``opts``."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.source = uuid.uuid4().hex
+        self._q: Queue | None = None
+        self._lock = threading.Lock()
+        self._held: dict[int, Pairs] = {}
+        self._loaded: set[str] = set()
+        self._target: int | None = None
+        self._stop = threading.Event()
+        self._last_call = time.monotonic()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"opts": self.opts, "source": self.source}  # what read() needs in executors
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["opts"])  # type: ignore[misc]
+
+    # -- the driver side -------------------------------------------------------------------
+
+    def _queue(self) -> Queue:
+        self._last_call = time.monotonic()  # Spark is still driving this query
+        if self._q is None:
+            self._q = self.opts.open()
+            threading.Thread(target=self._extend_loop, name="keyqueue-extend", daemon=True).start()
+        return self._q
+
+    def _vis(self) -> float:
+        q = self._queue()
+        return self.opts.visibility_timeout or q.settings.visibility_timeout
+
+    def _key(self, source: str) -> str:
+        return self._queue().keys.base + f"stream:{source}"
+
+    def _load(self, source: str) -> None:
+        """After a restart: the batches this source claimed and Spark has not committed."""
+        if source in self._loaded:
+            return
+        self._loaded.add(source)
+        stored = self._queue().client.hgetall(self._key(source))
+        with self._lock:
+            for b, pairs in stored.items():
+                self._held.setdefault(int(b), [tuple(p) for p in json.loads(pairs)])
+
+    def initialOffset(self) -> dict[str, object]:
+        return Offset(self.source, 0).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.opts.max_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._queue().length()
+
+    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
+        at = Offset.of(start)
+        self._load(at.source)
+        self._ack_through(at)  # Spark asks for a new offset only after committing `start`
+        n = limit.max_rows if isinstance(limit, ReadMaxRows) else MAX_PER_BATCH
+        if self._target is not None:
+            n = min(n, self._target)
+        q = self._queue()
+        got: list[Message] = []
+        while len(got) < n:
+            more = q.claim_many(min(n - len(got), CLAIM_CHUNK), visibility_timeout=self._vis())
+            if not more:
+                break
+            got += more
+        if not got:
+            return start
+        if self._target is not None:
+            self._target -= len(got)
+        end = Offset(at.source, at.batch + 1)
+        pairs: Pairs = [(m.id, m.receipt) for m in got if m.receipt is not None]
+        pipe = q.client.pipeline(transaction=True)
+        pipe.hset(self._key(end.source), str(end.batch), json.dumps(pairs))
+        pipe.expire(self._key(end.source), MANIFEST_TTL)
+        pipe.execute()
+        with self._lock:
+            self._held[end.batch] = pairs
+        return end.to_dict()
+
+    def partitions(self, start: dict[str, object], end: dict[str, object]) -> Sequence[InputPartition]:
+        first, last = Offset.of(start), Offset.of(end)
+        self._load(last.source)
+        ids: list[str] = []
+        with self._lock:
+            for b in range(first.batch + 1, last.batch + 1):
+                ids += [mid for mid, _ in self._held.get(b, [])]
+        return [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
+
+    def commit(self, end: dict[str, object]) -> None:
+        self._ack_through(Offset.of(end))
+
+    def _ack_through(self, end: Offset) -> None:
+        with self._lock:
+            done = sorted(b for b in self._held if b <= end.batch)
+            pairs = [p for b in done for p in self._held.pop(b)]
+        if not done:
+            return
+        q = self._queue()
+        acked = q.ack_many(stubs(q, pairs)) if pairs else 0
+        q.client.hdel(self._key(end.source), *map(str, done))
+        if acked < len(pairs):
+            log.info("acknowledged %d of %d messages of batches %s (the rest were redelivered "
+                     "after their visibility timeout)", acked, len(pairs), done)
+
+    def _extend_loop(self) -> None:
+        """Keep what this query holds invisible until Spark commits it, as long as Spark
+        keeps calling this source: Spark never says when a query stops, so once it has been
+        silent for a visibility timeout, its messages are left to come back by their deadline
+        (a micro-batch must therefore finish within the visibility timeout)."""
+        q = self._q
+        assert q is not None
+        vis = self.opts.visibility_timeout or q.settings.visibility_timeout
+        while not self._stop.wait(max(vis / 3, 0.2)):
+            if time.monotonic() - self._last_call > vis:
+                continue
+            with self._lock:
+                held = {b: list(p) for b, p in self._held.items()}
+            for b, pairs in held.items():
+                lost = {m.id for m in stubs(q, pairs) if not self._extend(q, m)}
+                if lost:
+                    with self._lock:
+                        if b in self._held:
+                            self._held[b] = [p for p in self._held[b] if p[0] not in lost]
+
+    def _extend(self, q: Queue, m: Message) -> bool:
+        try:
+            return q.extend(m, self.opts.visibility_timeout or q.settings.visibility_timeout)
+        except Exception as exc:  # noqa: BLE001  Redis away: try again next round
+            log.warning("extending message %s failed: %s", m.id, exc)
+            return True
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the executor side -----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        assert isinstance(partition, Ids)
+        q = self.opts.open()
+        try:
+            for m in q.get(partition.ids):
+                yield (m.id, m.body, m.receives, utc(m.enqueued_at))
+        finally:
+            q.client.close()

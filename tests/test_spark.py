@@ -1,0 +1,200 @@
+"""keyqueue.spark in a real local[2] SparkSession against the test session's redis-server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from keyqueue import Queue
+from keyqueue.server import RedisServer
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def fmt(reader: Any, url: str, queue: str, **options: Any) -> Any:
+    reader = reader.format("keyqueue").option("url", url).option("queue", queue)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader
+
+
+def drain(q: Queue) -> list[bytes]:
+    out = []
+    while msgs := q.claim_many(100):
+        out += [m.body for m in msgs]
+        q.ack_many(msgs)
+    return out
+
+
+def test_import_keyqueue_never_imports_pyspark() -> None:
+    code = "import sys, keyqueue, keyqueue.cli; assert 'pyspark' not in sys.modules and 'pyarrow' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_batch_write_with_delay_and_dedup_keys_is_exactly_once(spark: Any, redis_server: RedisServer,
+                                                               r: redis.Redis) -> None:
+    rows = [(f"body-{i}", 600.0 if i % 10 == 0 else 0.0, f"key-{i}") for i in range(1000)]
+    df = spark.createDataFrame(rows, "value string, delay double, dedupKey string").repartition(2)
+    for _ in range(2):  # a retried job writes everything again: the dedup keys absorb it
+        fmt(df.write, redis_server.url, "w").mode("append").save()
+    q = Queue("w", client=r)
+    s = q.stats()
+    assert (s.waiting, s.delayed) == (900, 100)
+    assert sorted(drain(q)) == sorted(f"body-{i}".encode() for i in range(1000) if i % 10)
+
+
+def test_binary_bodies_from_a_named_column(spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    payloads = [bytes([i % 256, 0, 255]) * (i % 7 + 1) for i in range(300)]
+    df = spark.createDataFrame([(p, i) for i, p in enumerate(payloads)], "payload binary, n int")
+    fmt(df.write, redis_server.url, "bin", bodyColumn="payload").mode("append").save()
+    assert sorted(drain(Queue("bin", client=r))) == sorted(payloads)
+    with pytest.raises(Exception, match="no body column 'value'"):
+        fmt(df.write, redis_server.url, "bin").mode("append").save()
+    assert Queue("bin", client=r).stats().waiting == 0
+
+
+def test_streaming_write(spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    spark.createDataFrame([(f"s{i}",) for i in range(400)], "value string").write.parquet(str(src))
+    stream = spark.readStream.schema("value string").parquet(str(src))
+    query = (fmt(stream.writeStream, redis_server.url, "sw")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert sorted(drain(Queue("sw", client=r))) == sorted(f"s{i}".encode() for i in range(400))
+
+
+def _consume(spark: Any, url: str, queue: str, checkpoint: Path, seen: list[list[str]],
+             fail_at: int | None = None, **options: Any) -> Any:
+    """An AvailableNow query that records each micro-batch's ids (in ``seen``); batch
+    ``fail_at`` records half of its rows, then raises (the query dies mid-batch)."""
+
+    def each(df: Any, batch_id: int) -> None:
+        ids = [row.id for row in df.collect()]
+        if batch_id == fail_at:
+            seen.append(ids[: len(ids) // 2])
+            raise RuntimeError("the sink failed halfway through the batch")
+        seen.append(ids)
+
+    stream = fmt(spark.readStream, url, queue, **options).load()
+    return (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start())
+
+
+def test_streaming_read_honours_the_row_limit_and_acks_after_commit(
+        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    q = Queue("sr", client=r)
+    ids = q.enqueue_many([f"m{i}" for i in range(550)])
+    seen: list[list[str]] = []
+    _consume(spark, redis_server.url, "sr", tmp_path / "ck", seen, maxRowsPerTrigger=100).awaitTermination(120)
+    assert [len(b) for b in seen] == [100, 100, 100, 100, 100, 50]
+    assert sorted(i for b in seen for i in b) == sorted(ids)
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed) == (0, 0, 0)  # every batch acknowledged
+    assert not r.keys("kq:{sr}:stream:*")  # and its manifest entries dropped
+
+
+def test_streaming_rows_carry_the_message(spark: Any, redis_server: RedisServer, r: redis.Redis,
+                                          tmp_path: Path) -> None:
+    import time
+
+    q = Queue("rows", client=r)
+    q.enqueue(b"\x00\xffbin")
+    first = q.claim()
+    assert first is not None and first.release()  # a second delivery: receives becomes 2
+    out = tmp_path / "out"
+    stream = fmt(spark.readStream, redis_server.url, "rows").load()
+    assert stream.columns == ["id", "body", "receives", "enqueued_at"]
+    (stream.writeStream.format("parquet").option("path", str(out))
+     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+     .awaitTermination(120))
+    (row,) = spark.read.parquet(str(out)).collect()
+    assert (row.id, bytes(row.body), row.receives) == ("1", b"\x00\xffbin", 2)
+    assert abs(row.enqueued_at.timestamp() - time.time()) < 120
+
+
+def test_a_query_that_dies_mid_batch_restarts_from_its_checkpoint_and_loses_nothing(
+        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    q = Queue("crash", client=r)
+    ids = q.enqueue_many([f"c{i}" for i in range(500)])
+    seen: list[list[str]] = []
+    first = _consume(spark, redis_server.url, "crash", tmp_path / "ck", seen, fail_at=2,
+                     maxRowsPerTrigger=100)
+    with pytest.raises(Exception, match="failed halfway"):
+        first.awaitTermination(120)
+    assert q.stats().processing == 100  # batch 2: claimed, half written, not acknowledged
+    again = _consume(spark, redis_server.url, "crash", tmp_path / "ck", seen, maxRowsPerTrigger=100)
+    again.awaitTermination(120)
+    got = [i for b in seen for i in b]
+    assert set(got) == set(ids)  # nothing lost
+    assert len(got) - len(set(got)) == 50  # the replayed half of batch 2: at-least-once
+    s = q.stats()
+    assert (s.waiting, s.processing) == (0, 0)
+
+
+def test_a_dead_querys_messages_come_back_by_their_visibility_timeout(
+        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    q = Queue("gone", client=r, visibility_timeout=2, bucket_seconds=1)
+    q.enqueue_many([f"g{i}" for i in range(30)])
+    seen: list[list[str]] = []
+    query = _consume(spark, redis_server.url, "gone", tmp_path / "ck", seen, fail_at=0)
+    with pytest.raises(Exception, match="failed halfway"):
+        query.awaitTermination(120)
+    assert q.stats().processing == 30
+    # The source stops extending once Spark stops calling it; then the deadline passes.
+    wait_until(lambda: q.reap() and False or q.stats().waiting == 30, timeout=20, interval=0.2)
+
+
+def test_snapshot_reads_dead_letters_without_changing_anything(
+        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    from .conftest import snapshot
+
+    q = Queue("snap", client=r)
+    q.enqueue_many(["a", "b", "c", "d", "e"])
+    a, b, c = q.claim_many(3)
+    q.dead_letter(a, "bad input")
+    q.dead_letter(b, "timeout upstream")
+    before = snapshot(r)
+    dead = fmt(spark.read, redis_server.url, "snap", source="dead").load()
+    rows = sorted(dead.collect(), key=lambda x: x.id)
+    assert [(x.id, bytes(x.body), x.receives, x.last_error) for x in rows] == [
+        ("1", b"a", 1, "bad input"), ("2", b"b", 1, "timeout upstream")]
+    assert dead.groupBy("last_error").count().count() == 2
+    (held,) = fmt(spark.read, redis_server.url, "snap", source="processing").load().collect()
+    assert held.id == c.id and held.deadline is not None
+    waiting = fmt(spark.read, redis_server.url, "snap", source="waiting").load()
+    assert sorted(x.id for x in waiting.collect()) == ["4", "5"]
+    assert snapshot(r) == before
+
+
+def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
+        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    from keyqueue.spark import run_workers
+
+    from .spark_handlers import record_to
+
+    q = Queue("work", client=r, visibility_timeout=2, bucket_seconds=1)
+    bodies = [f"w{i}" for i in range(300)] + ["die"]
+    q.enqueue_many(bodies)
+    result = run_workers(spark, q, record_to(redis_server.url), 2)
+    assert {x.decode() for x in r.smembers("done")} == set(bodies)
+    assert result["failed_jobs"] >= 1 and result["rounds"] >= 2  # the dead task's messages came back
+    s = q.stats()
+    assert (s.waiting, s.processing, s.dead) == (0, 0, 0)
+
+
+def test_bad_options_are_clear(spark: Any, redis_server: RedisServer) -> None:
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(Exception, match='needs option\\("queue", NAME\\)'):
+        df.write.format("keyqueue").option("url", redis_server.url).mode("append").save()
+    with pytest.raises(Exception, match="invalid queue name"):
+        fmt(df.write, redis_server.url, "no spaces").mode("append").save()
+    with pytest.raises(Exception, match="maxRowsPerTrigger must be a positive"):
+        fmt(spark.readStream, redis_server.url, "q", maxRowsPerTrigger="0").load().writeStream \
+            .format("console").start().awaitTermination(30)
