@@ -73,6 +73,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._q: Queue | None = None
         self._lock = threading.Lock()
         self._held: dict[int, Pairs] = {}
+        self._rows: dict[int, list[tuple[object, ...]]] = {}  # batches claimed by this process
         self._loaded: set[str] = set()
         self._target: int | None = None
         self._stop = threading.Event()
@@ -139,22 +140,30 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._target -= len(got)
         end = Offset(at.source, at.batch + 1)
         pairs: Pairs = [(m.id, m.receipt) for m in got if m.receipt is not None]
+        rows = [_row(m) for m in got]
         pipe = q.client.pipeline(transaction=True)
         pipe.hset(self._key(end.source), str(end.batch), json.dumps(pairs))
         pipe.expire(self._key(end.source), MANIFEST_TTL)
         pipe.execute()
         with self._lock:
             self._held[end.batch] = pairs
+            self._rows[end.batch] = rows
         return end.to_dict()
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> Sequence[InputPartition]:
         first, last = Offset.of(start), Offset.of(end)
         self._load(last.source)
         ids: list[str] = []
+        rows: list[tuple[object, ...]] = []
         with self._lock:
             for b in range(first.batch + 1, last.batch + 1):
-                ids += [mid for mid, _ in self._held.get(b, [])]
-        return [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
+                if b in self._rows:  # claimed by this process: the rows came with the claim
+                    rows += self._rows[b]
+                else:  # a batch replayed after a restart: read its messages again
+                    ids += [mid for mid, _ in self._held.get(b, [])]
+        parts: list[InputPartition] = [Rows(rows[i : i + PER_PARTITION])
+                                       for i in range(0, len(rows), PER_PARTITION)]
+        return parts + [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
 
     def commit(self, end: dict[str, object]) -> None:
         self._ack_through(Offset.of(end))
@@ -163,6 +172,8 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._lock:
             done = sorted(b for b in self._held if b <= end.batch)
             pairs = [p for b in done for p in self._held.pop(b)]
+            for b in done:
+                self._rows.pop(b, None)
         if not done:
             return
         q = self._queue()
@@ -205,10 +216,22 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the executor side -----------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        if isinstance(partition, Rows):
+            yield from partition.rows
+            return
         assert isinstance(partition, Ids)
         q = self.opts.open()
         try:
             for m in q.get(partition.ids):
-                yield (m.id, m.body, m.receives, utc(m.enqueued_at))
+                yield _row(m)
         finally:
             q.client.close()
+
+
+@dataclass
+class Rows(InputPartition):
+    rows: list[tuple[object, ...]]
+
+
+def _row(m: Message) -> tuple[object, ...]:
+    return (m.id, m.body, m.receives, utc(m.enqueued_at))
