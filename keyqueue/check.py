@@ -74,7 +74,7 @@ ID_KINDS = frozenset({MISSING_HASH, ORPHAN, OWNED_AND_WAITING, UNTIMED, UNLISTED
 #: The type of each fixed key, by its name after the key base, and of each family of keys.
 FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
                "timers": "zset", "dead": "list", "signal": "list", "config": "hash"}
-FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string"}
+FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
 #: Keys whose wrong type makes every other check meaningless.
 CORE = ("queue", "items", "processing", "timers", "dead")
 
