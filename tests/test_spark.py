@@ -198,3 +198,27 @@ def test_bad_options_are_clear(spark: Any, redis_server: RedisServer) -> None:
     with pytest.raises(Exception, match="maxRowsPerTrigger must be a positive"):
         fmt(spark.readStream, redis_server.url, "q", maxRowsPerTrigger="0").load().writeStream \
             .format("console").start().awaitTermination(30)
+
+
+def test_the_source_extends_what_it_holds_while_the_query_lives(
+        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    """A batch that runs 1.5x the visibility timeout keeps its messages: the source extends
+    their deadlines, so a reaper finds nothing expired and nothing is delivered twice."""
+    import time
+
+    q = Queue("held", client=r, visibility_timeout=2, bucket_seconds=1)
+    ids = q.enqueue_many([f"h{i}" for i in range(20)])
+    seen: list[str] = []
+    reaped: list[int] = []
+
+    def each(df: Any, batch_id: int) -> None:
+        seen.extend(row.id for row in df.collect())
+        time.sleep(3)
+        reaped.append(q.reap().total)
+
+    stream = fmt(spark.readStream, redis_server.url, "held").load()
+    (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(tmp_path / "ck"))
+     .trigger(availableNow=True).start().awaitTermination(120))
+    assert reaped == [0] and sorted(seen) == sorted(ids)
+    s = q.stats()
+    assert (s.waiting, s.processing) == (0, 0)

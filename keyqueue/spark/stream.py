@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -77,7 +76,6 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._loaded: set[str] = set()
         self._target: int | None = None
         self._stop = threading.Event()
-        self._last_call = time.monotonic()
 
     def __getstate__(self) -> dict[str, object]:
         return {"opts": self.opts, "source": self.source}  # what read() needs in executors
@@ -88,7 +86,6 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the driver side -------------------------------------------------------------------
 
     def _queue(self) -> Queue:
-        self._last_call = time.monotonic()  # Spark is still driving this query
         if self._q is None:
             self._q = self.opts.open()
             threading.Thread(target=self._extend_loop, name="keyqueue-extend", daemon=True).start()
@@ -184,16 +181,14 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      "after their visibility timeout)", acked, len(pairs), done)
 
     def _extend_loop(self) -> None:
-        """Keep what this query holds invisible until Spark commits it, as long as Spark
-        keeps calling this source: Spark never says when a query stops, so once it has been
-        silent for a visibility timeout, its messages are left to come back by their deadline
-        (a micro-batch must therefore finish within the visibility timeout)."""
+        """Keep what this query holds invisible until Spark commits it. Spark never calls
+        ``stop()``, but the process holding this reader ends with its query (seen with
+        PySpark 4.3: stop(), a failed batch, the end of AvailableNow), and this thread with
+        it; then the messages come back by their deadline."""
         q = self._q
         assert q is not None
         vis = self.opts.visibility_timeout or q.settings.visibility_timeout
         while not self._stop.wait(max(vis / 3, 0.2)):
-            if time.monotonic() - self._last_call > vis:
-                continue
             with self._lock:
                 held = {b: list(p) for b, p in self._held.items()}
             for b, pairs in held.items():
