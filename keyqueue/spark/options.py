@@ -52,7 +52,7 @@ class Options:
             visibility_timeout=None if vis is None else float(vis),
             source=source,
         )
-        parsed.open().settings  # noqa: B018  fails early (bad URL, name, corrupt config) on the driver
+        parsed.open().client.close()  # fails early, on the driver: bad URL, name, corrupt config
         return parsed
 
     def open(self) -> Queue:

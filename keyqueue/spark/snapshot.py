@@ -60,12 +60,16 @@ class SnapshotReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         assert isinstance(partition, Ids)
-        q = self.opts.open()
-        try:
-            for m in q.get(partition.ids):
-                yield row(m)
-        finally:
-            q.client.close()
+        return map(row, messages(self.opts, partition.ids))
+
+
+def messages(opts: Options, ids: list[str]) -> Iterator[Message]:
+    """The messages with these ids, read by a task with a client of its own."""
+    q = opts.open()
+    try:
+        yield from q.get(ids)
+    finally:
+        q.client.close()
 
 
 def _text(v: bytes | str) -> str:

@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 from ..message import Message
 from ..queue import Queue
 from .options import Options
-from .snapshot import PER_PARTITION, Ids, utc
+from .snapshot import PER_PARTITION, Ids, messages, utc
 
 log = logging.getLogger("keyqueue.spark")
 
@@ -215,12 +215,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from partition.rows
             return
         assert isinstance(partition, Ids)
-        q = self.opts.open()
-        try:
-            for m in q.get(partition.ids):
-                yield _row(m)
-        finally:
-            q.client.close()
+        yield from map(_row, messages(self.opts, partition.ids))
 
 
 @dataclass

@@ -26,7 +26,9 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     """Drain ``queue`` with ``num_workers`` Spark tasks, each a burst Worker (its options in
     ``worker_options``). Rounds repeat while messages are left in flight by failed tasks,
     waiting for them to come back. ``url`` is how tasks connect (default: the queue's own
-    client's host, port, db and credentials). Returns processed and failed counts."""
+    client's host, port, db and credentials). Messages a failing handler released for a
+    later retry (its backoff) are left for a later run. Returns processed and failed
+    handler calls, rounds run and failed Spark jobs."""
     target = url or _url_of(queue)
     name, prefix, scripting = queue.name, queue.prefix, queue.scripting
 
