@@ -72,6 +72,13 @@ SCENARIOS: dict[str, Scenario] = {
     "reap": Scenario(_mixed, lambda q, c: q.reap()),
     "requeue_dead": Scenario(_mixed, lambda q, c: q.requeue()),
     "requeue_processing": Scenario(_mixed, lambda q, c: q.requeue(source="processing")),
+    "requeue_dead_ids": Scenario(_mixed, lambda q, c: q.requeue([c["ids"][2], "999"])),
+    "requeue_processing_ids": Scenario(_mixed, lambda q, c: q.requeue([m.id for m in c["held"]],
+                                                                       source="processing")),
+    "peek_delayed": Scenario(_mixed, lambda q, c: q.peek(10, source="delayed")),
+    "stats": Scenario(_mixed, lambda q, c: q.stats()),
     "purge_waiting": Scenario(_mixed, lambda q, c: q.purge(), lambda c: {"*waiting"}),
+    "purge_dead": Scenario(_mixed, lambda q, c: q.purge(source="dead"), lambda c: {c["ids"][2]}),
+    "purge_delayed": Scenario(_mixed, lambda q, c: q.purge(source="delayed"), lambda c: {"*delayed"}),
     "purge_all": Scenario(_mixed, lambda q, c: q.purge(source="all"), lambda c: {"*"}),
 }

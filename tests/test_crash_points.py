@@ -71,6 +71,7 @@ def run_op(port: int, r: redis.Redis, scripting: bool, op: str, limit: int | Non
     ctx = scenario.setup(healthy)
     before = _bodies(r)
     waiting_before = {i.decode() for i in r.smembers(BASE + "items")}
+    delayed_before = {m.id for m in healthy.peek(100, source="delayed")}
     budget = Budget()
     victim = _queue(crashing_client(port, budget), scripting, clock)
     budget.log.clear()
@@ -87,6 +88,8 @@ def run_op(port: int, r: redis.Redis, scripting: bool, op: str, limit: int | Non
         deletable = set(before)
     elif "*waiting" in deletable:
         deletable = waiting_before
+    elif "*delayed" in deletable:
+        deletable = delayed_before
     return budget, died, {"clock": clock, "before": before, "deletable": deletable}
 
 
