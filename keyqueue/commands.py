@@ -64,6 +64,15 @@ def message_reply(msg_id: str, f: dict[bytes, bytes]) -> list[Any]:
             f.get(b"c"), f.get(b"e")]
 
 
+def flat_messages(ids: Sequence[str], hashes: Sequence[Any]) -> list[Any]:
+    """HGETALL replies of ``ids`` as the flat reply scripts give (missing messages left out)."""
+    out: list[Any] = []
+    for i, raw in zip(ids, hashes):
+        if raw:
+            out += message_reply(i, as_fields(raw))
+    return out
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -111,9 +120,7 @@ class CommandOps:
         else:
             sec, usec = out[0]
             now = int(sec) * 1000 + int(usec) // 1000
-        for key, kind in zip(typed, out[len(head) - len(typed) - (1 if watch else 0):]):
-            if _text(kind) not in ("none", self.kind(key)):
-                raise CorruptQueue(key)
+        self._check_kinds(typed, out[len(head) - len(typed) - (1 if watch else 0):])
         replies = out[len(head):]
         self._raise_errors(reads, replies)
         return now, replies
@@ -124,11 +131,15 @@ class CommandOps:
         rest = key[len(self.keys.base):]
         return "hash" if rest.startswith("item:") else "set" if rest.startswith("timer:") else "string"
 
-    def _types(self, s: Session, keys: Sequence[str]) -> None:
-        """A round trip that only checks types (keys known after the first one)."""
-        for key, kind in zip(keys, s.send([("TYPE", k) for k in keys])):
+    def _check_kinds(self, keys: Sequence[str], kinds: Sequence[Any]) -> None:
+        """Raise CorruptQueue for the first key whose TYPE reply is neither absent nor its own."""
+        for key, kind in zip(keys, kinds):
             if _text(kind) not in ("none", self.kind(key)):
                 raise CorruptQueue(key)
+
+    def _types(self, s: Session, keys: Sequence[str]) -> None:
+        """A round trip that only checks types (keys known after the first one)."""
+        self._check_kinds(keys, s.send([("TYPE", k) for k in keys]))
 
     def _raise_errors(self, cmds: Sequence[Command], replies: Sequence[Any]) -> None:
         for cmd, reply in zip(cmds, replies):
@@ -262,9 +273,7 @@ class CommandOps:
         # not become waiting again (every way back to waiting writes the hash).
         got = s.send([("WATCH", *(k.item(i) for i in ids)), *(("TYPE", key) for key in typed),
                       *(("HGETALL", k.item(i)) for i in ids)])[1:]
-        for key, kind in zip(typed, got):
-            if _text(kind) not in ("none", self.kind(key)):
-                raise CorruptQueue(key)
+        self._check_kinds(typed, got)
         fields: dict[str, dict[bytes, bytes]] = {}
         for i, raw in zip(ids, got[len(typed):]):
             if isinstance(raw, ResponseError):
@@ -704,7 +713,8 @@ class CommandOps:
     def peek(self, source: str, count: int) -> list[Any]:
         k = self.keys
         if count <= 0:
-            self._with_types(self.state_keys)
+            with session(self.client) as s:
+                self._types(s, self.state_keys)
             return []
         with session(self.client) as s:
             if source in ("waiting", "dead"):
@@ -718,17 +728,10 @@ class CommandOps:
                 ids = [_text(i) for i in ids]
             else:
                 ids = self._delayed_ids(s, count)
-            got = s.send([("HGETALL", k.item(i)) for i in ids])
-            self._raise_errors([("HGETALL", k.item(i)) for i in ids], got)
-        out: list[Any] = []
-        for i, raw in zip(ids, got):
-            if raw:
-                out += message_reply(i, as_fields(raw))
-        return out
-
-    def _with_types(self, keys: Sequence[str]) -> None:
-        with session(self.client) as s:
-            self._types(s, keys)
+            reads: list[Command] = [("HGETALL", k.item(i)) for i in ids]
+            got = s.send(reads)
+            self._raise_errors(reads, got)
+        return flat_messages(ids, got)
 
     def _delayed_ids(self, s: Session, count: int) -> list[str]:
         k = self.keys

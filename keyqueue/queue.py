@@ -12,15 +12,15 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT
 
 from .connection import connection_kwargs, resolve_client
-from .errors import ConfigurationError, CorruptQueue, InvalidArgument, MessageTooLarge
+from .commands import CommandOps, flat_messages
+from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
-from .commands import CommandOps, as_fields, message_reply
+from .scripted import ScriptOps, keyqueue_error
+from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
 if TYPE_CHECKING:
     from .check import CheckReport
-from .scripted import ScriptOps, keyqueue_error
-from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
 PeekSource = Literal["waiting", "processing", "delayed", "dead"]
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
@@ -138,8 +138,7 @@ class Queue:
         """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id."""
         data = self._body(body)
         delay_ms = seconds_arg("delay", delay)
-        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
-            raise InvalidArgument(f"dedup_key must be a non-empty str, not {dedup_key!r}")
+        _check_dedup_key("dedup_key", dedup_key)
         self._register()
         s = self.settings
         return self._ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
@@ -157,10 +156,8 @@ class Queue:
             if per is not None and len(per) != len(data):
                 raise InvalidArgument(f"{name} has {len(per)} entries for {len(data)} bodies")
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
-        if dedup_keys is not None:
-            for key in dedup_keys:
-                if key is not None and (not isinstance(key, str) or not key):
-                    raise InvalidArgument(f"a dedup key must be a non-empty str or None, not {key!r}")
+        for key in dedup_keys or ():
+            _check_dedup_key("each dedup key", key)
         if not data:
             return []
         self._register()
@@ -180,11 +177,7 @@ class Queue:
         for i in wanted:
             pipe.execute_command("HGETALL", self.keys.item(i))
         replies = self._guarded(lambda: pipe.execute(), self.keys.base + "item:*")
-        flat: list[Any] = []
-        for i, raw in zip(wanted, replies):
-            if raw:
-                flat += message_reply(i, as_fields(raw))
-        return decode_messages(flat, self, with_receipt=False)
+        return decode_messages(flat_messages(wanted, replies), self, with_receipt=False)
 
     # -- consuming ------------------------------------------------------------------
 
@@ -385,6 +378,11 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, prefix={self.prefix!r})"
+
+
+def _check_dedup_key(what: str, key: object) -> None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
 
 
 def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:

@@ -29,9 +29,14 @@ local moved = false
 -- keyqueue/repair.py, which the script-free mode's reaper applies too: a state a live
 -- operation of that mode passes through is left alone until the bucket has fully passed.
 -- Returns the id's timer if it stays in tk, else nil.
-local function to_waiting(tk, ik, id, d, bucket_ms)
+-- Take id out of timer set tk and out of the set of its own timer d, if that is another.
+local function untime(tk, id, d)
   rcall('SREM', tk, id)
   if d and timer_key(bucket_of(d, bucket_ms)) ~= tk then rcall('SREM', timer_key(bucket_of(d, bucket_ms)), id) end
+end
+
+local function to_waiting(tk, ik, id, d)
+  untime(tk, id, d)
   -- A write even when there is no c or d to delete: a script-free claimer WATCHes the hash
   -- before it drops a list entry it found stale.
   if rcall('HDEL', ik, 'c', 'd') == 0 then rcall('HINCRBY', ik, 'n', 0) end
@@ -39,7 +44,7 @@ local function to_waiting(tk, ik, id, d, bucket_ms)
   moved = true
 end
 
-local function examine(tk, id, bucket_end, bucket_ms)
+local function examine(tk, id, bucket_end)
   local ik = item_key(id)
   local settled = now >= bucket_end
   local t = rcall('TYPE', ik)['ok']
@@ -55,8 +60,7 @@ local function examine(tk, id, bucket_end, bucket_ms)
   local waiting = rcall('SISMEMBER', KEYS[2], id) == 1
   if in_processing and f[4] and d then  -- a delivery
     if d > now then return d end
-    rcall('SREM', tk, id)
-    if timer_key(bucket_of(d, bucket_ms)) ~= tk then rcall('SREM', timer_key(bucket_of(d, bucket_ms)), id) end
+    untime(tk, id, d)
     rcall('SREM', KEYS[3], id)
     rcall('HDEL', ik, 'c', 'd')
     local r = tonumber(f[2] or '0')
@@ -80,12 +84,12 @@ local function examine(tk, id, bucket_end, bucket_ms)
     if d then
       if d > now then return d end
       res[1] = res[1] + 1
-      to_waiting(tk, ik, id, d, bucket_ms)
+      to_waiting(tk, ik, id, d)
       return nil
     end
     if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     res[1] = res[1] + 1
-    to_waiting(tk, ik, id, d, bucket_ms)
+    to_waiting(tk, ik, id, d)
     return nil
   end
   if waiting then
@@ -97,13 +101,13 @@ local function examine(tk, id, bucket_end, bucket_ms)
   if d then  -- delayed
     if d > now then return d end
     res[3] = res[3] + 1
-    to_waiting(tk, ik, id, d, bucket_ms)
+    to_waiting(tk, ik, id, d)
     return nil
   end
   if not settled then return bucket_end end
   if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
   res[1] = res[1] + 1  -- a message nothing referred to: adopted
-  to_waiting(tk, ik, id, d, bucket_ms)
+  to_waiting(tk, ik, id, d)
   return nil
 end
 
@@ -126,7 +130,7 @@ while budget > 0 do
       if card > budget then break end  -- the next call takes it whole
       local min = nil
       for _, id in ipairs(rcall('SMEMBERS', tk)) do
-        local d = examine(tk, id, (tonumber(bucket) + 1) * bucket_ms, bucket_ms)
+        local d = examine(tk, id, (tonumber(bucket) + 1) * bucket_ms)
         if d and (not min or d < min) then min = d end
       end
       budget = budget - math.max(card, 1)
@@ -140,7 +144,7 @@ while budget > 0 do
     else
       local r = rcall('SSCAN', tk, cursor, 'COUNT', budget)
       cursor = r[1]
-      for _, id in ipairs(r[2]) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms, bucket_ms) end
+      for _, id in ipairs(r[2]) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms) end
       budget = budget - math.max(#r[2], 1)
       if cursor == '0' then
         if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end

@@ -185,22 +185,21 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``stop()``, but the process holding this reader ends with its query (seen with
         PySpark 4.3: stop(), a failed batch, the end of AvailableNow), and this thread with
         it; then the messages come back by their deadline."""
-        q = self._q
-        assert q is not None
-        vis = self.opts.visibility_timeout or q.settings.visibility_timeout
+        q = self._queue()
+        vis = self._vis()
         while not self._stop.wait(max(vis / 3, 0.2)):
             with self._lock:
                 held = {b: list(p) for b, p in self._held.items()}
             for b, pairs in held.items():
-                lost = {m.id for m in stubs(q, pairs) if not self._extend(q, m)}
+                lost = {m.id for m in stubs(q, pairs) if not self._extend(q, m, vis)}
                 if lost:
                     with self._lock:
                         if b in self._held:
                             self._held[b] = [p for p in self._held[b] if p[0] not in lost]
 
-    def _extend(self, q: Queue, m: Message) -> bool:
+    def _extend(self, q: Queue, m: Message, vis: float) -> bool:
         try:
-            return q.extend(m, self.opts.visibility_timeout or q.settings.visibility_timeout)
+            return q.extend(m, vis)
         except Exception as exc:  # noqa: BLE001  Redis away: try again next round
             log.warning("extending message %s failed: %s", m.id, exc)
             return True
