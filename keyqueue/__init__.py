@@ -8,6 +8,7 @@ from .errors import (
     InvalidArgument,
     InvalidQueueName,
     KeyQueueError,
+    MessageNotJSON,
     MessageTooLarge,
     MissingDependency,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "KeyQueueError",
     "InvalidQueueName",
     "MessageTooLarge",
+    "MessageNotJSON",
     "InvalidArgument",
     "ConfigurationError",
     "CorruptQueue",

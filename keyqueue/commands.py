@@ -92,13 +92,17 @@ def _signal(key: str) -> list[Command]:
 class CommandOps:
     """The operations of one queue with plain commands (same methods as ScriptOps)."""
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Callable[[], float] | None = None):
+    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Callable[[], float] | None = None,
+                 on_config_missing: Callable[[], None] = lambda: None):
         if type(client).__name__ == "RedisCluster":
             raise ConfigurationError("the script-free mode needs a single Redis server "
                                      "(WATCH/MULTI on one connection); use the scripted mode on a cluster")
         self.client = client
         self.keys = keys
         self.clock = clock
+        #: Called when enqueue, claim or reap finds the config hash gone (read in a round trip
+        #: they make anyway).
+        self.on_config_missing = on_config_missing
         k = keys
         self.kinds = {k.seq: "string", k.queue: "list", k.items: "set", k.processing: "set",
                       k.timers: "zset", k.dead: "list", k.signal: "list"}
@@ -197,11 +201,15 @@ class CommandOps:
         with session(self.client) as s:
             # WATCH the dedup key before reading it: a second producer with the same key
             # between our read and our EXEC makes the EXEC fail, and we return its id.
-            reads: list[Command] = [] if dedup is None else [("GET", dedup)]
+            reads: list[Command] = [("EXISTS", k.config)]
+            if dedup is not None:
+                reads.append(("GET", dedup))
             now, got = self._open(s, typed, reads, watch=[dedup] if dedup else [])
-            if dedup is not None and got[0] is not None:
+            if got[0] == 0:
+                self.on_config_missing()
+            if dedup is not None and got[1] is not None:
                 s.one("UNWATCH")
-                return [_text(got[0])]
+                return [_text(got[1])]
             at = now + delay_ms
             tk, b = self._tk(at, bucket_ms)
             if delay_ms:
@@ -229,11 +237,12 @@ class CommandOps:
     # -- claiming ----------------------------------------------------------------------------
 
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
-        """Up to ``count`` messages: [dead_lettered, id, b, t, r, d, c, e, ...].
+        """Up to ``count`` messages: [dead_lettered, config_missing, next_timer, id, b, t, r, d,
+        c, e, ...] as claim.lua returns them.
 
         When every head entry it tried was held by another claimer, it looks again (a few
         times), so a claim does not come back empty while messages wait behind a contested head."""
-        out: list[Any] = [0]
+        out: list[Any] = [0, 0, None]
         offset = 0
         wanted = count
         with session(self.client) as s:
@@ -248,6 +257,8 @@ class CommandOps:
                 # each other so that a crowd of claimers does not meet on one entry again.
                 if busy:
                     offset += busy + random.randrange(wanted * (attempt + 1))
+        if out[1]:
+            self.on_config_missing()
         return out
 
     def _claim_once(self, s: Session, count: int, visibility_ms: int, bucket_ms: int,
@@ -259,7 +270,12 @@ class CommandOps:
         read: Command = (("LINDEX", k.queue, offset) if count == 1
                          else ("LRANGE", k.queue, offset, offset + count - 1))
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
-        now, (heads, waiting_len) = self._open(s, (), [read, ("LLEN", k.queue)])
+        now, (heads, waiting_len, config, first) = self._open(
+            s, (), [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")])
+        out[1] = int(config == 0)
+        if first:  # the earliest timer (ours, set below, is later than any due one)
+            score = first[0][1] if isinstance(first[0], list) else first[1]  # RESP3 or RESP2
+            out[2] = int(float(score)) - now
         if count == 1:
             heads = [] if heads is None else [heads]
         ids = list(dict.fromkeys(_text(h) for h in heads))
@@ -328,6 +344,7 @@ class CommandOps:
             tx += [("SADD", tk, *delivered), ("ZADD", k.timers, "LT", deadline, b)]
             if int(waiting_len) > offset + len(heads):
                 tx += _signal(k.signal)
+            out[2] = visibility_ms if out[2] is None else min(out[2], visibility_ms)
         # What we own needs no WATCH; if a stale id's message changed, keep its entry.
         if not (tx or drops):
             s.one("UNWATCH")
@@ -447,22 +464,26 @@ class CommandOps:
     def reap_step(self, bucket_ms: int, max_receives: str, limit: int,
                   position: tuple[str, str, int]) -> list[Any]:
         """One due bucket (or one chunk of a large one), by the rules of repair.py.
-        Returns what reap.lua returns: requeued, dead, released, bucket, cursor, skip, done, broken..."""
+        Returns what reap.lua returns: requeued, dead, released, bucket, cursor, skip, done,
+        config_missing, broken..."""
         k = self.keys
         bucket, cursor, skip = position
         res = [0, 0, 0]
         broken: list[bytes] = []
         with session(self.client) as s:
-            now, _ = self._open(s, self.waking_keys)
+            now, (config,) = self._open(s, self.waking_keys, [("EXISTS", k.config)])
+            missing = int(config == 0)
+            if missing:
+                self.on_config_missing()
             if bucket == "":
                 due = s.one("ZRANGEBYSCORE", k.timers, "-inf", now, "LIMIT", skip, 1)
                 if not due:
-                    return [*res, b"", b"0", skip, 1]
+                    return [*res, b"", b"0", skip, 1, missing]
                 bucket, cursor = _text(due[0]), "0"
             tk = k.timer(bucket)
             kind, card, scan = s.send([("TYPE", tk), ("SCARD", tk), ("SSCAN", tk, cursor, "COUNT", limit)])
             if _text(kind) not in ("none", "set"):
-                return [*res, b"", b"0", skip + 1, 0, tk.encode()]
+                return [*res, b"", b"0", skip + 1, 0, missing, tk.encode()]
             whole = cursor == "0" and int(card) <= limit
             if whole:
                 ids = [_text(x) for x in s.one("SMEMBERS", tk)]
@@ -476,7 +497,7 @@ class CommandOps:
                 if not self._rescore(s, tk, bucket, earliest if whole else None, kept if whole else -1, now):
                     skip += 1  # still due: the next step looks past it
                 bucket, cursor = "", "0"
-        return [*res, bucket.encode(), cursor.encode(), skip, 0, *broken]
+        return [*res, bucket.encode(), cursor.encode(), skip, 0, missing, *broken]
 
     def _settle(self, s: Session, tk: str, ids: list[str], now: int, end: int, bucket_ms: int,
                 max_receives: str, res: list[int], broken: list[bytes]) -> tuple[int | None, int]:
@@ -653,7 +674,7 @@ class CommandOps:
         if source == "waiting":
             # Take the ids as a claim does (so no claimer gets a message being deleted), then
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
-            got, deadline, _ = self._claim_once(s, limit, PURGE_VISIBILITY_MS, bucket_ms, "", [0])
+            got, deadline, _ = self._claim_once(s, limit, PURGE_VISIBILITY_MS, bucket_ms, "", [0, 0, None])
             if got:
                 self._commit(s, [("SREM", k.processing, *got), ("SREM", k.timer(deadline // bucket_ms), *got),
                                  ("DEL", *(k.item(i) for i in got))])

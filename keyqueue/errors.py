@@ -19,6 +19,10 @@ class InvalidArgument(KeyQueueError, ValueError):
     """A setting or argument with a value keyqueue cannot use (negative delay, bad source, ...)."""
 
 
+class MessageNotJSON(KeyQueueError, ValueError):
+    """``Message.json()`` on a body that is not UTF-8 text."""
+
+
 class ConfigurationError(KeyQueueError, ValueError):
     """The connection was asked for in a way that cannot work (bad URL, client and url both given)."""
 

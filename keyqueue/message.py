@@ -6,6 +6,8 @@ import json as _json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .errors import MessageNotJSON
+
 if TYPE_CHECKING:
     from .queue import Queue
 
@@ -26,13 +28,25 @@ class Message:
     deadline: float | None
     last_error: str | None
     queue: Queue | None = field(default=None, repr=False)
+    #: What was last done to this delivery through its queue: "ack", "release" or
+    #: "dead_letter" (None: nothing yet). A Worker reads it, so a handler that settled its
+    #: own message is taken at its word.
+    settled: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def text(self) -> str:
         return self.body.decode("utf-8")
 
     def json(self) -> Any:
-        return _json.loads(self.body)
+        """The body parsed as JSON; a body that is not UTF-8 raises MessageNotJSON (a
+        ValueError) naming the message, instead of json's misleading encoding guess."""
+        try:
+            text = self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MessageNotJSON(
+                f"message {self.id}: the body is not UTF-8 JSON (byte {exc.start} is "
+                f"{self.body[exc.start:exc.start + 1]!r}); read msg.body for the raw bytes") from None
+        return _json.loads(text)
 
     def _queue(self) -> Queue:
         if self.queue is None:
@@ -45,8 +59,9 @@ class Message:
     def extend(self, seconds: float) -> bool:
         return self._queue().extend(self, seconds)
 
-    def release(self, delay: float = 0.0) -> bool:
-        return self._queue().release(self, delay=delay)
+    def release(self, delay: float = 0.0, error: str | None = None) -> bool:
+        """Give the message back (visible after ``delay``); ``error`` becomes last_error."""
+        return self._queue().release(self, delay=delay, error=error)
 
     def dead_letter(self, reason: str = "") -> bool:
         return self._queue().dead_letter(self, reason)

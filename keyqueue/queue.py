@@ -4,6 +4,8 @@ read settings, wait for a wake-up signal, and find keys to destroy."""
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
@@ -11,16 +13,18 @@ import redis
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT
 
-from .connection import connection_kwargs, resolve_client
+from .connection import TRANSIENT, connection_kwargs, resolve_client
 from .commands import CommandOps, flat_messages
 from .errors import CorruptQueue, InvalidArgument, MessageTooLarge
 from .keys import QueueKeys, registry_key, validate_name, validate_prefix
 from .message import Message, QueueStats, ReapResult, decode_messages
 from .scripted import ScriptOps, keyqueue_error
-from .settings import UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
+from .settings import SETTING_NAMES, UNSET, QueueSettings, Unset, seconds_arg, validate, whole_number
 
 if TYPE_CHECKING:
     from .check import CheckReport
+
+log = logging.getLogger("keyqueue.queue")
 
 PeekSource = Literal["waiting", "processing", "delayed", "dead"]
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
@@ -32,6 +36,13 @@ BATCH = 500
 REQUEUE_BATCH = 250
 #: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
 WAIT_SLICE = 2.0
+#: Seconds between the reaps a Queue's claims make (and Workers make) of its queue.
+REAP_INTERVAL = 1.0
+#: Ids one claim-time reap examines at most: a backlog is reaped over the following claims.
+CLAIM_REAP_LIMIT = 500
+#: Fields before the messages in a claim reply: dead-lettered count, config missing, ms to
+#: the earliest timer.
+CLAIM_HEAD = 3
 
 
 class Queue:
@@ -72,27 +83,88 @@ class Queue:
                 dedup_window=dedup_window,
             ).items() if v is not UNSET
         }
-        wanted = validate(QueueSettings(), given)
+        self._wanted = given
+        self._given = validate(QueueSettings(), given).to_hash(set(given))
         self.scripting = scripting
         self.client = resolve_client(client, url)
         self.keys = QueueKeys(self.prefix, self.name)
-        self._ops: ScriptOps | CommandOps = (ScriptOps if scripting else CommandOps)(self.client, self.keys, clock)
-        self.settings = self._load_settings(wanted, set(given))
+        self._ops: ScriptOps | CommandOps = (ScriptOps if scripting else CommandOps)(
+            self.client, self.keys, clock, self._restore)
+        self._settings: QueueSettings | None = None
+        #: The config fields this Queue restores if the hash vanishes: those it was given or
+        #: found when it loaded (never defaults it merely fell back to).
+        self._held: dict[str, str] = {}
+        self._registered = False
+        self._restored_at = -math.inf
+        #: Claim-time reaping (monotonic times): the last reap, when the earliest timer falls
+        #: due (every claim reply says; 0 = unknown, so the first claim reaps), and where a
+        #: reap cut short goes on.
+        self._last_reap = -math.inf
+        self._due_at = 0.0
+        self._reap_position: tuple[str, str, int] = ("", "0", 0)
+        try:
+            self._load_settings()
+        except TRANSIENT as exc:  # e.g. a module-level Queue while Redis restarts
+            log.debug("queue %s: Redis unreachable (%s); settings load on first use", self.name, exc)
 
     # -- settings -------------------------------------------------------------------
 
-    def _load_settings(self, wanted: QueueSettings, given: set[str]) -> QueueSettings:
+    @property
+    def settings(self) -> QueueSettings:
+        """The settings in force: loaded when the Queue was made, or on first use if Redis
+        was unreachable then."""
+        if self._settings is None:
+            self._load_settings()
+        assert self._settings is not None
+        return self._settings
+
+    def _load_settings(self) -> None:
+        """Read the config hash and write the values this Queue was given (last writer
+        wins); log which values in force the given ones changed."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(k.config)
         pipe.sismember(k.registry, self.name)
         stored, registered = self._guarded(pipe.execute, k.config, k.registry)
         self._registered = bool(registered)
-        if given:
-            fields: dict[EncodableT, EncodableT] = dict(wanted.to_hash(given).items())
+        current = self._parse_settings(stored)
+        if self._given:
+            fields: dict[EncodableT, EncodableT] = dict(self._given.items())
             self._guarded(lambda: self.client.hset(k.config, mapping=fields), k.config)
             self._register()
-        return validate(self._parse_settings(stored), {name: getattr(wanted, name) for name in given})
+            changed = [f"{name} {stored[name.encode()].decode()} -> {value}"
+                       for name, value in self._given.items()
+                       if name.encode() in stored and stored[name.encode()].decode() != value]
+            if changed:
+                log.info("queue %s: changed %s in its config hash", self.name, ", ".join(changed))
+        settings = validate(current, self._wanted)
+        self._held = settings.to_hash({f.decode() for f in stored} & SETTING_NAMES | set(self._given))
+        self._settings = settings
+
+    def _restore(self) -> None:
+        """A write found the config hash gone (Redis lost its data: a restart without
+        persistence, a FLUSHDB, a failover to an empty replica). Write back the settings this
+        Queue runs with and its registration, so ``keyqueue ls``, reapers of every queue and
+        other processes find it again. HSETNX: a value another process wrote since wins. At
+        most once a second (a queue with no settings to restore reports it on every write).
+        A Queue that never knew the queue to exist (a claim on a name nobody wrote) restores
+        nothing: reading a queue must not create it."""
+        now = time.monotonic()
+        if now - self._restored_at < 1.0 or not (self._held or self._registered):
+            return
+        self._restored_at = now
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for name, value in self._held.items():
+            pipe.hsetnx(k.config, name, value)
+        pipe.sadd(k.registry, self.name)
+        replies = self._guarded(pipe.execute, k.config, k.registry)
+        self._registered = True
+        restored = [name for name, n in zip(self._held, replies) if n]
+        if replies[-1] or restored:
+            log.warning("queue %s: %s missing from Redis (data lost?); restored%s", self.name,
+                        "its registration and settings were" if restored else "its registration was",
+                        f" {', '.join(f'{n}={self._held[n]}' for n in restored)}" if restored else "")
 
     def _parse_settings(self, stored: dict[bytes, bytes]) -> QueueSettings:
         try:
@@ -107,10 +179,14 @@ class Queue:
             self._registered = True
 
     def refresh_settings(self) -> QueueSettings:
-        """Re-read the config hash (the reaper does this every pass)."""
+        """Re-read the config hash (the reaper does this every pass). A hash that vanished
+        keeps the settings held until a write restores it, rather than falling to defaults."""
         stored = self._guarded(lambda: self.client.hgetall(self.keys.config), self.keys.config)
-        self.settings = self._parse_settings(stored)
-        return self.settings
+        if not stored and self._held and self._settings is not None:
+            return self._settings
+        self._settings = self._parse_settings(stored)
+        self._held = self._settings.to_hash({f.decode() for f in stored} & SETTING_NAMES)
+        return self._settings
 
     def _guarded(self, fn: Callable[[], Any], *keys: str) -> Any:
         try:
@@ -194,13 +270,47 @@ class Queue:
             "visibility_timeout", visibility_timeout, allow_zero=False)
         wait_ms = seconds_arg("wait", wait)
         deadline = time.monotonic() + wait_ms / 1000.0
-        reply = self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg)
-        while len(reply) <= 1:
-            remaining = deadline - time.monotonic()
+        self.reap_if_due()
+        got = self._take(self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg))
+        while not got:
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return []
-            reply = self._wait_then_claim([self], remaining, count, vis_ms)
-        return decode_messages(reply, self, start=1)
+            if self.reap_if_due():
+                got = self._take(self._ops.claim(count, vis_ms, s.bucket_ms, s.max_receives_arg))
+                continue
+            # Wake when a reap may be due too: expiring and due delayed messages signal nobody.
+            wake = max(self._next_reap() - now, 0.01)
+            got = self._take(self._wait_then_claim([self], min(remaining, wake), count, vis_ms))
+        return got
+
+    def _take(self, reply: list[Any]) -> list[Message]:
+        """The messages of a claim reply; its head says when the earliest timer falls due."""
+        due_ms = reply[2]
+        self._due_at = math.inf if due_ms is None else time.monotonic() + int(due_ms) / 1000.0
+        return decode_messages(reply, self, start=CLAIM_HEAD)
+
+    def _next_reap(self) -> float:
+        return max(self._last_reap + REAP_INTERVAL, self._due_at)
+
+    def reap_if_due(self) -> bool:
+        """One bounded reap step when a timer may have fallen due and the last reap is
+        REAP_INTERVAL old (a reap cut short goes on at the next call). This is how a consumer
+        that only claims gets expired and due delayed messages back without a Reaper; it
+        costs nothing while no timer is due. True when it moved a message."""
+        now = time.monotonic()
+        if now < self._next_reap():
+            return False
+        s = self.settings
+        reply = self._ops.reap_step(s.bucket_ms, s.max_receives_arg, CLAIM_REAP_LIMIT, self._reap_position)
+        done = bool(int(reply[6]))
+        # Corrupt keys (reply[8:]) are left for Queue.reap and the Reaper to report.
+        if done:
+            self._reap_position, self._last_reap = ("", "0", 0), now
+        else:
+            self._reap_position = (reply[3].decode(), reply[4].decode(), int(reply[5]))
+        return int(reply[0]) + int(reply[1]) + int(reply[2]) > 0
 
     def _wait_then_claim(self, watched: Sequence[Queue], seconds: float, count: int,
                          vis_ms: int) -> list[Any]:
@@ -225,10 +335,13 @@ class Queue:
         return self.ack_many([message]) == 1
 
     def ack_many(self, messages: Sequence[Message]) -> int:
-        pairs = [(m.id, m.receipt) for m in messages if self._own(m)]
-        if not pairs:
+        owned = [m for m in messages if self._own(m)]
+        if not owned:
             return 0
-        return self._ops.ack(pairs, self.settings.bucket_ms)  # type: ignore[arg-type]
+        n = self._ops.ack([(m.id, m.receipt) for m in owned], self.settings.bucket_ms)  # type: ignore[misc]
+        for m in owned:
+            m.settled = "ack"
+        return n
 
     def extend(self, message: Message, seconds: float) -> bool:
         """Heartbeat: new deadline = now + seconds, if this delivery is current."""
@@ -245,15 +358,19 @@ class Queue:
         delay_ms = seconds_arg("delay", delay)
         if not self._own(message):
             return False
-        return self._ops.release(message.id, message.receipt, delay_ms,  # type: ignore[arg-type]
-                                 self.settings.bucket_ms, error)
+        ok = self._ops.release(message.id, message.receipt, delay_ms,  # type: ignore[arg-type]
+                               self.settings.bucket_ms, error)
+        message.settled = "release"
+        return ok
 
     def dead_letter(self, message: Message, reason: str = "") -> bool:
         """Move a current delivery to dead letters; ``reason`` becomes last_error."""
         if not self._own(message):
             return False
-        return self._ops.dead_letter(message.id, message.receipt, str(reason),  # type: ignore[arg-type]
-                                     self.settings.bucket_ms)
+        ok = self._ops.dead_letter(message.id, message.receipt, str(reason),  # type: ignore[arg-type]
+                                   self.settings.bucket_ms)
+        message.settled = "dead_letter"
+        return ok
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -266,10 +383,12 @@ class Queue:
         while True:
             reply = self._ops.reap_step(s.bucket_ms, s.max_receives_arg, BATCH, position)
             total = total + ReapResult(int(reply[0]), int(reply[1]), int(reply[2]))
-            broken.extend(k.decode() for k in reply[7:])
+            broken.extend(k.decode() for k in reply[8:])
             position = (reply[3].decode(), reply[4].decode(), int(reply[5]))
             if int(reply[6]):
                 break
+        self._last_reap = time.monotonic()
+        self._reap_position = ("", "0", 0)
         if broken:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
@@ -336,6 +455,7 @@ class Queue:
         if batch:
             self.client.unlink(*batch)
         self._guarded(lambda: self.client.srem(self.keys.registry, self.name), self.keys.registry)
+        self._registered, self._held = False, {}
 
     # -- reading --------------------------------------------------------------------
 
@@ -433,8 +553,9 @@ def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float 
             return None, []
         reply = first._wait_then_claim(queues, remaining, count,
                                        first.settings.visibility_ms if vis_ms is None else vis_ms)
-        if len(reply) > 1:
-            return first, decode_messages(reply, first, start=1)
+        got = first._take(reply)
+        if got:
+            return first, got
 
 
 def wait_for_any(queues: Sequence[Queue], timeout: float) -> None:

@@ -80,16 +80,21 @@ def _text(value: bytes | str | int) -> str:
 class ScriptOps:
     """Runs the scripts of one queue. ``clock`` (tests only) replaces the server's TIME."""
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Callable[[], float] | None = None):
+    def __init__(self, client: redis.Redis, keys: QueueKeys, clock: Callable[[], float] | None = None,
+                 on_config_missing: Callable[[], None] = lambda: None):
         self.client = client
         self.keys = keys
         self.clock = clock
+        #: Called when a write finds the config hash gone (enqueue, claim and reap report it).
+        self.on_config_missing = on_config_missing
         k = keys
         # Key lists built once: they are on the hot path of every call.
-        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal)
+        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config)
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         # the states plus the wake-up signal: scripts that may make messages visible
         self.waking_keys = (*self.state_keys, k.signal)
+        # claim and reap also report a missing config hash
+        self.claim_keys = (*self.waking_keys, k.config)
         self.owner_keys = (k.processing, k.timers)
 
         self._static_head = (k.base, "")
@@ -142,16 +147,20 @@ class ScriptOps:
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
                     dedup_key: str | None, dedup_ms: int) -> str:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
-        return self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, body))[0].decode()
+        reply = self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, body))
+        self._report(reply[2])
+        return reply[0].decode()
 
     def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> list[str]:
         base = self.enqueue_keys
         calls = [(base, [delay_ms, bucket_ms, 0, *bodies[i : i + CHUNK]])
                  for i in range(0, len(bodies), CHUNK)]
         ids: list[str] = []
-        for first, n in self.call_many("enqueue", calls):
+        replies = self.call_many("enqueue", calls)
+        for first, n, _ in replies:
             start = int(first)
             ids.extend(str(start + j) for j in range(n))
+        self._report(replies[-1][2])
         return ids
 
     def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
@@ -162,11 +171,20 @@ class ScriptOps:
                  for body, delay, key in zip(bodies, delays_ms, dedup_keys)]
         out: list[str] = []
         for i in range(0, len(calls), CHUNK):
-            out += [reply[0].decode() for reply in self.call_many("enqueue", calls[i : i + CHUNK])]
+            replies = self.call_many("enqueue", calls[i : i + CHUNK])
+            out += [reply[0].decode() for reply in replies]
+        self._report(replies[-1][2])
         return out
 
+    def _report(self, missing: Any) -> None:
+        if missing == 1:
+            self.on_config_missing()
+
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
-        return self.call("claim", self.waking_keys, (count, visibility_ms, bucket_ms, max_receives))
+        """[dead_lettered, config_missing, next_timer, id, b, t, r, d, c, e, ...] (see claim.lua)."""
+        reply = self.call("claim", self.claim_keys, (count, visibility_ms, bucket_ms, max_receives))
+        self._report(reply[1])
+        return reply
 
     def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
                         visibility_ms: int, bucket_ms: int, max_receives: str) -> list[Any]:
@@ -174,15 +192,16 @@ class ScriptOps:
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command("BLPOP", *signals, timeout)
-        pipe.execute_command("EVALSHA", script_sha("claim"), len(self.waking_keys), *self.waking_keys,
+        pipe.execute_command("EVALSHA", script_sha("claim"), len(self.claim_keys), *self.claim_keys,
                              *self._head(), count, visibility_ms, bucket_ms, max_receives)
         woken, reply = pipe.execute(raise_on_error=False)
         for r in (woken, reply):
             if isinstance(r, NoScriptError):
                 self.client.script_load(script_source("claim"))
-                return [0]  # the caller claims again, now with the script loaded
+                return [0, 0, None]  # the caller claims again, now with the script loaded
             if isinstance(r, Exception):
                 raise keyqueue_error(r, signals[0])
+        self._report(reply[1])
         return reply
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> int:
@@ -213,8 +232,9 @@ class ScriptOps:
 
     def reap_step(self, bucket_ms: int, max_receives: str, limit: int,
                   position: tuple[str, str, int]) -> list[Any]:
-        return self.call("reap", self.waking_keys,
-                         [bucket_ms, max_receives, limit, *position])
+        reply = self.call("reap", self.claim_keys, [bucket_ms, max_receives, limit, *position])
+        self._report(reply[7])
+        return reply
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
                 cursor: str = "0") -> tuple[int, int, str]:

@@ -89,6 +89,10 @@ class QueueSettings:
         return validate(cls(), values)
 
 
+#: The fields of the config hash.
+SETTING_NAMES = frozenset(f.name for f in fields(QueueSettings))
+
+
 def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
     """``base`` with ``given`` applied, every value checked."""
     checked: dict[str, Any] = {}

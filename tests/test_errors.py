@@ -86,8 +86,12 @@ def test_connection_errors() -> None:
     with pytest.raises(ConfigurationError) as info:
         Queue("q", url="http://admin:hunter2@example.com:6379/0")
     assert "hunter2" not in str(info.value) and "***" in str(info.value)
-    with pytest.raises(redis.ConnectionError):
-        Queue("q", url=f"redis://127.0.0.1:{free_port()}/0")
+    # Constructing never fails on an unreachable Redis (a module-level Queue must import);
+    # the first operation raises.
+    q = Queue("q", url=f"redis://127.0.0.1:{free_port()}/0", visibility_timeout=5)
+    for op in (lambda: q.enqueue("x"), q.claim, q.stats, q.length):
+        with pytest.raises(redis.ConnectionError):
+            op()
 
 
 def test_a_decoding_client_still_gets_bytes(redis_server) -> None:

@@ -4,8 +4,11 @@
   there yet) and out of items (still there); list entries failing it are stale and
   dropped. A message out of receives goes to dead letters instead of being delivered.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
+  KEYS[7] config
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
-  Returns {dead_lettered, id, b, t, r, d, c, e, id, b, ...}.
+  Returns {dead_lettered, config_missing (1/0), next_timer, id, b, t, r, d, c, e, id, b, ...}:
+  next_timer is ms from now to the earliest timer in the index (nil: none), so the client
+  knows when a reap may find something, at no extra round trip.
 ]]
 local count = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[5])
@@ -20,7 +23,7 @@ local deadline_s, now_s = fmt(deadline), fmt(now)
 local tk = timer_key(bucket_of(deadline, bucket_ms))
 if wrong_type({tk, 'set'}) then return corrupt(tk) end
 
-local out = {0}
+local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false}
 local claimed = 0
 while claimed < count do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
@@ -31,7 +34,7 @@ while claimed < count do
   for i = 1, #heads do
     local f = read_item(item_key(heads[i]))
     if f == false then
-      if #out == 1 and out[1] == 0 then return corrupt(item_key(heads[i])) end
+      if #out == 3 and out[1] == 0 then return corrupt(item_key(heads[i])) end
       heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
       count = 0
       break
@@ -80,4 +83,6 @@ if claimed > 0 then
   rcall('ZADD', KEYS[4], 'LT', deadline, bucket_of(deadline, bucket_ms))
   if rcall('LLEN', KEYS[1]) > 0 then signal(KEYS[6]) end
 end
+local first = rcall('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+if first[2] then out[3] = math.floor(tonumber(first[2]) - now) end
 return out

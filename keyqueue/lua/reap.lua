@@ -7,9 +7,11 @@
   A bucket of at most `limit` ids is examined in one call and rescored exactly; a larger
   one is scanned in chunks (SSCAN) and stays due until it shrinks.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
+  KEYS[7] config
   ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
-  Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0), corrupt keys...}
+  Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
+           config_missing (1/0), corrupt keys...}
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local max_receives = tonumber(ARGV[4])
@@ -154,6 +156,6 @@ while budget > 0 do
   end
 end
 if moved then signal(KEYS[6]) end
-local out = {res[1], res[2], res[3], bucket, cursor, skip, done}
+local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0}
 for _, k in ipairs(broken) do out[#out + 1] = k end
 return out
