@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -33,9 +35,26 @@ def from_url(url: str) -> redis.Redis:
     if not isinstance(url, str) or not url:
         raise ConfigurationError("a Redis URL must be a non-empty string")
     try:
-        return redis.Redis.from_url(url)
+        client = redis.Redis.from_url(url)
+        # redis-py checks unknown query parameters only when it first connects: make one
+        # connection object (no I/O) so a typo in the URL fails here, as a bad URL.
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+        return client
     except (ValueError, TypeError) as exc:
-        raise ConfigurationError(f"invalid Redis URL {redact(url)}: {exc}") from None
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        why = f"unknown query parameter {unknown.group(1)!r}" if unknown else str(exc)
+        raise ConfigurationError(f"invalid Redis URL {redact(url)}: {why}") from None
+
+
+def default_url() -> str:
+    """``KEYQUEUE_URL`` when set (as the CLI reads it), else the local default."""
+    env = os.environ.get("KEYQUEUE_URL")
+    if env is None:
+        return DEFAULT_URL
+    if not env:
+        raise ConfigurationError("KEYQUEUE_URL is set but empty: unset it or give a Redis URL")
+    return env
 
 
 def connection_kwargs(client: redis.Redis) -> dict[str, object]:
@@ -47,11 +66,12 @@ def connection_kwargs(client: redis.Redis) -> dict[str, object]:
 
 
 def resolve_client(client: redis.Redis | None, url: str | None) -> redis.Redis:
-    """One client that answers bytes: bodies are binary, so decode_responses is turned off."""
+    """One client that answers bytes: bodies are binary, so decode_responses is turned off.
+    Neither given: ``KEYQUEUE_URL``, else redis://localhost:6379/0."""
     if client is not None and url is not None:
         raise ConfigurationError("give either client= or url=, not both")
     if client is None:
-        return from_url(url or DEFAULT_URL)
+        return from_url(default_url() if url is None else url)
     if not connection_kwargs(client).get("decode_responses"):
         return client
     pool = getattr(client, "connection_pool", None)

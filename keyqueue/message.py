@@ -21,7 +21,7 @@ class Message:
     this object's ack/extend/release return False. Times are epoch seconds, server clock."""
 
     id: str
-    body: bytes
+    body: bytes = field(repr=False)
     receipt: str | None
     receives: int
     enqueued_at: float
@@ -32,6 +32,11 @@ class Message:
     #: "dead_letter" (None: nothing yet). A Worker reads it, so a handler that settled its
     #: own message is taken at its word.
     settled: str | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 60 else self.body[:60] + b"..."
+        return (f"Message(id={self.id!r}, body={body!r} ({len(self.body)} bytes), "
+                f"receives={self.receives}, last_error={self.last_error!r})")
 
     @property
     def text(self) -> str:

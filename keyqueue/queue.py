@@ -226,6 +226,7 @@ class Queue:
 
         ``delays`` and ``dedup_keys`` (one per body, None = no key) give each message its
         own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
+        _not_one(bodies, "bodies", "enqueue(body)")
         data = [self._body(b) for b in bodies]
         delay_ms = seconds_arg("delay", delay)
         for name, per in (("delays", delays), ("dedup_keys", dedup_keys)):
@@ -246,6 +247,7 @@ class Queue:
     def get(self, ids: Iterable[str]) -> list[Message]:
         """The messages with these ids, in order, without claiming them (no receipt); ids
         with no message are skipped. One round trip."""
+        _not_one(ids, "ids", "get([id])")
         wanted = [str(i) for i in ids]
         if not wanted:
             return []
@@ -401,6 +403,7 @@ class Queue:
         bucket_ms = self.settings.bucket_ms
         done = 0
         if ids is not None:
+            _not_one(ids, "ids", "requeue([id])")
             wanted = [str(i) for i in ids]
             for i in range(0, len(wanted), REQUEUE_BATCH):
                 n, _, _ = self._ops.requeue(source, wanted[i : i + REQUEUE_BATCH], REQUEUE_BATCH, bucket_ms)
@@ -487,17 +490,25 @@ class Queue:
 
         return check_queue(self, repair=repair, settle=settle)
 
-    def worker(self, **options: Any) -> Callable[[Callable[[Message], Any]], Any]:
-        """Decorator: ``@queue.worker(concurrency=4)`` turns ``fn(message)`` into a Worker."""
+    def worker(self, handler: Callable[[Message], Any] | None = None, **options: Any) -> Any:
+        """Decorator: ``@queue.worker(concurrency=4)`` (or bare ``@queue.worker``) turns
+        ``fn(message)`` into a Worker."""
         from .worker import Worker
 
         def decorate(handler: Callable[[Message], Any]) -> Worker:
             return Worker(self, handler, **options)
 
-        return decorate
+        return decorate if handler is None else decorate(handler)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, prefix={self.prefix!r})"
+
+
+def _not_one(values: object, what: str, instead: str) -> None:
+    """A str or bytes where an iterable of them is expected is one value, not many."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be an iterable (a list), not one {type(values).__name__}; "
+                        f"for one value use {instead}")
 
 
 def _check_dedup_key(what: str, key: object) -> None:

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any, Callable, Iterable, Sequence
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from .errors import CorruptQueue
 from .keys import QueueKeys
@@ -70,6 +70,9 @@ def keyqueue_error(exc: Exception, default_key: str) -> Exception:
         return CorruptQueue(msg.split()[1])
     if "WRONGTYPE" in msg:
         return CorruptQueue(default_key)
+    if isinstance(exc, NoPermissionError) and ("'evalsha'" in msg or "'script" in msg):
+        return type(exc)(f"{msg} (this Redis user may not run scripts: use the script-free mode, "
+                         "Queue(..., scripting=False) or keyqueue --no-scripting)")
     return exc
 
 

@@ -115,11 +115,18 @@ def whole_number(name: str, value: object, minimum: int) -> int:
     return value  # type: ignore[return-value]
 
 
+#: Longest duration any argument or setting takes (about 31 years): times are kept as epoch
+#: milliseconds, and a larger one would overflow a Lua number's exact range.
+MAX_SECONDS = 1e9
+
+
 def check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
     """A finite, non-negative (or positive) number of seconds, or a clear error."""
-    if not _is_number(value) or value < 0 or (not allow_zero and value == 0):  # type: ignore[operator]
+    if (not _is_number(value) or value < 0 or (not allow_zero and value == 0)  # type: ignore[operator]
+            or value > MAX_SECONDS):  # type: ignore[operator]
         need = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be a finite number of seconds {need}, not {value!r}")
+        raise InvalidArgument(f"{name} must be a finite number of seconds {need} and at most "
+                              f"{MAX_SECONDS:.0e}, not {value!r}")
     return float(value)  # type: ignore[arg-type]
 
 

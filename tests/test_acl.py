@@ -32,8 +32,8 @@ def test_the_acl_really_denies_scripts(no_scripts_url: str) -> None:
                 ("SCRIPT", "LOAD", "return 1")):
         with pytest.raises(NoPermissionError):
             client.execute_command(*cmd)
-    with pytest.raises(NoPermissionError):
-        Queue("q", url=no_scripts_url).enqueue("x")  # the scripted mode cannot work here
+    with pytest.raises(NoPermissionError, match="use the script-free mode"):
+        Queue("q", url=no_scripts_url).enqueue("x")  # the scripted mode cannot work here: says why
 
 
 def test_every_operation_works_without_scripts(no_scripts_url: str, r: redis.Redis) -> None:
