@@ -8,6 +8,7 @@ next to a same-run baseline of plain redis-py commands:
 2. ``Queue.enqueue_many`` (batches of 100, 1000) vs one pipeline of N ``LPUSH`` per batch
 3. ``claim()`` + ``ack()`` one at a time      vs ``RPOPLPUSH`` + ``LREM`` round trips
 4. ``claim_many(100)`` + ``ack_many``         vs a pipeline of 100 ``LMOVE`` + one of 100 ``LREM``
+   (3 and 4 also against themselves with claim-time reaping turned off: what it costs)
 5. Redis memory per waiting message (``INFO memory`` used_memory, after ``FLUSHALL``) of
    100,000 messages enqueued with ``enqueue_many``, vs the same bodies ``LPUSH``-ed.
 
@@ -234,9 +235,17 @@ def expect(got: int, want: int, what: str) -> None:
         raise RuntimeError(f"{what}: drained {got} messages, expected {want}")
 
 
-def kq_claim_ack(r: redis.Redis, data: list[bytes]) -> Prepare:
+def without_claim_reaping(q: Queue) -> Queue:
+    """The baseline of claim-time reaping: the same Queue with it turned off."""
+    q.reap_if_due = lambda: False  # type: ignore[method-assign]
+    return q
+
+
+def kq_claim_ack(r: redis.Redis, data: list[bytes], reaping: bool = True) -> Prepare:
     def prepare() -> Callable[[], None]:
         q = kq_prefill(r, data)
+        if not reaping:
+            without_claim_reaping(q)
 
         def work() -> None:
             done = 0
@@ -264,9 +273,11 @@ def raw_claim_ack(r: redis.Redis, data: list[bytes]) -> Prepare:
     return prepare
 
 
-def kq_claim_ack_many(r: redis.Redis, data: list[bytes], size: int) -> Prepare:
+def kq_claim_ack_many(r: redis.Redis, data: list[bytes], size: int, reaping: bool = True) -> Prepare:
     def prepare() -> Callable[[], None]:
         q = kq_prefill(r, data)
+        if not reaping:
+            without_claim_reaping(q)
 
         def work() -> None:
             done = 0
@@ -349,6 +360,11 @@ def cases(r: redis.Redis, counts: Counts) -> list[Case]:
         Case("claim_many(100)+ack_many vs pipelined LMOVE+LREM x100", counts.batch,
              kq_claim_ack_many(r, batch, 100), raw_claim_ack_pipelined(r, batch, 100),
              min_rate=50_000),
+        Case("claim+ack with claim-time reaping vs without", counts.single,
+             kq_claim_ack(r, single), kq_claim_ack(r, single, reaping=False), min_ratio=0.95),
+        Case("claim_many(100)+ack_many with claim-time reaping vs without", counts.batch,
+             kq_claim_ack_many(r, batch, 100), kq_claim_ack_many(r, batch, 100, reaping=False),
+             min_ratio=0.95),
     ]
 
 
