@@ -3,27 +3,41 @@ are turned into one line and an exit code in one place (``main``)."""
 
 from __future__ import annotations
 
+import base64
+import difflib
 import importlib
 import json
 import logging
+import os
 import re
 import sys
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import asdict, dataclass, fields
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 import redis
+from click.core import ParameterSource
 
 from . import __version__
-from .connection import DEFAULT_URL, from_url, redact
-from .errors import InvalidArgument, KeyQueueError
+from .connection import DEFAULT_URL, connection_kwargs, from_url, redact
+from .errors import ConfigurationError, InvalidArgument, KeyQueueError, MessageTooLarge
 from .queue import BATCH, Queue, list_queues
+from .settings import QueueSettings, check_seconds, validate
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 SOURCES_PEEK = ("waiting", "processing", "delayed", "dead")
 SOURCES_PURGE = ("waiting", "delayed", "dead", "all")
+#: Bytes read from stdin at a time by ``enqueue``; what has arrived is sent at once.
+READ_CHUNK = 1 << 16
+#: How each setting is written after ``--set NAME=``.
+SETTING_TYPES: dict[str, type] = {f.name: (int if f.name in ("max_receives", "max_body_bytes") else float)
+                                  for f in fields(QueueSettings)}
+GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 @dataclass
@@ -31,6 +45,10 @@ class Config:
     url: str | None
     prefix: str
     scripting: bool
+    #: which of the group options the user gave (command line or environment)
+    url_given: bool = False
+    prefix_given: bool = False
+    scripting_given: bool = False
 
     _client: redis.Redis | None = None
 
@@ -42,9 +60,32 @@ class Config:
     def queue(self, name: str) -> Queue:
         return Queue(name, client=self.client(), prefix=self.prefix, scripting=self.scripting)
 
+    def existing(self, name: str) -> Queue:
+        """The queue, or a one-line error naming the closest registered names (a typo must
+        not read as an empty queue)."""
+        q = self.queue(name)
+        names = list_queues(self.client(), self.prefix)
+        if name not in names:
+            raise click.ClickException(unknown_queue(name, self.prefix, self.shown_url, names))
+        return q
+
     @property
     def shown_url(self) -> str:
         return redact(self.url or DEFAULT_URL)
+
+
+def unknown_queue(name: str, prefix: str, url: str, names: list[str]) -> str:
+    return f"no queue {name!r} under prefix {prefix!r} at {url}{closest(name, names)}"
+
+
+def closest(name: str, names: list[str]) -> str:
+    """What to say about the registered names closest to a name that is not among them."""
+    if not names:
+        return " (no queue is registered under that prefix)"
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {', '.join(repr(c) for c in close)}?"
+    return f"; no registered name is close ('keyqueue ls' lists all {len(names)})"
 
 
 pass_config = click.make_pass_decorator(Config)
@@ -55,10 +96,19 @@ pass_config = click.make_pass_decorator(Config)
               help=f"Redis URL (env KEYQUEUE_URL; default {DEFAULT_URL}).")
 @click.option("--prefix", default="kq", show_default=True, help="Key prefix of the queues.")
 @click.option("--no-scripting", is_flag=True, help="Use the script-free protocol (no EVAL).")
+@click.version_option(__version__, "--version", prog_name="keyqueue", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, prefix: str, no_scripting: bool) -> None:
     """keyqueue: a reliable, SQS-like work queue on plain Redis."""
-    ctx.obj = Config(url, prefix, not no_scripting)
+    if url is not None and not url.strip():
+        raise ConfigurationError("--url is empty: give a Redis URL such as redis://HOST:6379/0")
+    if url is None and os.environ.get("KEYQUEUE_URL") is not None:  # click reads "" as unset
+        raise ConfigurationError("KEYQUEUE_URL is empty: set it to a Redis URL such as "
+                                 "redis://HOST:6379/0, or unset it")
+    ctx.obj = Config(url, prefix, not no_scripting,
+                     url_given=ctx.get_parameter_source("url") in GIVEN,
+                     prefix_given=ctx.get_parameter_source("prefix") in GIVEN,
+                     scripting_given=ctx.get_parameter_source("no_scripting") in GIVEN)
 
 
 @cli.command()
@@ -80,7 +130,7 @@ def ls(cfg: Config) -> None:
 @pass_config
 def length(cfg: Config, queue: str) -> None:
     """Print how many messages wait to be claimed (only the number)."""
-    click.echo(cfg.queue(queue).length())
+    click.echo(cfg.existing(queue).length())
 
 
 @cli.command()
@@ -89,8 +139,10 @@ def length(cfg: Config, queue: str) -> None:
 @pass_config
 def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
     """Counts of waiting, in-flight, delayed and dead messages (one queue, or all)."""
-    names = [queue] if queue else list_queues(cfg.client(), cfg.prefix)
-    rows = {name: asdict(cfg.queue(name).stats()) for name in names}
+    if queue:
+        rows = {queue: asdict(cfg.existing(queue).stats())}
+    else:
+        rows = {name: asdict(cfg.queue(name).stats()) for name in list_queues(cfg.client(), cfg.prefix)}
     if as_json:
         click.echo(json.dumps(rows[queue] if queue else rows, indent=None if queue else 2))
         return
@@ -102,48 +154,185 @@ def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
                    f"{s['dead']:>9} {age:>11}")
 
 
+# -- enqueue ----------------------------------------------------------------------------
+
+
+class Oversized(Exception):
+    """A record of standard input over max_body_bytes (``size`` is a lower bound unless
+    ``complete``): it and everything after it stay unsent."""
+
+    def __init__(self, record: int, size: int, complete: bool) -> None:
+        super().__init__(record, size, complete)
+        self.record, self.size, self.complete = record, size, complete
+
+
+def read_records(stream: IO[bytes], sep: bytes, limit: int) -> Iterator[list[bytes]]:
+    """The records of ``stream`` split on ``sep`` (a last one without ``sep`` counts), as
+    lists of what has arrived so far: a slow producer's lines go out as they come, a fast
+    one's in chunks. Holds at most one chunk plus one record: a record over ``limit`` bytes
+    raises Oversized once the records before it are yielded, without reading it whole."""
+    read = getattr(stream, "read1", stream.read)
+    partial: list[bytes] = []  # the pieces of a record that has not ended yet
+    partial_len = 0
+    done = 0  # records yielded
+    while True:
+        chunk = read(READ_CHUNK)
+        if not chunk:
+            break
+        if sep not in chunk:
+            partial.append(chunk)
+            partial_len += len(chunk)
+            if partial_len > limit:
+                raise Oversized(done + 1, partial_len, complete=False)
+            continue
+        records = chunk.split(sep)
+        if partial:
+            records[0] = b"".join(partial) + records[0]
+        last = records.pop()
+        partial, partial_len = ([last], len(last)) if last else ([], 0)
+        if max(map(len, records)) > limit:
+            bad = next(i for i, rec in enumerate(records) if len(rec) > limit)
+            if bad:
+                yield records[:bad]
+            raise Oversized(done + bad + 1, len(records[bad]), complete=True)
+        yield records
+        done += len(records)
+        if partial_len > limit:
+            raise Oversized(done + 1, partial_len, complete=False)
+    if partial:
+        yield [b"".join(partial)]
+
+
 @cli.command()
 @click.argument("queue")
 @click.argument("bodies", nargs=-1)
 @click.option("--delay", type=float, default=0.0, show_default=True, help="Seconds before they are visible.")
+@click.option("-0", "--null", "null", is_flag=True,
+              help="Standard input holds NUL-separated bodies (a body may hold newlines).")
 @pass_config
-def enqueue(cfg: Config, queue: str, bodies: tuple[str, ...], delay: float) -> None:
-    """Enqueue BODIES, or one message per line of standard input when none are given."""
+def enqueue(cfg: Config, queue: str, bodies: tuple[str, ...], delay: float, null: bool) -> None:
+    """Enqueue BODIES, or each line of standard input as one message of its exact bytes
+    (without the newline); prints one id per line. Standard input is sent in batches as it
+    is read."""
+    check_seconds("delay", delay)
     q = cfg.queue(queue)
-    items = list(bodies) if bodies else [line.rstrip("\n") for line in sys.stdin]
-    ids: list[str] = []
-    for i in range(0, len(items), BATCH):
-        ids.extend(q.enqueue_many(items[i : i + BATCH], delay=delay))
-    for mid in ids:
-        click.echo(mid)
+    if bodies and null:
+        raise click.UsageError("--null applies to standard input: give no BODY with it")
+    if bodies:
+        for i in range(0, len(bodies), BATCH):
+            write_ids(q.enqueue_many(bodies[i : i + BATCH], delay=delay))
+        return
+    limit = q.settings.max_body_bytes
+    show = sys.stderr.isatty() and not sys.stdout.isatty()  # ids on a terminal are progress enough
+    try:
+        with progress("enqueued", None, show=show) as update:
+            for records in read_records(sys.stdin.buffer, b"\0" if null else b"\n", limit):
+                for i in range(0, len(records), BATCH):
+                    batch = records[i : i + BATCH]
+                    write_ids(q.enqueue_many(batch, delay=delay))
+                    update(len(batch))
+    except Oversized as exc:
+        size = exc.size if exc.complete else f"more than {limit}"
+        raise MessageTooLarge(
+            f"message body of {size} bytes (record {exc.record} of standard input) exceeds "
+            f"max_body_bytes={limit} of queue {queue!r}; the {exc.record - 1} before it were "
+            "enqueued, nothing after") from None
+
+
+def write_ids(ids: list[str]) -> None:
+    if ids:
+        sys.stdout.write("\n".join(ids) + "\n")
+        sys.stdout.flush()
+
+
+# -- reading and operating a queue ------------------------------------------------------
+
+#: Control characters (C0, DEL, C1) shown escaped, so a body cannot move the cursor,
+#: recolour the terminal or break the one-message-a-line output.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+_ESCAPES.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+
+
+def shown_body(body: bytes) -> str:
+    """A body for a human on one line: bytes that are not UTF-8 and control characters
+    are escaped (\\xff, \\n)."""
+    return body.decode("utf-8", "backslashreplace").translate(_ESCAPES)
+
+
+def json_body(body: bytes) -> tuple[str, bool]:
+    """A body for JSON: its text if it is UTF-8, else base64 (and True)."""
+    try:
+        return body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii"), True
 
 
 @cli.command()
 @click.argument("queue")
 @click.option("--source", type=click.Choice(SOURCES_PEEK), default="waiting", show_default=True)
 @click.option("-n", "count", type=click.IntRange(min=0), default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line; a body that is not UTF-8 is base64 with body_base64 true.")
 @pass_config
 def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> None:
     """Show messages without claiming them."""
-    for m in cfg.queue(queue).peek(count, source=source):  # type: ignore[arg-type]
-        body = m.body.decode("utf-8", "backslashreplace")
+    for m in cfg.existing(queue).peek(count, source=source):  # type: ignore[arg-type]
         if as_json:
+            body, b64 = json_body(m.body)
             click.echo(json.dumps({"id": m.id, "receives": m.receives, "enqueued_at": m.enqueued_at,
-                                   "deadline": m.deadline, "last_error": m.last_error, "body": body}))
+                                   "deadline": m.deadline, "last_error": m.last_error, "body": body,
+                                   "body_base64": b64}))
         else:
             error = f"  last_error={m.last_error!r}" if m.last_error else ""
-            click.echo(f"{m.id}  receives={m.receives}{error}  {body}")
+            click.echo(f"{m.id}  receives={m.receives}{error}  {shown_body(m.body)}")
 
 
 @contextmanager
-def progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr for work of more than one batch."""
-    if total <= BATCH:
+def progress(label: str, total: int | None, *, show: bool | None = None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for work of more than one batch, shown only when stderr is
+    a terminal (``show`` overrides that). ``total`` None: a count of unknown length (the
+    bar appears once more than a batch is done)."""
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show or (total is not None and total <= BATCH):
         yield lambda n: None
         return
-    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
-        yield bar.update
+    if total is not None:
+        with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+            yield bar.update
+        return
+    counter = Counter(label)
+    try:
+        yield counter.update
+    finally:
+        counter.close()
+
+
+class Counter:
+    """Progress of unknown length: a moving bar and the count, once more than a batch is done."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.done = 0
+        self.bar: ProgressBar[int] | None = None
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.done > BATCH:
+            unknown: Iterator[int] = iter(self._nothing())  # no length hint
+            self.bar = click.progressbar(unknown, label=self.label, show_pos=True, file=sys.stderr)
+            self.bar.__enter__()
+            self.bar.update(self.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+    @staticmethod
+    def _nothing() -> Iterator[int]:
+        yield from ()
 
 
 @cli.command()
@@ -153,13 +342,32 @@ def progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
 @pass_config
 def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
     """Put dead (or in-flight) messages back on the queue with receives reset to 0: the
-    given IDS, or all of them."""
-    q = cfg.queue(queue)
-    s = q.stats()
-    total = len(ids) if ids else (s.dead if source == "dead" else s.processing)
-    with progress(f"requeue {source}", total) as update:
-        n = q.requeue(list(ids) if ids else None, source=source, progress=update)  # type: ignore[arg-type]
+    given IDS, or all of them. Exit 1 when some IDS are not in the source."""
+    q = cfg.existing(queue)
+    if not ids:
+        s = q.stats()
+        total = s.dead if source == "dead" else s.processing
+        with progress(f"requeue {source}", total) as update:
+            n = q.requeue(None, source=source, progress=update)  # type: ignore[arg-type]
+        click.echo(f"requeued {n}")
+        return
+    # One call per id: the library's batched requeue returns only a count, and the user
+    # must learn which ids were not there.
+    wanted = list(dict.fromkeys(ids))
+    missing: list[str] = []
+    n = 0
+    with progress(f"requeue {source}", len(wanted)) as update:
+        for mid in wanted:
+            got = q.requeue([mid], source=source)  # type: ignore[arg-type]
+            n += got
+            if not got:
+                missing.append(mid)
+            update(1)
     click.echo(f"requeued {n}")
+    if missing:
+        where = "dead letters" if source == "dead" else "in-flight messages"
+        raise click.ClickException(f"{len(missing)} of {len(wanted)} ids not among the {where} of "
+                                   f"{queue!r}: {' '.join(missing)}")
 
 
 @cli.command()
@@ -169,7 +377,7 @@ def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
 @pass_config
 def purge(cfg: Config, queue: str, source: str, yes: bool) -> None:
     """Delete every message of a source ('all': every message)."""
-    q = cfg.queue(queue)
+    q = cfg.existing(queue)
     s = q.stats()
     total = {"waiting": s.waiting, "delayed": s.delayed, "dead": s.dead,
              "all": s.waiting + s.delayed + s.dead + s.processing}[source]
@@ -186,11 +394,65 @@ def purge(cfg: Config, queue: str, source: str, yes: bool) -> None:
 @pass_config
 def destroy(cfg: Config, queue: str, yes: bool) -> None:
     """Delete the queue: every message, its settings and its keys."""
-    q = cfg.queue(queue)
+    q = cfg.existing(queue)
     if not yes:
         click.confirm(f"Destroy queue {queue!r} at {cfg.shown_url} with all its messages?", abort=True)
     q.destroy()
     click.echo(f"destroyed {queue}")
+
+
+# -- config -----------------------------------------------------------------------------
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of ``--set``, typed as the setting (max_receives: none or empty = no limit)."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep:
+        raise InvalidArgument(f"--set takes NAME=VALUE, not {text!r}")
+    if name not in SETTING_TYPES:
+        close = difflib.get_close_matches(name, SETTING_TYPES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InvalidArgument(f"unknown setting {name!r}: {hint}settings are {', '.join(SETTING_TYPES)}")
+    if name == "max_receives" and raw.lower() in ("", "none"):
+        return name, None
+    try:
+        value = SETTING_TYPES[name](raw)
+    except ValueError:
+        value = None
+    if value is None or name == "max_receives" and value < 1:
+        kind = {"max_receives": "a whole number >= 1, or none for no limit",
+                "max_body_bytes": "a whole number of bytes"}.get(name, "a number of seconds")
+        raise InvalidArgument(f"{name} must be {kind}, not {raw!r}")
+    return name, value
+
+
+def setting_text(value: float | int | None) -> str:
+    if value is None:
+        return "none"
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+@cli.command("config")
+@click.argument("queue")
+@click.option("--set", "assignments", multiple=True, metavar="NAME=VALUE",
+              help="Write a setting (repeatable; max_receives=none: no limit). All are checked "
+                   "before any is written.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object keyed by setting name.")
+@pass_config
+def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_json: bool) -> None:
+    """Print the settings in force for QUEUE (or change them with --set)."""
+    values = dict(parse_setting(a) for a in assignments)
+    validate(QueueSettings(), values)  # every value checked before anything is written
+    q = cfg.existing(queue)
+    if values:
+        q = Queue(queue, client=cfg.client(), prefix=cfg.prefix, scripting=cfg.scripting, **values)
+    settings = asdict(q.settings)
+    if as_json:
+        click.echo(json.dumps(settings))
+        return
+    for name, value in settings.items():
+        click.echo(f"{name:<20}{setting_text(value)}")
 
 
 @cli.command("check")
@@ -239,7 +501,13 @@ def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str
     r.run()
 
 
-def load_handler(spec: str) -> Callable[..., Any]:
+# -- worker -----------------------------------------------------------------------------
+
+
+def load_handler(spec: str) -> Any:
+    """The object MODULE:FUNC names: a function, or a Worker made with ``@queue.worker``."""
+    from .worker import Worker
+
     if not HANDLER_RE.fullmatch(spec):
         raise InvalidArgument(f"handler must be MODULE:FUNC (like 'app.tasks:send'), not {spec!r}")
     module_name, func_name = spec.split(":")
@@ -249,34 +517,89 @@ def load_handler(spec: str) -> Callable[..., Any]:
     except ImportError as exc:
         raise InvalidArgument(f"cannot import module {module_name!r}: {exc}") from None
     func = getattr(module, func_name, None)
-    if not callable(func):
+    if not isinstance(func, Worker) and not callable(func):
         raise InvalidArgument(f"module {module_name!r} has no function {func_name!r}")
     return func
 
 
+def client_url(client: redis.Redis) -> str:
+    """Where a client connects, without its password (for a log line)."""
+    kw = connection_kwargs(client)
+    if kw.get("path"):
+        return f"unix://{kw['path']}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def warn_missing(queues: list[Queue], log: logging.Logger) -> None:
+    """One warning line per queue nobody has created yet (a typo, or producers to come)."""
+    known: dict[tuple[int, str], list[str]] = {}
+    for q in queues:
+        key = (id(q.client), q.prefix)
+        if key not in known:
+            known[key] = list_queues(q.client, q.prefix)
+        names = known[key]
+        if q.name not in names:
+            log.warning("queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
+                        q.name, q.prefix, client_url(q.client), closest(q.name, names))
+
+
 @cli.command()
 @click.argument("handler")
-@click.option("-q", "--queue", "queues", multiple=True, required=True,
-              help="Queue to serve; repeat for several, in priority order.")
+@click.option("-q", "--queue", "queues", multiple=True,
+              help="Queue to serve; repeat for several, in priority order. Required unless "
+                   "HANDLER is a Worker made with @queue.worker (which names its queues).")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds in-flight messages get to finish on SIGTERM/SIGINT.")
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=None)
 @LOG_LEVEL
-@pass_config
-def worker(cfg: Config, handler: str, queues: tuple[str, ...], concurrency: int, burst: bool,
+@click.pass_context
+def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int, burst: bool,
            grace: float, visibility_timeout: float | None, log_level: str) -> None:
-    """Run HANDLER (MODULE:FUNC, called with each message) on the queues."""
+    """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
+    Worker made with @queue.worker: its queues and options apply, and options given here
+    override them."""
     from .worker import Worker
 
-    func = load_handler(handler)
+    cfg = ctx.find_object(Config)
+    assert cfg is not None
+    target = load_handler(handler)
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) in GIVEN
+
+    if isinstance(target, Worker):
+        def rebuilt(name: str, like: Queue) -> Queue:
+            return Queue(name, client=cfg.client() if cfg.url_given else like.client,
+                         prefix=cfg.prefix if cfg.prefix_given else like.prefix,
+                         scripting=cfg.scripting if cfg.scripting_given else like.scripting)
+
+        if queues:
+            qs = [rebuilt(name, target.queues[0]) for name in queues]
+        elif cfg.url_given or cfg.prefix_given or cfg.scripting_given:
+            qs = [rebuilt(q.name, q) for q in target.queues]
+        else:
+            qs = list(target.queues)
+        w = Worker(qs, target.handler,
+                   concurrency=concurrency if given("concurrency") else target.concurrency,
+                   visibility_timeout=(visibility_timeout if given("visibility_timeout")
+                                       else target.visibility_timeout),
+                   heartbeat=target.heartbeat, retry_backoff=target.retry_backoff,
+                   reap_on_start=target.reap_on_start,
+                   grace_period=grace if given("grace") else target.grace_period)
+    else:
+        if not queues:
+            raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
+                                   "so name the queues it serves", ctx)
+        w = Worker([cfg.queue(name) for name in queues], target, concurrency=concurrency,
+                   grace_period=grace, visibility_timeout=visibility_timeout)
     setup_logging(log_level)
-    qs = [cfg.queue(name) for name in queues]
-    w = Worker(qs, func, concurrency=concurrency, grace_period=grace,
-               visibility_timeout=visibility_timeout)
-    logging.getLogger("keyqueue.worker").info(
-        "worker %s on %s at %s, concurrency %d", handler, ", ".join(queues), cfg.shown_url, concurrency)
+    log = logging.getLogger("keyqueue.worker")
+    warn_missing(w.queues, log)
+    url = cfg.shown_url if cfg.url_given or not isinstance(target, Worker) else client_url(w.queues[0].client)
+    log.info("worker %s on %s at %s, concurrency %d", handler, ", ".join(q.name for q in w.queues), url,
+             w.concurrency)
     w.run(burst=burst)
 
 
@@ -295,10 +618,15 @@ def demo(cfg: Config, messages: int, workers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: exit 0 on success, 1 on a runtime failure, 2 on bad usage or input."""
+    """Entry point: exit 0 on success, 1 on a runtime failure, 2 on bad usage or input,
+    130 when interrupted (Ctrl-C)."""
     try:
         cli.main(args=argv, prog_name="keyqueue", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        # click turns Ctrl-C (also at a prompt) into Abort; a declined confirmation is one too
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            click.echo("Interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         click.echo("Aborted.", err=True)
         sys.exit(EXIT_FAILURE)
     except click.ClickException as exc:
