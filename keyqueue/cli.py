@@ -465,14 +465,20 @@ def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_jso
 def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: float) -> None:
     """Check that every message of QUEUE is in exactly one state (an fsck); exit 1 while
     problems remain. Uses no scripts."""
-    from .check import check_queue
+    from .check import WRONG_TYPE, check_queue
 
     report = check_queue(cfg.queue(queue), repair=repair, settle=settle)
     click.echo(json.dumps(report.to_dict()) if as_json else str(report))
     if not report.consistent:
-        left = sum(len(p.ids) for p in report.problems if not p.repaired)
-        hint = "" if repair else "; --repair fixes what it can"
-        raise click.ClickException(f"queue {queue!r} is inconsistent: {left} unrepaired problems{hint}")
+        left = [p for p in report.problems if not p.repaired]
+        count = sum(len(p.ids) for p in left)
+        wrong = [p for p in left if p.kind == WRONG_TYPE]
+        hint = ("" if repair or len(wrong) == len(left) else "; --repair fixes what it can")
+        if wrong:  # repair never touches them: say the way out
+            hint += ("; a key of the wrong type is never changed by keyqueue: inspect it, then "
+                     "DEL or RENAME it and run check --repair (a missing item hash is then repaired)")
+        raise click.ClickException(f"queue {queue!r} is inconsistent: {count} unrepaired "
+                                   f"problem{'s' if count != 1 else ''}{hint}")
 
 
 def setup_logging(level: str) -> None:
@@ -635,6 +641,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyQueueError as exc:  # bad input (also a ValueError) or a runtime failure
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILURE)
+    except redis.AuthenticationError as exc:  # a ConnectionError, but Redis was reached
+        click.echo(f"Error: Redis refused the credentials: {exc}", err=True)
+        sys.exit(EXIT_FAILURE)
     except redis.ConnectionError as exc:
         click.echo(f"Error: cannot reach Redis: {exc}", err=True)
         sys.exit(EXIT_FAILURE)

@@ -125,14 +125,16 @@ class Queue:
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(k.config)
         pipe.sismember(k.registry, self.name)
-        stored, registered = self._guarded(pipe.execute, k.config, k.registry)
-        self._registered = bool(registered)
+        stored, registered = pipe.execute(raise_on_error=False)
+        if isinstance(stored, ResponseError):
+            raise keyqueue_error(stored, k.config)
+        self._registered = self._registry_ok(registered) and bool(registered)
         current = self._parse_settings(stored)
         if self._given:
             fields: dict[EncodableT, EncodableT] = dict(self._given.items())
             self._guarded(lambda: self.client.hset(k.config, mapping=fields), k.config)
             self._register()
-            changed = [f"{name} {stored[name.encode()].decode()} -> {value}"
+            changed = [f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
                        for name, value in self._given.items()
                        if name.encode() in stored and stored[name.encode()].decode() != value]
             if changed:
@@ -158,7 +160,12 @@ class Queue:
         for name, value in self._held.items():
             pipe.hsetnx(k.config, name, value)
         pipe.sadd(k.registry, self.name)
-        replies = self._guarded(pipe.execute, k.config, k.registry)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies[:-1]:
+            if isinstance(reply, ResponseError):
+                raise keyqueue_error(reply, k.config)
+        if not self._registry_ok(replies[-1]):
+            replies[-1] = 0
         self._registered = True
         restored = [name for name, n in zip(self._held, replies) if n]
         if replies[-1] or restored:
@@ -175,8 +182,20 @@ class Queue:
     def _register(self) -> None:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
         if not self._registered:
-            self._guarded(lambda: self.client.sadd(self.keys.registry, self.name), self.keys.registry)
+            try:
+                self.client.sadd(self.keys.registry, self.name)
+            except ResponseError as exc:
+                self._registry_ok(exc)
             self._registered = True
+
+    def _registry_ok(self, reply: object) -> bool:
+        """False (logged) when the registry, shared by every queue, holds the wrong type:
+        registering is a side effect, so a broken registry must not stop this queue."""
+        if not isinstance(reply, ResponseError):
+            return True
+        log.error("queue %s: cannot register: %s (keyqueue ls and reapers of every queue miss "
+                  "it until the key is fixed)", self.name, keyqueue_error(reply, self.keys.registry))
+        return False
 
     def refresh_settings(self) -> QueueSettings:
         """Re-read the config hash (the reaper does this every pass). A hash that vanished

@@ -1,12 +1,17 @@
 """Reaper: an APScheduler interval job that reaps queues, so expired messages come back and
 delayed ones become visible even where no worker runs. Several reapers may run at once:
-every reap step is one atomic script, so they never double-deliver."""
+every reap step is one atomic script, so they never double-deliver.
+
+Quiet by default: APScheduler's own per-run lines are silenced, a pass logs a line (per
+queue) only when it moved messages, and a summary of the passes comes every
+SUMMARY_INTERVAL seconds; every pass is logged at DEBUG."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Iterable
 
@@ -22,6 +27,22 @@ from .settings import check_seconds
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.reaper")
+
+#: Seconds between the reaper's INFO summaries (passes, and what they moved).
+SUMMARY_INTERVAL = 300.0
+#: APScheduler loggers that log every run of a job at INFO ("Running job ...", "... executed
+#: successfully") and the scheduler's own chatter: set to WARNING unless the application
+#: gave them a level itself.
+CHATTY_LOGGERS = ("apscheduler.executors.default", "apscheduler.scheduler")
+
+
+def quiet_apscheduler() -> None:
+    """Silence APScheduler's per-run INFO lines (a reaper runs every second), unless the
+    application set these loggers' levels itself."""
+    for name in CHATTY_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
 
 
 def _scheduler_classes() -> tuple[type, type]:
@@ -58,7 +79,7 @@ class Reaper:
 
     def __init__(
         self,
-        queues: Iterable[Queue | str] | None = None,
+        queues: Queue | str | Iterable[Queue | str] | None = None,
         *,
         client: redis.Redis | None = None,
         url: str | None = None,
@@ -69,7 +90,8 @@ class Reaper:
         self.interval = check_seconds("interval", interval, allow_zero=False)
         self.prefix = validate_prefix(prefix)
         self.scripting = scripting
-        given = None if queues is None else list(queues)
+        given = None if queues is None else (
+            [queues] if isinstance(queues, (Queue, str)) else list(queues))
         needs_client = given is None or any(isinstance(q, str) for q in given)
         self.client = resolve_client(client, url) if needs_client else None
         self._fixed: list[Queue] | None = None
@@ -81,6 +103,12 @@ class Reaper:
         self._scheduler: object | None = None
         self._checked = False
         self.passes = 0
+        #: Seconds between INFO summaries; what the passes since the last one did.
+        self.summary_interval = SUMMARY_INTERVAL
+        self._summary_at = time.monotonic()
+        self._since = ReapResult()
+        self._passes_since = 0
+        self._failed_since = 0
 
     def queues(self) -> list[Queue]:
         """The queues of this pass: found again each time when reaping every queue."""
@@ -115,16 +143,45 @@ class Reaper:
             queues = self.queues()
         except TRANSIENT as exc:
             log.warning("reaper cannot reach Redis: %s; retrying next pass", exc)
+            self._failed_since += 1
+            self._summarize()
             return results
+        except KeyQueueError as exc:  # e.g. the registry overwritten: one line, not a traceback
+            log.error("reaper cannot list the queues: %s; retrying next pass", exc)
+            self._failed_since += 1
+            self._summarize()
+            return results
+        moved = ReapResult()
         for q in queues:
             r = reap_and_log(q, log, refresh=True)
             if r is not None:
                 results[q.name] = r
+                moved = moved + r
         self.passes += 1
+        self._passes_since += 1
+        self._since = self._since + moved
+        log.debug("pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d",
+                  self.passes, len(queues), moved.requeued, moved.dead_lettered, moved.delayed_released)
+        self._summarize()
         return results
+
+    def _summarize(self) -> None:
+        """Every summary_interval: one INFO line with what the passes since the last did."""
+        now = time.monotonic()
+        if now - self._summary_at < self.summary_interval:
+            return
+        s = self._since
+        failed = f", {self._failed_since} failed (Redis unreachable)" if self._failed_since else ""
+        log.info("reaper: %d passes in the last %.0fs%s; requeued=%d dead_lettered=%d delayed_released=%d",
+                 self._passes_since, now - self._summary_at, failed, s.requeued, s.dead_lettered,
+                 s.delayed_released)
+        self._summary_at = now
+        self._since = ReapResult()
+        self._passes_since = self._failed_since = 0
 
     def _schedule(self, blocking: bool) -> object:
         blocking_cls, background_cls = _scheduler_classes()
+        quiet_apscheduler()
         scheduler = (blocking_cls if blocking else background_cls)()
         scheduler.add_job(self.reap_once, "interval", seconds=self.interval, id="keyqueue-reap",
                           coalesce=True, max_instances=1, next_run_time=_now())

@@ -7,11 +7,21 @@ how long handlers take, so fast handlers are fed and acked in batches while slow
 never sit on work others could do; every ack still carries its own receipt. A heartbeat
 extends what is held, the worker reaps its queues every second, and Redis outages are
 logged and waited out.
+
+What a handler did to its own message counts: one that acked, released or dead-lettered it
+is taken at its word (the worker neither redoes it nor warns), and one that extended it
+keeps the longer deadline (the heartbeat only ever pushes a deadline out). A handler that
+raises any BaseException fails its delivery (retry with backoff, or dead letter); a
+SystemExit or KeyboardInterrupt from a handler then also stops the worker gracefully and
+run() re-raises it. A second SIGINT/SIGTERM during the grace period releases every held
+message at once and makes run() raise KeyboardInterrupt (SIGINT) or SystemExit(143); a
+third one (should releasing hang) ends the process at once.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import signal
@@ -44,26 +54,58 @@ REAP_INTERVAL = 1.0
 RECOVERABLE = TRANSIENT + (KeyQueueError,)
 
 
+def _is_async(handler: object) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)) or inspect.iscoroutinefunction(getattr(handler, "func", None))
+
+
 def backoff(retry_backoff: float, receives: int) -> float:
     """Delay before a failed message is retried: doubles with every receive, capped."""
     return min(retry_backoff * 2 ** max(receives - 1, 0), MAX_BACKOFF)
 
 
+#: How a handler's own settlement reads in a log line.
+SETTLED_PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
+#: Exceptions from a handler that stop the worker (after failing the delivery).
+STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
+
+
 def describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    """``RuntimeError: boom`` (the type alone when there is no text), at most 2,000 chars."""
+    detail = str(exc)
+    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return text if len(text) <= 2000 else text[:1997] + "..."
 
 
+def _number(v: float | int | None) -> str:
+    if v is None:
+        return "none"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
 class Held:
-    """A claimed message and when its deadline was last pushed back."""
+    """A claimed message, with where the worker believes its deadline is.
 
-    __slots__ = ("message", "queue", "extended", "started")
+    ``due`` is that deadline on this process's monotonic clock, so heartbeats never depend
+    on the skew between this host's clock and Redis'. ``seen`` is ``message.deadline`` (the
+    server's clock) as of ``due``: when the handler moves the deadline (``msg.extend``), the
+    heartbeat shifts ``due`` by the same amount."""
 
-    def __init__(self, message: Message, queue: Queue) -> None:
+    __slots__ = ("message", "queue", "due", "seen", "started")
+
+    def __init__(self, message: Message, queue: Queue, timeout: float) -> None:
         self.message = message
         self.queue = queue
-        self.extended = time.monotonic()
+        self.due = time.monotonic() + timeout
+        self.seen = message.deadline
         self.started: float | None = None
+
+    def sync_deadline(self) -> None:
+        """Take in a deadline someone else (the handler) set on the message."""
+        current = self.message.deadline
+        if current is not None and self.seen is not None and current != self.seen:
+            self.due += current - self.seen
+        self.seen = current
 
 
 class Worker:
@@ -98,6 +140,9 @@ class Worker:
             raise InvalidArgument("a Worker needs a Queue or a non-empty list of Queues")
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {handler!r}")
+        if _is_async(handler):  # called here, it would return an unawaited coroutine: acked unrun
+            raise InvalidArgument(f"handler {getattr(handler, '__name__', handler)!r} is an async "
+                                  "function: this Worker runs plain functions")
         self.handler = handler
         self.concurrency = whole_number("concurrency", concurrency, 1)
         self.visibility_timeout = None if visibility_timeout is None else check_seconds(
@@ -110,7 +155,12 @@ class Worker:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._held: dict[int, Held] = {}  # every claimed, unfinished message, for heartbeats
+        self._claiming: set[int] = set()  # threads inside a claim (it may return messages)
         self._avg_seconds = 0.0  # moving average of handler time
+        #: A SystemExit/KeyboardInterrupt a handler raised: run() re-raises it.
+        self._fatal: BaseException | None = None
+        #: The second stop signal: release everything held now, then raise.
+        self._forced: signal.Signals | None = None
         self.processed = 0
         self.failed = 0
 
@@ -121,7 +171,12 @@ class Worker:
         self._stopping.set()
 
     def run(self, *, burst: bool = False) -> None:
-        """Process messages until stop() or SIGINT/SIGTERM (or, with burst, until idle)."""
+        """Process messages until stop() or SIGINT/SIGTERM (or, with burst, until idle).
+
+        Raises the SystemExit or KeyboardInterrupt a handler raised (after a graceful stop),
+        and, after a second SIGINT/SIGTERM, KeyboardInterrupt or SystemExit(143) once every
+        held message is released."""
+        self._fatal = self._forced = None
         restore = on_stop_signals(self._on_signal)
         try:
             self._start()
@@ -137,19 +192,56 @@ class Worker:
         finally:
             self._stopping.set()
             restore()
+        if self._forced is not None:
+            if self._forced == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + int(self._forced))
+        if self._fatal is not None:
+            raise self._fatal
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        # Runs in the main thread between two bytecodes of run(): only flags here, no I/O
+        # (the interrupted code may hold a connection pool's lock); run() acts on them.
+        if self._forced is not None:  # releasing hangs (Redis unreachable?): leave at once
+            log.warning("third %s: exiting now; messages not yet released return after their "
+                        "deadlines", sig.name)
+            os._exit(128 + int(sig))
         if self._stopping.is_set():
-            log.warning("second %s: exiting now; held messages return after their deadlines", sig.name)
-            os._exit(0)
+            log.warning("second %s: releasing every held message now, then exiting", sig.name)
+            self._forced = sig
+            return
         log.info("%s: stopping; in-flight messages get %.0fs to finish", sig.name, self.grace_period)
         self.stop()
 
     def _start(self) -> None:
         for client in {id(q.client): q.client for q in self.queues}.values():
             self._retrying(functools.partial(warn_unless_noeviction, client, log), "check Redis")
+        self._log_settings()
         if self.reap_on_start:
             self._reap_all()
+
+    def _log_settings(self) -> None:
+        """One INFO line with the worker's options, one per queue with its settings in force."""
+        log.info("worker options: concurrency=%d retry_backoff=%s grace_period=%s heartbeat=%s "
+                 "reap_on_start=%s visibility_timeout=%s", self.concurrency, _number(self.retry_backoff),
+                 _number(self.grace_period), "on" if self.heartbeat else "off",
+                 "on" if self.reap_on_start else "off",
+                 "per queue" if self.visibility_timeout is None else _number(self.visibility_timeout))
+        for priority, q in enumerate(self.queues, 1):
+            s = self._retrying(lambda: q.settings, f"read the settings of {q.name}")
+            if s is None:  # stopped while Redis was unreachable
+                return
+            vis = _number(s.visibility_timeout)
+            if self.visibility_timeout is not None:
+                vis = f"{_number(self.visibility_timeout)} (worker; queue's {vis})"
+            log.info("queue=%s priority=%d visibility_timeout=%s max_receives=%s bucket_seconds=%s "
+                     "max_body_bytes=%d dedup_window=%s mode=%s", q.name, priority, vis,
+                     _number(s.max_receives), _number(s.bucket_seconds), s.max_body_bytes,
+                     _number(s.dedup_window), "scripted" if q.scripting else "script-free")
+
+    def _timeout(self, q: Queue) -> float:
+        """The visibility timeout this worker claims and heartbeats with on ``q``."""
+        return self.visibility_timeout or q.settings.visibility_timeout
 
     # -- one thread: claim, handle, ack ---------------------------------------------------
 
@@ -170,22 +262,29 @@ class Worker:
                 # Burst ends once the queues are empty and nothing is in flight; otherwise
                 # long-poll: the claim runs in Redis the moment a message arrives.
                 wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
-                q, msgs = claim_any(self.queues, self._batch_size(), poll_first=not waited_empty,
-                                    visibility_timeout=self.visibility_timeout, wait=wait)
+                with self._lock:
+                    self._claiming.add(threading.get_ident())
+                try:
+                    q, msgs = claim_any(self.queues, self._batch_size(), poll_first=not waited_empty,
+                                        visibility_timeout=self.visibility_timeout, wait=wait)
+                    held = self._hold(q, msgs) if q is not None and msgs else []
+                finally:
+                    with self._lock:
+                        self._claiming.discard(threading.get_ident())
                 waited_empty = not msgs and wait > 0
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1
                 self._pause(failures, f"claim failed: {exc}")
                 continue
-            if msgs:
-                assert q is not None
-                self._work(self._hold(q, msgs))
+            if held:
+                self._work(held)
             elif burst and idle:
                 return
 
     def _hold(self, q: Queue, msgs: list[Message]) -> list[Held]:
-        held = [Held(m, q) for m in msgs]
+        timeout = self._timeout(q)
+        held = [Held(m, q, timeout) for m in msgs]
         with self._lock:
             for h in held:
                 self._held[id(h.message)] = h
@@ -205,22 +304,47 @@ class Worker:
         self._ack(done)
 
     def _handle(self, h: Held) -> bool:
-        """Run the handler; True when it succeeded (the message is then to be acked)."""
+        """Run the handler; True when it succeeded and left its message to the worker (the
+        message is then to be acked)."""
+        m, q = h.message, h.queue
         h.started = time.monotonic()
+        ok = False
         try:
-            self.handler(h.message)
-            ok = True
-        except Exception as exc:  # the handler's failure, not ours
+            self.handler(m)
+        except BaseException as exc:  # the handler's failure, not ours: whatever it raised
             self._failed(h, exc)
-            ok = False
+            if isinstance(exc, STOPPING_EXCEPTIONS):
+                self._stop_for(h, exc)
+        else:
+            if m.settled is None:
+                ok = True
+            else:  # the handler acked, released or dead-lettered it: taken at its word
+                self.processed += 1
+                log.debug("handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled],
+                          q.name, m.id, m.receives)
+                self._forget([h])
         took = time.monotonic() - h.started
         self._avg_seconds = took if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * took
         return ok
 
-    def _failed(self, h: Held, exc: Exception) -> None:
+    def _stop_for(self, h: Held, exc: BaseException) -> None:
+        """A handler raised SystemExit or KeyboardInterrupt: stop gracefully, and let run()
+        re-raise the first such exception."""
+        log.error("handler raised %r on queue=%s id=%s; stopping", exc, h.queue.name, h.message.id)
+        with self._lock:
+            if self._fatal is None:
+                self._fatal = exc
+        self.stop()
+
+    def _failed(self, h: Held, exc: BaseException) -> None:
         m, q = h.message, h.queue
         error = describe(exc)
         self.failed += 1
+        if m.settled is not None:  # the handler settled it, then raised: leave it so
+            log.warning("failed queue=%s id=%s receives=%d: %s; the handler had %s it already, "
+                        "so it is not released", q.name, m.id, m.receives, error, SETTLED_PAST[m.settled])
+            self._forget([h])
+            return
         limit = q.settings.max_receives
         try:
             if limit is not None and m.receives >= limit:
@@ -245,7 +369,10 @@ class Worker:
         for h in done:
             by_queue.setdefault(id(h.queue), []).append(h)
         for group in by_queue.values():
-            q, msgs = group[0].queue, [h.message for h in group]
+            # Skips what was settled since the handler returned (released by a second signal).
+            q, msgs = group[0].queue, [h.message for h in group if h.message.settled is None]
+            if not msgs:
+                continue
             acked = self._retrying(lambda: q.ack_many(msgs), f"ack of {len(msgs)} on {q.name}",
                                    attempts=8)
             self.processed += len(msgs)
@@ -287,6 +414,9 @@ class Worker:
                 if self._stopping.is_set() and attempts is None:
                     return None
                 self._pause(failures, f"{what} failed: {exc}")
+            except KeyQueueError as exc:  # e.g. a key overwritten meanwhile: never kill the thread
+                log.error("%s failed: %s", what, exc)
+                return None
         return None
 
     # -- heartbeat and reaping ----------------------------------------------------------
@@ -301,24 +431,32 @@ class Worker:
                 next_reap = time.monotonic() + REAP_INTERVAL
 
     def _extend_held(self) -> None:
+        """Every third of the visibility timeout, push each held deadline to a timeout from
+        now, unless it already lies further out (the handler extended it): a heartbeat never
+        pulls a deadline in. Messages the handler settled are left alone."""
         now = time.monotonic()
         with self._lock:
             held = list(self._held.values())
         for h in held:
-            vis = self.visibility_timeout or h.queue.settings.visibility_timeout
-            if now - h.extended < vis / 3:
+            m = h.message
+            if m.settled is not None:
+                continue
+            vis = self._timeout(h.queue)
+            h.sync_deadline()
+            if h.due - now > vis * 2 / 3:
                 continue
             try:
-                ok = h.queue.extend(h.message, vis)
+                ok = h.queue.extend(m, vis)
             except RECOVERABLE as exc:
-                log.warning("heartbeat failed for queue=%s id=%s: %s", h.queue.name, h.message.id, exc)
+                log.warning("heartbeat failed for queue=%s id=%s: %s", h.queue.name, m.id, exc)
                 continue
-            h.extended = now
             if ok:
-                log.debug("extended queue=%s id=%s by %.1fs", h.queue.name, h.message.id, vis)
-            else:
+                h.due, h.seen = now + vis, m.deadline
+                log.debug("extended queue=%s id=%s by %.1fs", h.queue.name, m.id, vis)
+            elif m.settled is None:  # (not: the handler acked it as the heartbeat ran)
+                h.due = now + vis  # warn once a timeout, not every pass
                 log.warning("queue=%s id=%s: could not extend, it was redelivered meanwhile",
-                            h.queue.name, h.message.id)
+                            h.queue.name, m.id)
 
     def _reap_all(self) -> None:
         for q in self.queues:
@@ -328,11 +466,46 @@ class Worker:
 
     def _shutdown(self, threads: list[threading.Thread]) -> None:
         end = time.monotonic() + self.grace_period
-        for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
+        while self._forced is None:
+            alive = [t for t in threads if t.is_alive()]
+            left = end - time.monotonic()
+            if not alive or left <= 0:
+                break
+            alive[0].join(min(left, 0.1))  # short joins: a second signal is acted on at once
+        if self._forced is not None:
+            self._release_now()
+            return
         with self._lock:
-            left = list(self._held.values())
-        for h in left:
+            left_over = list(self._held.values())
+        for h in left_over:
             log.warning("grace period over: releasing queue=%s id=%s receives=%d",
                         h.queue.name, h.message.id, h.message.receives)
             self._give_back(h)
+
+    def _release_now(self) -> None:
+        """Second signal: every held message back to waiting, no delay, running handlers or
+        not. A claim under way may still bring messages: wait for those (at most one
+        long-poll slice) and release them too."""
+        released = self._release_held()
+        end = time.monotonic() + WAIT_SLICE + 1.0
+        while time.monotonic() < end:
+            with self._lock:
+                if not self._claiming:
+                    break
+            time.sleep(0.01)
+        released += self._release_held()
+        log.warning("released %d held messages", released)
+
+    def _release_held(self) -> int:
+        with self._lock:
+            held = list(self._held.values())
+        n = 0
+        for h in held:
+            try:
+                if h.message.settled is None:
+                    n += h.queue.release(h.message)
+            except RECOVERABLE as exc:
+                log.error("could not release queue=%s id=%s (%s); it returns after its deadline",
+                          h.queue.name, h.message.id, exc)
+            self._forget([h])
+        return n

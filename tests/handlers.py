@@ -29,3 +29,10 @@ def slow(m: Message) -> None:
 
 def fail(m: Message) -> None:
     raise RuntimeError(f"cannot handle {m.text}")
+
+
+def exits(m: Message) -> None:
+    """A body "exit" raises SystemExit(3); any other is a number of seconds to sleep, as slow."""
+    if m.text == "exit":
+        raise SystemExit(3)
+    slow(m)

@@ -61,3 +61,42 @@ def test_the_decorator_works_without_parentheses(q: Queue) -> None:
         pass
 
     assert isinstance(handle, Worker) and handle.queues == [q]
+
+
+def test_a_corrupt_registry_does_not_stop_a_healthy_queue(r: redis.Redis, scripting: bool,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    r.set("kq:queues", "oops")  # the registry is shared by every queue under the prefix
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=5)
+    assert q.enqueue("x") == "1" and q.length() == 1
+    assert "cannot register" in caplog.text and "kq:queues" in caplog.text
+    assert r.get("kq:queues") == b"oops"  # left as it was
+
+
+def test_an_async_handler_is_refused_not_acked_unrun(q: Queue) -> None:
+    async def handle(message) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("never awaited")
+
+    with pytest.raises(InvalidArgument, match="async function"):
+        Worker(q, handle)
+    with pytest.raises(InvalidArgument, match="async function"):
+        q.worker(concurrency=2)(handle)
+
+
+def test_a_reaper_takes_one_queue_or_name_as_it_is(r: redis.Redis, scripting: bool) -> None:
+    from keyqueue import Reaper
+
+    q = Queue("emails", client=r, scripting=scripting, visibility_timeout=5)
+    assert [x.name for x in Reaper("emails", client=r).queues()] == ["emails"]  # not e, m, a, ...
+    assert Reaper(q).queues() == [q]
+    assert r.smembers("kq:queues") == {b"emails"}
+
+
+def test_a_reaper_over_a_corrupt_registry_logs_one_line(r: redis.Redis,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    from keyqueue import Reaper
+
+    r.set("kq:queues", "oops")
+    reaper = Reaper(client=r)
+    assert reaper.reap_once() == {}  # no exception out of the scheduled job
+    errors = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1 and "kq:queues" in errors[0].getMessage() and not errors[0].exc_info

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from .conftest import wait_until
 from .handlers import DONE, STARTED
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A record of the CLI's log format: time, level, logger name, message.
+RECORD = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ ([A-Z]+) ([\w.]+): (.*)")
 
 
 class Procs:
@@ -72,20 +75,46 @@ def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis
     assert s.processing == 0 and s.waiting + len(r.hkeys(DONE)) == 6
 
 
-def test_second_signal_exits_at_once_and_the_message_comes_back(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
-    q = Queue("q", client=r, scripting=scripting, visibility_timeout=1, bucket_seconds=1)
-    q.enqueue("30")
-    p = procs.worker(redis_server.url, "slow", "--grace", "60")
-    wait_until(lambda: r.llen(STARTED) >= 1)
-    p.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    p.send_signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    assert p.wait(10) == 0 and time.monotonic() - t0 < 10
-    assert q.stats().processing == 1  # abandoned, not released
-    wait_until(lambda: q.reap().requeued == 1, timeout=10)
-    (m,) = q.peek()
-    assert m.receives == 1 and r.hget(DONE, "1") is None
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_second_signal_releases_held_messages_at_once(redis_server, r: redis.Redis, procs, scripting: bool,
+                                                      sig: signal.Signals, code: int) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    q.enqueue_many(["30", "30"])
+    p = procs.worker(redis_server.url, "slow", "-c", "2", "--grace", "60")
+    wait_until(lambda: r.llen(STARTED) == 2)
+    p.send_signal(sig)
+    wait_until(lambda: f"{sig.name}: stopping" in procs.log(p))  # two signals at once would merge
+    p.send_signal(sig)
+    assert p.wait(10) == code
+    # Back in waiting at once, not after their 60 s deadline; nothing was done twice.
+    wait_until(lambda: q.stats().waiting == 2, timeout=2)
+    assert q.stats().processing == 0 and r.hlen(DONE) == 0
+    assert f"second {sig.name}: releasing every held message now" in procs.log(p)
+
+
+def test_handler_system_exit_fails_its_message_and_stops_the_worker(redis_server, r: redis.Redis, procs,
+                                                                   scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting)
+    q.enqueue_many(["0.5", "exit"])
+    p = procs.worker(redis_server.url, "exits", "-c", "2", "--burst")
+    assert p.wait(15) == 3  # the handler's exit code
+    assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished within the grace period
+    (m,) = q.peek(source="delayed")  # released with backoff, its error kept
+    assert m.id == "2" and m.receives == 1 and m.last_error == "SystemExit: 3"
+    s = q.stats()
+    assert s.processing == 0 and s.waiting == 0
+    log = procs.log(p)
+    assert "handler raised SystemExit(3) on queue=q id=2; stopping" in log
+    assert "grace period over" not in log and "Traceback" not in log
+
+
+def test_worker_logs_its_settings_at_start(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    Queue("q", client=r, scripting=scripting, visibility_timeout=7, max_receives=3)
+    p = procs.worker(redis_server.url, "record", "-c", "2", "--burst")
+    assert p.wait(15) == 0
+    log = procs.log(p)
+    assert "worker options: concurrency=2 retry_backoff=1 grace_period=30 heartbeat=on" in log
+    assert "queue=q priority=1 visibility_timeout=7 max_receives=3 bucket_seconds=60" in log
 
 
 def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
@@ -113,6 +142,19 @@ def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.R
     p.send_signal(signal.SIGTERM)
     assert p.wait(10) == 0
     assert sorted(m.text for m in q.peek()) == ["later", "x"]
+
+
+def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    Queue("q", client=r, scripting=scripting).enqueue("x")  # a registered queue to reap
+    p = procs.spawn(redis_server.url, "reaper", "--interval", "0.05", "--log-level", "debug")
+    wait_until(lambda: "pass 10 over 1 queues" in procs.log(p))  # its per-pass lines are DEBUG
+    lines = procs.log(p).splitlines()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    records = [m.groups() for m in map(RECORD.match, lines) if m]  # (level, logger, message)
+    assert not [rec for rec in records if rec[1].startswith("apscheduler")]  # not even at debug level
+    above_debug = [rec for rec in records if rec[0] != "DEBUG"]
+    assert len(above_debug) == 1 and above_debug[0][2].startswith("reaping every queue")
 
 
 # -- Redis stopped and restarted under running workers and reapers -------------------------

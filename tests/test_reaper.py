@@ -124,3 +124,31 @@ def test_a_corrupt_queue_does_not_stop_the_pass(redis_server, r: redis.Redis,
     assert Reaper([bad]).reap_once() == {}
     messages = [rec.getMessage() for rec in caplog.records]
     assert any("queue=bad" in m and "kq:{bad}:config" in m for m in messages)
+
+
+def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(redis_server, r: redis.Redis, scripting: bool,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    q = Queue("q", client=r, scripting=scripting, bucket_seconds=1)
+    q.enqueue("x")
+    reaper = Reaper([q], interval=0.05)
+    caplog.set_level(logging.DEBUG)
+
+    def lines() -> list[str]:
+        return [rec.getMessage() for rec in caplog.records
+                if rec.levelno >= logging.INFO and rec.name.startswith(("keyqueue.reaper", "apscheduler"))]
+
+    reaper.start()
+    try:
+        wait_until(lambda: reaper.passes >= 5)
+        assert lines() == []  # no APScheduler "Running job ..." / "executed successfully"
+        assert q.claim(visibility_timeout=0.05)
+        wait_until(lambda: q.length() == 1)
+        reaper.summary_interval = 0  # the next pass logs the summary
+        wait_until(lambda: len(lines()) >= 2)
+    finally:
+        reaper.shutdown()
+    assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0"
+    assert lines()[1].startswith("reaper: ") and "passes in the last" in lines()[1]
+    assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0")
