@@ -141,9 +141,10 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
         # next timer, so the claim knows when to reap without a round trip of its own)
         assert set(sent) <= {"evalsha", "blpop", "type", "time", "lrange", "exists", "zrange",
                              "config|resetstat"}, sent
-    else:  # an empty claim is TIME, LINDEX and LLEN in one round trip
-        assert set(sent) <= {"blpop", "time", "lindex", "llen", "config|resetstat"}, sent
-        assert sent["time"] == sent["lindex"] == sent["llen"] == claims
+    else:  # an empty claim is TIME, LINDEX, LLEN, EXISTS config, ZRANGE timers in one round trip
+        assert set(sent) <= {"blpop", "time", "lindex", "llen", "exists", "zrange",
+                             "config|resetstat"}, sent
+        assert sent["time"] == sent["lindex"] == sent["llen"] == sent["exists"] == claims
 
 
 def test_wait_zero_returns_at_once(q: Queue) -> None:
