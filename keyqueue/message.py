@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json as _json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import MessageNotJSON
 
 if TYPE_CHECKING:
+    from .core.results import Fields
     from .queue import Queue
-
-#: Fields per message in a script reply: id, body, enqueued ms, receives, timer ms, receipt, error.
-REPLY_WIDTH = 7
 
 
 @dataclass(eq=False)
@@ -53,6 +51,14 @@ class Message:
                 f"{self.body[exc.start:exc.start + 1]!r}); read msg.body for the raw bytes") from None
         return _json.loads(text)
 
+    @classmethod
+    def of(cls, f: Fields, queue: Any, with_receipt: bool = True) -> Message:
+        """A delivered (or peeked: no receipt) message bound to ``queue``."""
+        return cls(id=f.id, body=f.body, receipt=f.receipt if with_receipt else None,
+                   receives=f.receives, enqueued_at=f.enqueued_ms / 1000.0,
+                   deadline=None if f.timer_ms is None else f.timer_ms / 1000.0,
+                   last_error=f.error, queue=queue)
+
     def _queue(self) -> Queue:
         if self.queue is None:
             raise RuntimeError("this message is not bound to a Queue")
@@ -70,32 +76,6 @@ class Message:
 
     def dead_letter(self, reason: str = "") -> bool:
         return self._queue().dead_letter(self, reason)
-
-
-def _text(v: bytes | None) -> str | None:
-    return None if v is None else v.decode("utf-8", "replace")
-
-
-def decode_messages(
-    reply: Sequence[Any], queue: Queue | None, *, with_receipt: bool = True, start: int = 0
-) -> list[Message]:
-    """Turn a flat script reply (REPLY_WIDTH fields per message) into Messages."""
-    out = []
-    for i in range(start, len(reply), REPLY_WIDTH):
-        mid, body, t, r, d, c, e = reply[i : i + REPLY_WIDTH]
-        out.append(
-            Message(
-                id=mid.decode(),
-                body=body if body is not None else b"",
-                receipt=c.decode() if (with_receipt and c is not None) else None,
-                receives=int(r or 0),
-                enqueued_at=int(t or 0) / 1000.0,
-                deadline=int(d) / 1000.0 if d is not None else None,
-                last_error=_text(e),
-                queue=queue,
-            )
-        )
-    return out
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def make_machine(client: redis.Redis, scripting: bool = True) -> type[RuleBasedS
             assert self.q.settings == writer.settings
             # Reaps are explicit steps of this model; claim-time reaping (whose timing follows
             # the real clock, not this fake one) has tests of its own (test_self_healing.py).
-            self.q.reap_if_due = lambda: False  # type: ignore[method-assign]
+            self.q._core.claim_reaping = False
             self.max_receives = max_receives
             self.note(f"setup max_receives={max_receives} bucket={bucket_seconds} vis={visibility}")
             self.bucket_ms = max(1, round(bucket_seconds * 1000))

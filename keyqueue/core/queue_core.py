@@ -1,0 +1,471 @@
+"""Every queue operation, written once: argument checks, settings, which backend operation
+to run, and what to do with its result. Each method returns an operation (a generator of
+round trips); ``keyqueue.Queue`` runs it on a blocking client, ``keyqueue.aio.Queue`` on
+asyncio. Nothing here sends or awaits anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
+from ..keys import QueueKeys, validate_name, validate_prefix
+from ..message import QueueStats, ReapResult
+from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
+from .replies import error_for, fields_of, hash_reply, item_fields, text
+from .results import START, Claimed, Enqueued, Fields, ReapPosition
+from .roundtrip import Command, Op
+
+log = logging.getLogger("keyqueue.queue")
+
+#: Ids examined per script call by reap and purge, so Redis is never blocked long.
+BATCH = 500
+#: Requeue does more per id (reset fields, move, drop timers): smaller calls, same bound.
+REQUEUE_BATCH = 250
+#: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
+WAIT_SLICE = 2.0
+#: Seconds between the reaps a Queue's claims make (and Workers make) of its queue.
+REAP_INTERVAL = 1.0
+#: Ids one claim-time reap examines at most: a backlog is reaped over the following claims.
+CLAIM_REAP_LIMIT = 500
+
+PEEK_SOURCES = ("waiting", "processing", "delayed", "dead")
+PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
+REQUEUE_SOURCES = ("dead", "processing")
+
+
+def not_one(values: object, what: str, instead: str) -> None:
+    """A str or bytes where an iterable of them is expected is one value, not many."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be an iterable (a list), not one {type(values).__name__}; "
+                        f"for one value use {instead}")
+
+
+def check_dedup_key(what: str, key: object) -> None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
+
+
+class QueueCore:
+    """The state one Queue object keeps (its settings, registration, claim-time reaping)
+    and its operations. ``ops`` is the backend: ScriptOps or CommandOps."""
+
+    def __init__(self, name: str, prefix: str, given: dict[str, Any], ops: Any,
+                 socket_timeout: float | None = None) -> None:
+        self.name = validate_name(name)
+        self.prefix = validate_prefix(prefix)
+        self.keys = QueueKeys(self.prefix, self.name)
+        self.wanted = dict(given)
+        self.given = validate(QueueSettings(), given).to_hash(set(given))
+        self.ops = ops
+        self.socket_timeout = socket_timeout
+        self.settings: QueueSettings | None = None
+        #: The config fields this Queue restores if the hash vanishes: those it was given or
+        #: found when it loaded (never defaults it merely fell back to).
+        self.held: dict[str, str] = {}
+        self.registered = False
+        self.restored_at = -math.inf
+        #: Claim-time reaping (monotonic times): the last reap, when the earliest timer falls
+        #: due (every claim reply says; 0 = unknown, so the first claim reaps), and where a
+        #: reap cut short goes on.
+        self.last_reap = -math.inf
+        self.due_at = 0.0
+        self.reap_position: ReapPosition = START
+        #: Tests and benchmarks only: False turns claim-time reaping off.
+        self.claim_reaping = True
+
+    # -- settings and registration ------------------------------------------------------
+
+    def ready(self) -> Op[QueueSettings]:
+        """The settings in force, loading them first if that has not happened yet."""
+        if self.settings is None:
+            yield from self.load_settings()
+        assert self.settings is not None
+        return self.settings
+
+    def load_settings(self) -> Op[None]:
+        """Read the config hash and write the values this Queue was given (last writer
+        wins); log which values in force the given ones changed."""
+        k = self.keys
+        stored_raw, registered = yield [("HGETALL", k.config), ("SISMEMBER", k.registry, self.name)]
+        if isinstance(stored_raw, Exception):
+            raise error_for(stored_raw, k.config)
+        stored = hash_reply(stored_raw)
+        self.registered = self.registry_ok(registered) and registered == 1
+        current = parse_settings(k.config, stored)
+        if self.given:
+            flat = [x for pair in self.given.items() for x in pair]
+            (reply,) = yield [("HSET", k.config, *flat)]
+            if isinstance(reply, Exception):
+                raise error_for(reply, k.config)
+            yield from self.register()
+            changed = [f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
+                       for name, value in self.given.items()
+                       if name.encode() in stored and stored[name.encode()].decode() != value]
+            if changed:
+                log.info("queue %s: changed %s in its config hash", self.name, ", ".join(changed))
+        settings = validate(current, self.wanted)
+        self.held = settings.to_hash({f.decode() for f in stored} & SETTING_NAMES | set(self.given))
+        self.settings = settings
+
+    def refresh_settings(self) -> Op[QueueSettings]:
+        """Re-read the config hash (the reaper does this every pass). A hash that vanished
+        keeps the settings held until a write restores it, rather than falling to defaults."""
+        (raw,) = yield [("HGETALL", self.keys.config)]
+        if isinstance(raw, Exception):
+            raise error_for(raw, self.keys.config)
+        stored = hash_reply(raw)
+        if not stored and self.held and self.settings is not None:
+            return self.settings
+        self.settings = parse_settings(self.keys.config, stored)
+        self.held = self.settings.to_hash({f.decode() for f in stored} & SETTING_NAMES)
+        return self.settings
+
+    def register(self) -> Op[None]:
+        """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
+        if not self.registered:
+            (reply,) = yield [("SADD", self.keys.registry, self.name)]
+            self.registry_ok(reply)
+            self.registered = True
+
+    def registry_ok(self, reply: object) -> bool:
+        """False (logged) when the registry, shared by every queue, holds the wrong type:
+        registering is a side effect, so a broken registry must not stop this queue."""
+        if not isinstance(reply, Exception):
+            return True
+        log.error("queue %s: cannot register: %s (keyqueue ls and reapers of every queue miss "
+                  "it until the key is fixed)", self.name, error_for(reply, self.keys.registry))
+        return False
+
+    def restore(self) -> Op[None]:
+        """A write found the config hash gone (Redis lost its data: a restart without
+        persistence, a FLUSHDB, a failover to an empty replica). Write back the settings this
+        Queue runs with and its registration, so ``keyqueue ls``, reapers of every queue and
+        other processes find it again. HSETNX: a value another process wrote since wins. At
+        most once a second (a queue with no settings to restore reports it on every write).
+        A Queue that never knew the queue to exist (a claim on a name nobody wrote) restores
+        nothing: reading a queue must not create it."""
+        now = time.monotonic()
+        if now - self.restored_at < 1.0 or not (self.held or self.registered):
+            return
+        self.restored_at = now
+        k = self.keys
+        commands: list[Command] = [("HSETNX", k.config, name, value) for name, value in self.held.items()]
+        replies = yield [*commands, ("SADD", k.registry, self.name)]
+        for reply in replies[:-1]:
+            if isinstance(reply, Exception):
+                raise error_for(reply, k.config)
+        added = replies[-1] if self.registry_ok(replies[-1]) else 0
+        self.registered = True
+        restored = [name for name, n in zip(self.held, replies) if n == 1]
+        if added == 1 or restored:
+            log.warning("queue %s: %s missing from Redis (data lost?); restored%s", self.name,
+                        "its registration and settings were" if restored else "its registration was",
+                        f" {', '.join(f'{n}={self.held[n]}' for n in restored)}" if restored else "")
+
+    def _after(self, config_missing: bool) -> Op[None]:
+        if config_missing:
+            yield from self.restore()
+
+    # -- producing ------------------------------------------------------------------------
+
+    def body(self, body: object, settings: QueueSettings) -> bytes:
+        if isinstance(body, str):
+            data = body.encode("utf-8")
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            data = bytes(body)
+        else:
+            raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+        if len(data) > settings.max_body_bytes:
+            raise MessageTooLarge(
+                f"message body of {len(data)} bytes exceeds max_body_bytes="
+                f"{settings.max_body_bytes} of queue {self.name!r}")
+        return data
+
+    def enqueue(self, body: object, delay: float, dedup_key: str | None) -> Op[str]:
+        if not isinstance(body, (str, bytes, bytearray, memoryview)):  # before any I/O
+            raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+        delay_ms = seconds_arg("delay", delay)
+        check_dedup_key("dedup_key", dedup_key)
+        s = yield from self.ready()
+        data = self.body(body, s)
+        yield from self.register()
+        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
+        yield from self._after(done.config_missing)
+        return done.ids[0]
+
+    def enqueue_many(self, bodies: Iterable[object], delay: float, delays: Sequence[float] | None,
+                     dedup_keys: Sequence[str | None] | None) -> Op[list[str]]:
+        not_one(bodies, "bodies", "enqueue(body)")
+        raw = list(bodies)
+        delay_ms = seconds_arg("delay", delay)
+        for name, per in (("delays", delays), ("dedup_keys", dedup_keys)):
+            if per is not None and len(per) != len(raw):
+                raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
+        each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
+        for key in dedup_keys or ():
+            check_dedup_key("each dedup key", key)
+        s = yield from self.ready()
+        data = [self.body(b, s) for b in raw]
+        if not data:
+            return []
+        yield from self.register()
+        if each_ms is None and dedup_keys is None:
+            done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms)
+        else:
+            done = yield from self.ops.enqueue_each(data, each_ms or [delay_ms] * len(data),
+                                                    list(dedup_keys or [None] * len(data)),
+                                                    s.bucket_ms, s.dedup_ms)
+        yield from self._after(done.config_missing)
+        return done.ids
+
+    def get(self, ids: Iterable[object]) -> Op[list[Fields]]:
+        not_one(ids, "ids", "get([id])")
+        wanted = [str(i) for i in ids]
+        if not wanted:
+            return []
+        replies = yield [("HGETALL", self.keys.item(i)) for i in wanted]
+        out = []
+        for i, raw in zip(wanted, replies):
+            if isinstance(raw, Exception):
+                raise error_for(raw, self.keys.item(i))
+            if raw:
+                out.append(fields_of(i, item_fields(raw)))
+        return out
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def visibility_ms(self, visibility_timeout: float | None, s: QueueSettings) -> int:
+        if visibility_timeout is None:
+            return s.visibility_ms
+        return seconds_arg("visibility_timeout", visibility_timeout, allow_zero=False)
+
+    def claim(self, count: int, visibility_timeout: float | None, wait: float) -> Op[list[Fields]]:
+        """Up to ``count`` messages; ``wait`` long-polls, waking also when a reap may be due
+        (expiring and due delayed messages signal nobody)."""
+        whole_number("count", count, 1)
+        if visibility_timeout is not None:
+            seconds_arg("visibility_timeout", visibility_timeout, allow_zero=False)
+        wait_ms = seconds_arg("wait", wait)
+        s = yield from self.ready()
+        vis_ms = self.visibility_ms(visibility_timeout, s)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        yield from self.reap_if_due()
+        got = yield from self.claim_now(count, vis_ms)
+        while not got:
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                return []
+            if (yield from self.reap_if_due()):
+                got = yield from self.claim_now(count, vis_ms)
+                continue
+            wake = max(self.next_reap() - now, 0.01)
+            got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count,
+                                                  visibility_timeout)
+        return got
+
+    def claim_now(self, count: int, vis_ms: int) -> Op[list[Fields]]:
+        s = yield from self.ready()
+        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives)
+        return (yield from self.took(done))
+
+    def wait_then_claim(self, signals: Sequence[str], seconds: float, count: int,
+                        visibility_timeout: float | None) -> Op[list[Fields]]:
+        """BLPOP on ``signals`` (this queue's among them) for one slice, then claim here."""
+        s = yield from self.ready()
+        vis_ms = self.visibility_ms(visibility_timeout, s)
+        done: Claimed = yield from self.ops.wait_then_claim(signals, self.slice(seconds), count, vis_ms,
+                                                             s.bucket_ms, s.max_receives)
+        return (yield from self.took(done))
+
+    def took(self, done: Claimed) -> Op[list[Fields]]:
+        """A claim's messages; its reply also says when the earliest timer falls due."""
+        ms = done.next_timer_ms
+        self.due_at = math.inf if ms is None else time.monotonic() + ms / 1000.0
+        yield from self._after(done.config_missing)
+        return done.messages
+
+    def slice(self, seconds: float) -> float:
+        """One blocking wait: at most WAIT_SLICE, and well inside the client's socket timeout."""
+        timeout = min(seconds, WAIT_SLICE)
+        if self.socket_timeout:
+            timeout = min(timeout, self.socket_timeout / 2)
+        return max(timeout, 0.01)
+
+    def next_reap(self) -> float:
+        return max(self.last_reap + REAP_INTERVAL, self.due_at)
+
+    def reap_if_due(self) -> Op[bool]:
+        """One bounded reap step when a timer may have fallen due and the last reap is
+        REAP_INTERVAL old (a reap cut short goes on at the next call). This is how a consumer
+        that only claims gets expired and due delayed messages back without a Reaper; it
+        costs nothing while no timer is due. True when it moved a message."""
+        now = time.monotonic()
+        if not self.claim_reaping or now < self.next_reap():
+            return False
+        s = yield from self.ready()
+        step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position)
+        # Corrupt keys (step.broken) are left for reap() and the Reaper to report.
+        if step.done:
+            self.reap_position, self.last_reap = START, now
+        else:
+            self.reap_position = step.position
+        yield from self._after(step.config_missing)
+        return step.moved.total > 0
+
+    def own(self, message_queue_keys: QueueKeys | None, message_id: str, queue_name: str | None) -> None:
+        if message_queue_keys is not None and message_queue_keys != self.keys:
+            raise InvalidArgument(f"message {message_id} belongs to queue {queue_name!r}, not {self.name!r}")
+
+    def ack(self, pairs: Sequence[tuple[str, str]]) -> Op[int]:
+        if not pairs:
+            return 0
+        s = yield from self.ready()
+        return (yield from self.ops.ack(pairs, s.bucket_ms))
+
+    def extend(self, msg_id: str, receipt: str | None, seconds: float) -> Op[int | None]:
+        ms = seconds_arg("seconds", seconds)
+        if receipt is None:
+            return None
+        s = yield from self.ready()
+        return (yield from self.ops.extend(msg_id, receipt, ms, s.bucket_ms))
+
+    def release(self, msg_id: str, receipt: str | None, delay: float, error: str | None) -> Op[bool]:
+        delay_ms = seconds_arg("delay", delay)
+        if receipt is None:
+            return False
+        s = yield from self.ready()
+        return (yield from self.ops.release(msg_id, receipt, delay_ms, s.bucket_ms, error))
+
+    def dead_letter(self, msg_id: str, receipt: str | None, reason: str) -> Op[bool]:
+        if receipt is None:
+            return False
+        s = yield from self.ready()
+        return (yield from self.ops.dead_letter(msg_id, receipt, str(reason), s.bucket_ms))
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def reap(self) -> Op[ReapResult]:
+        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        s = yield from self.ready()
+        total = ReapResult()
+        position = START
+        broken: list[str] = []
+        missing = False
+        while True:
+            step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, BATCH, position)
+            total = total + step.moved
+            broken += step.broken
+            missing = missing or step.config_missing
+            position = step.position
+            if step.done:
+                break
+        self.last_reap, self.reap_position = time.monotonic(), START
+        yield from self._after(missing)
+        if broken:
+            raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
+        return total
+
+    def requeue(self, ids: Iterable[object] | None, source: str,
+                progress: Callable[[int], None] | None) -> Op[int]:
+        if source not in REQUEUE_SOURCES:
+            raise InvalidArgument(f"requeue source must be 'dead' or 'processing', not {source!r}")
+        if ids is not None:
+            not_one(ids, "ids", "requeue([id])")
+        s = yield from self.ready()
+        done = 0
+        if ids is not None:
+            wanted = [str(i) for i in ids]
+            for i in range(0, len(wanted), REQUEUE_BATCH):
+                r = yield from self.ops.requeue(source, wanted[i : i + REQUEUE_BATCH], REQUEUE_BATCH, s.bucket_ms)
+                done += r.requeued
+                if progress:
+                    progress(r.requeued)
+            return done
+        # Everything that was in the source when we started, in batches: dead letters from
+        # the head of their list, in-flight ids by one SSCAN pass over processing.
+        key = self.keys.dead if source == "dead" else self.keys.processing
+        (size,) = yield [("LLEN" if source == "dead" else "SCARD", key)]
+        if isinstance(size, Exception):
+            raise error_for(size, key)
+        budget, cursor = int(size), "0"
+        while budget > 0:
+            r = yield from self.ops.requeue(source, [], min(REQUEUE_BATCH, budget), s.bucket_ms, cursor)
+            budget -= r.examined
+            done += r.requeued
+            cursor = r.cursor
+            if progress:
+                progress(r.requeued)
+            if source == "dead" and r.examined == 0 or source == "processing" and cursor == "0":
+                break
+        return done
+
+    def purge(self, source: str, progress: Callable[[int], None] | None) -> Op[int]:
+        if source not in PURGE_SOURCES:
+            raise InvalidArgument(f"purge source must be one of waiting, delayed, dead, all, not {source!r}")
+        s = yield from self.ready()
+        sources = ("waiting", "delayed", "dead", "processing") if source == "all" else (source,)
+        total = 0
+        for src in sources:
+            position: tuple[int, str] = (0, "0")
+            done = False
+            while not done:
+                step = yield from self.ops.purge_step(src, BATCH, position, s.bucket_ms)
+                position, done = step.position, step.done
+                total += step.count
+                if progress and step.count:
+                    progress(step.count)
+        return total
+
+    def destroy(self) -> Op[None]:
+        """Delete every key of the queue (one SCAN pass, UNLINK in batches) and its name."""
+        cursor = "0"
+        while True:
+            (reply,) = yield [("SCAN", cursor, "MATCH", self.keys.pattern, "COUNT", 1000)]
+            cursor, found = text(reply[0]), list(reply[1])
+            for i in range(0, len(found), BATCH):
+                yield [("UNLINK", *found[i : i + BATCH])]
+            if cursor == "0":
+                break
+        (reply,) = yield [("SREM", self.keys.registry, self.name)]
+        if isinstance(reply, Exception):
+            raise error_for(reply, self.keys.registry)
+        self.registered, self.held = False, {}
+
+    # -- reading --------------------------------------------------------------------------
+
+    def length(self) -> Op[int]:
+        (n,) = yield [("SCARD", self.keys.items)]
+        if isinstance(n, Exception):
+            raise error_for(n, self.keys.items)
+        return int(n)
+
+    def stats(self) -> Op[QueueStats]:
+        c = yield from self.ops.stats()
+        age = None if c.oldest_ms is None else max(0.0, (c.now_ms - c.oldest_ms) / 1000.0)
+        return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age)
+
+    def peek(self, count: int, source: str) -> Op[list[Fields]]:
+        if source not in PEEK_SOURCES:
+            raise InvalidArgument(f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")
+        whole_number("count", count, 0)
+        return (yield from self.ops.peek(source, count))
+
+
+def parse_settings(config_key: str, stored: dict[bytes, bytes]) -> QueueSettings:
+    try:
+        return QueueSettings.from_hash(stored)
+    except InvalidArgument as exc:
+        raise CorruptQueue(config_key, f"holds a bad setting ({exc})") from None
+
+
+def list_queues_op(registry: str) -> Op[list[str]]:
+    """Names of the queues registered under a prefix (those that were ever written to)."""
+    (reply,) = yield [("SMEMBERS", registry)]
+    if isinstance(reply, Exception):
+        raise error_for(reply, registry)
+    return sorted(text(n) for n in reply)

@@ -1,0 +1,104 @@
+"""Reading raw replies (RESP2 or RESP3 shapes) and the item hash, for both modes."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from redis.exceptions import NoPermissionError, ResponseError
+
+from ..errors import CorruptQueue
+from .results import Fields
+
+#: A body up to this size is stored in 64-byte fields b, b1, b2, ... (as _lib.lua does), so
+#: the item hash stays a compact listpack; a larger body is one field b.
+FIELD = 64
+SPLIT_UP_TO = FIELD * 100
+
+
+def text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def maybe_text(v: Any) -> str | None:
+    return None if v is None else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def int_or(v: Any, default: int = 0) -> int:
+    """An integer reply or field, ``default`` when absent or not a number."""
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def body_fields(body: bytes) -> list[bytes]:
+    """HSET arguments for a body, split like ``_lib.lua``'s body_fields."""
+    if len(body) <= FIELD or len(body) > SPLIT_UP_TO:
+        return [b"b", body]
+    out = [b"b", body[:FIELD]]
+    for k, i in enumerate(range(FIELD, len(body), FIELD), start=1):
+        out += [b"b%d" % k, body[i : i + FIELD]]
+    return out
+
+
+def hash_reply(raw: Sequence[Any] | dict[Any, Any] | None) -> dict[bytes, bytes]:
+    """An HGETALL reply (a flat list under RESP2, a map under RESP3) as a dict."""
+    if not raw:
+        return {}
+    if isinstance(raw, dict):
+        return dict(raw)
+    return {raw[i]: raw[i + 1] for i in range(0, len(raw), 2)}
+
+
+def item_fields(raw: Sequence[Any] | dict[Any, Any] | None) -> dict[bytes, bytes]:
+    """An item hash with its body reassembled under b"b"."""
+    f = hash_reply(raw)
+    parts = sorted((int(k[1:]), k) for k in f if len(k) > 1 and k[:1] == b"b" and k[1:].isdigit())
+    if parts:
+        f[b"b"] = f.get(b"b", b"") + b"".join(f.pop(k) for _, k in parts)
+    return f
+
+
+def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
+    d = f.get(b"d")
+    c = f.get(b"c")
+    return Fields(msg_id, f.get(b"b", b""), int_or(f.get(b"t")), int_or(f.get(b"r")),
+                  None if d is None else int(d), None if c is None else text(c), maybe_text(f.get(b"e")))
+
+
+def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
+    """A script's flat reply, 7 values a message (id, b, t, r, d, c, e), as Fields."""
+    out = []
+    for i in range(start, len(reply), 7):
+        mid, body, t, r, d, c, e = reply[i : i + 7]
+        out.append(Fields(text(mid), body if body is not None else b"", int_or(t), int_or(r),
+                          None if d is None else int(d), None if c is None else text(c), maybe_text(e)))
+    return out
+
+
+def zscore_pair(first: Sequence[Any]) -> float | None:
+    """The score of ZRANGE key 0 0 WITHSCORES: [member, score] (RESP2) or [[member, score]] (RESP3)."""
+    if not first:
+        return None
+    return float(first[0][1] if isinstance(first[0], (list, tuple)) else first[1])
+
+
+def error_for(exc: Exception, default_key: str) -> Exception:
+    """The exception to raise for an error reply: CorruptQueue for a key of the wrong type
+    (named by a script, else ``default_key``), the reply itself otherwise."""
+    msg = str(exc) if isinstance(exc, ResponseError) else ""
+    if msg.startswith("KQCORRUPT "):
+        return CorruptQueue(msg.split()[1])
+    if "WRONGTYPE" in msg:
+        return CorruptQueue(default_key)
+    if isinstance(exc, NoPermissionError) and ("'evalsha'" in msg or "'script" in msg):
+        return type(exc)(f"{msg} (this Redis user may not run scripts: use the script-free mode, "
+                         "Queue(..., scripting=False) or keyqueue --no-scripting)")
+    return exc
+
+
+def raise_errors(commands: Sequence[Sequence[Any]], replies: Sequence[Any], default_key: str) -> None:
+    """Raise for the first error reply, naming the key of its command."""
+    for cmd, reply in zip(commands, replies):
+        if isinstance(reply, ResponseError):
+            raise error_for(reply, str(cmd[1]) if len(cmd) > 1 else default_key)

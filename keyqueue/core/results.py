@@ -1,0 +1,74 @@
+"""What the backends' operations return: plain values, the same from either mode, so the
+queue never reads a script's reply format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..message import ReapResult
+
+
+class Fields(NamedTuple):
+    """One message as stored: times in epoch ms (the server's clock)."""
+
+    id: str
+    body: bytes
+    enqueued_ms: int
+    receives: int
+    timer_ms: int | None  # deadline in flight, due time when delayed
+    receipt: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    ids: list[str]
+    config_missing: bool = False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    messages: list[Fields]
+    dead_lettered: int = 0
+    config_missing: bool = False
+    #: ms from the claim to the earliest timer of the queue (None: no timer at all)
+    next_timer_ms: int | None = None
+
+
+#: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip)
+ReapPosition = tuple[str, str, int]
+START: ReapPosition = ("", "0", 0)
+
+
+@dataclass(frozen=True)
+class ReapStep:
+    moved: ReapResult
+    position: ReapPosition
+    done: bool
+    config_missing: bool = False
+    broken: list[str] = field(default_factory=list)  # keys of the wrong type, left as they are
+
+
+@dataclass(frozen=True)
+class Requeued:
+    requeued: int
+    examined: int
+    cursor: str
+
+
+@dataclass(frozen=True)
+class Purged:
+    count: int
+    position: tuple[int, str]
+    done: bool
+
+
+@dataclass(frozen=True)
+class Counts:
+    waiting: int
+    processing: int
+    delayed: int
+    dead: int
+    oldest_ms: int | None
+    now_ms: int
