@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -31,11 +32,12 @@ def redact(url: str) -> str:
         return "<unparseable URL>"
 
 
-def from_url(url: str) -> redis.Redis:
+def from_url(url: str, cls: Any = redis.Redis) -> Any:
+    """A client of ``cls`` (redis.Redis or redis.asyncio.Redis) for ``url``; no I/O."""
     if not isinstance(url, str) or not url:
         raise ConfigurationError("a Redis URL must be a non-empty string")
     try:
-        client = redis.Redis.from_url(url)
+        client = cls.from_url(url)
         # redis-py checks unknown query parameters only when it first connects: make one
         # connection object (no I/O) so a typo in the URL fails here, as a bad URL.
         pool = client.connection_pool
@@ -65,13 +67,13 @@ def connection_kwargs(client: redis.Redis) -> dict[str, object]:
     return dict(getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None) or {})
 
 
-def resolve_client(client: redis.Redis | None, url: str | None) -> redis.Redis:
+def resolve_client(client: Any, url: str | None, cls: Any = redis.Redis) -> Any:
     """One client that answers bytes: bodies are binary, so decode_responses is turned off.
-    Neither given: ``KEYQUEUE_URL``, else redis://localhost:6379/0."""
+    Neither given: ``KEYQUEUE_URL``, else redis://localhost:6379/0 (a client of ``cls``)."""
     if client is not None and url is not None:
         raise ConfigurationError("give either client= or url=, not both")
     if client is None:
-        return from_url(default_url() if url is None else url)
+        return from_url(default_url() if url is None else url, cls)
     if not connection_kwargs(client).get("decode_responses"):
         return client
     pool = getattr(client, "connection_pool", None)
@@ -79,4 +81,4 @@ def resolve_client(client: redis.Redis | None, url: str | None) -> redis.Redis:
         raise ConfigurationError("message bodies are bytes: give a RedisCluster made with "
                                  "decode_responses=False")
     kwargs = dict(pool.connection_kwargs, decode_responses=False)
-    return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))
+    return type(client)(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))

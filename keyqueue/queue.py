@@ -9,16 +9,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 import redis
 
-from .commands import CommandOps
-from .connection import TRANSIENT, connection_kwargs, resolve_client
+from .connection import TRANSIENT, resolve_client
 from .core import multi
-from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, QueueCore, list_queues_op
-from .core.results import Fields
+from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
 from .core.roundtrip import Op, T
-from .errors import ConfigurationError
-from .keys import QueueKeys, registry_key, validate_prefix
+from .face import QueueFace
+from .keys import registry_key, validate_prefix
 from .message import Message, QueueStats, ReapResult
-from .scripted import ScriptOps
 from .settings import UNSET, QueueSettings, Unset
 from .transport.sync import is_cluster, run, run_plan
 
@@ -34,26 +31,7 @@ PurgeSource = Literal["waiting", "delayed", "dead", "all"]
 RequeueSource = Literal["dead", "processing"]
 
 
-def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None) -> Any:
-    """The operations of a mode; the script-free mode needs one server (WATCH/MULTI)."""
-    if scripting:
-        return ScriptOps(keys, clock)
-    if is_cluster(client):
-        raise ConfigurationError("the script-free mode needs a single Redis server "
-                                 "(WATCH/MULTI on one connection); use the scripted mode on a cluster")
-    return CommandOps(keys, clock)
-
-
-def given_settings(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not UNSET}
-
-
-def socket_timeout(client: Any) -> float | None:
-    t = connection_kwargs(client).get("socket_timeout")
-    return float(t) if isinstance(t, (int, float)) and t > 0 else None
-
-
-class Queue:
+class Queue(QueueFace):
     """A reliable FIFO work queue in Redis with SQS-style visibility timeouts.
 
     Args:
@@ -83,14 +61,10 @@ class Queue:
         scripting: bool = True,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        given = given_settings(visibility_timeout=visibility_timeout, max_receives=max_receives,
-                               bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
-                               dedup_window=dedup_window)
-        self._core = QueueCore(name, prefix, given, None)  # validates before any connection
-        self.scripting = scripting
-        self.client = resolve_client(client, url)
-        self._core.socket_timeout = socket_timeout(self.client)
-        self._core.ops = backend(self.client, self._core.keys, scripting, clock)
+        self._setup(name, prefix, dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
+                                       bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
+                                       dedup_window=dedup_window),
+                    lambda: resolve_client(client, url), scripting, clock)
         try:
             self._run(self._core.load_settings())
         except TRANSIENT as exc:  # e.g. a module-level Queue while Redis restarts
@@ -98,25 +72,6 @@ class Queue:
 
     def _run(self, op: Op[T]) -> T:
         return run(self.client, op)
-
-    def _bind(self, fields: list[Fields], with_receipt: bool = True) -> list[Message]:
-        return [Message.of(f, self, with_receipt) for f in fields]
-
-    @property
-    def name(self) -> str:
-        return self._core.name
-
-    @property
-    def prefix(self) -> str:
-        return self._core.prefix
-
-    @property
-    def keys(self) -> QueueKeys:
-        return self._core.keys
-
-    @property
-    def _ops(self) -> Any:
-        return self._core.ops
 
     # -- settings -------------------------------------------------------------------------
 
@@ -166,21 +121,14 @@ class Queue:
         has not reaped for a second (claims do this themselves)."""
         return self._run(self._core.reap_if_due())
 
-    def _own(self, message: Message) -> None:
-        q = message.queue
-        self._core.own(None if q is None or q is self else q.keys, message.id, getattr(q, "name", None))
-
     def ack(self, message: Message) -> bool:
         """Delete a message; True only if this delivery was still current."""
         return self.ack_many([message]) == 1
 
     def ack_many(self, messages: Sequence[Message]) -> int:
-        for m in messages:
-            self._own(m)
-        owned = [m for m in messages if m.receipt is not None]
-        n = self._run(self._core.ack([(m.id, m.receipt) for m in owned]))  # type: ignore[misc]
-        for m in owned:
-            m.settled = "ack"
+        owned, pairs = self._pairs(messages)
+        n = self._run(self._core.ack(pairs))
+        self._mark(owned, "ack")
         return n
 
     def extend(self, message: Message, seconds: float) -> bool:
@@ -195,16 +143,14 @@ class Queue:
         """Give a message back (to the tail, or after ``delay``); ``error`` becomes last_error."""
         self._own(message)
         ok = self._run(self._core.release(message.id, message.receipt, delay, error))
-        if message.receipt is not None:
-            message.settled = "release"
+        self._mark([message], "release")
         return ok
 
     def dead_letter(self, message: Message, reason: str = "") -> bool:
         """Move a current delivery to dead letters; ``reason`` becomes last_error."""
         self._own(message)
         ok = self._run(self._core.dead_letter(message.id, message.receipt, reason))
-        if message.receipt is not None:
-            message.settled = "dead_letter"
+        self._mark([message], "dead_letter")
         return ok
 
     # -- maintenance ----------------------------------------------------------------------
@@ -259,9 +205,6 @@ class Queue:
             return Worker(self, handler, **options)
 
         return decorate if handler is None else decorate(handler)
-
-    def __repr__(self) -> str:
-        return f"Queue({self.name!r}, prefix={self.prefix!r})"
 
 
 def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:

@@ -9,14 +9,25 @@ protocol gives them; ``replies.py`` reads both.
 
 from __future__ import annotations
 
-from typing import Any, Generator, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generator, Sequence, TypeVar, Union
 
 T = TypeVar("T")
 
 Command = Sequence[Any]
 Replies = list[Any]
-#: An operation: yields round trips, receives their replies, returns its result.
-Op = Generator[list[Command], Replies, T]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Yielded instead of a round trip: wait this long (time.sleep, or asyncio.sleep on a
+    loop), then go on; the operation receives an empty reply list."""
+
+    seconds: float
+
+
+#: An operation: yields round trips (or a Sleep), receives their replies, returns its result.
+Op = Generator[Union[list[Command], Sleep], Replies, T]
 #: A plan over several operations (possibly on several clients): yields (target, op) pairs
 #: and receives each op's result. Used where one logical step spans queues.
 Plan = Generator[tuple[Any, Op[Any]], Any, T]

@@ -3,12 +3,13 @@ node's connections on a cluster), each round trip one packed write and its repli
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import redis
 from redis.exceptions import AskError, MovedError, ResponseError
 
-from ..core.roundtrip import Command, Op, Plan, T, routing_key, still_watching
+from ..core.roundtrip import Command, Op, Plan, Sleep, T, routing_key, still_watching
 
 
 def is_cluster(client: Any) -> bool:
@@ -41,8 +42,12 @@ def run(client: redis.Redis, op: Op[T]) -> T:
     clean, watching = False, False
     try:
         while True:
-            replies = round_trip(conn, commands)
-            watching = still_watching(commands, watching)
+            if isinstance(commands, Sleep):
+                time.sleep(commands.seconds)
+                replies: list[Any] = []
+            else:
+                replies = round_trip(conn, commands)
+                watching = still_watching(commands, watching)
             try:
                 commands = op.send(replies)
             except StopIteration as stop:
@@ -64,11 +69,15 @@ def run_plan(plan: Plan[T]) -> T:
         return stop.value
 
 
-def _run_on_cluster(client: Any, op: Op[T], commands: list[Command]) -> T:
+def _run_on_cluster(client: Any, op: Op[T], commands: list[Command] | Sleep) -> T:
     """Scripted operations only (the script-free mode is refused on a cluster): no WATCH,
     so each round trip's commands go to the nodes owning their keys."""
     while True:
-        replies = _cluster_round_trip(client, commands)
+        if isinstance(commands, Sleep):
+            time.sleep(commands.seconds)
+            replies: list[Any] = []
+        else:
+            replies = _cluster_round_trip(client, commands)
         try:
             commands = op.send(replies)
         except StopIteration as stop:

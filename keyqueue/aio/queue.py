@@ -1,0 +1,196 @@
+"""Queue on asyncio: the same operations as ``keyqueue.Queue`` (the core's), awaited on a
+``redis.asyncio`` client. Constructing does no I/O; settings load on first use."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+
+import redis.asyncio
+
+from ..connection import resolve_client
+from ..core import multi
+from ..core.queue_core import list_queues_op
+from ..core.roundtrip import Op, T
+from ..errors import InvalidArgument
+from ..face import QueueFace
+from ..keys import registry_key, validate_prefix
+from ..message import QueueStats, ReapResult
+from ..queue import PeekSource, PurgeSource, RequeueSource, one_connection
+from ..settings import UNSET, QueueSettings, Unset
+from ..transport.aio import run, run_plan
+from .message import Message
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+class Queue(QueueFace):
+    """A keyqueue queue for asyncio code: ``await q.enqueue(...)``, ``await q.claim(wait=20)``.
+
+    Args: as ``keyqueue.Queue``; ``client`` is a ``redis.asyncio.Redis`` (or RedisCluster).
+    ``async with Queue(...) as q`` closes the client it made from ``url``.
+    """
+
+    message_class = Message
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        prefix: str = "kq",
+        visibility_timeout: float | Unset = UNSET,
+        max_receives: int | None | Unset = UNSET,
+        bucket_seconds: float | Unset = UNSET,
+        max_body_bytes: int | Unset = UNSET,
+        dedup_window: float | Unset = UNSET,
+        scripting: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._owns_client = client is None
+        self._setup(name, prefix, dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
+                                       bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
+                                       dedup_window=dedup_window),
+                    lambda: resolve_client(client, url, redis.asyncio.Redis), scripting, clock)
+
+    def _run(self, op: Op[T]) -> Awaitable[T]:
+        return run(self.client, op)
+
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client this queue made from a URL (a client you gave stays open)."""
+        if self._owns_client:
+            await self.client.aclose()
+
+    # -- settings -------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> QueueSettings:
+        """The settings in force, once loaded (by any operation, or ``await q.load()``)."""
+        if self._core.settings is None:
+            raise InvalidArgument(f"the settings of queue {self.name!r} load on first use: "
+                                  "await queue.load() (or any operation) first")
+        return self._core.settings
+
+    async def load(self) -> QueueSettings:
+        """Read the settings (and write the given ones) now rather than on first use."""
+        return await self._run(self._core.ready())
+
+    async def refresh_settings(self) -> QueueSettings:
+        return await self._run(self._core.refresh_settings())
+
+    # -- producing ------------------------------------------------------------------------
+
+    async def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None) -> str:
+        return await self._run(self._core.enqueue(body, delay, dedup_key))
+
+    async def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
+                           delays: Sequence[float] | None = None,
+                           dedup_keys: Sequence[str | None] | None = None) -> list[str]:
+        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys))
+
+    async def get(self, ids: Iterable[str]) -> list[Message]:
+        return self._bind(await self._run(self._core.get(ids)), with_receipt=False)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def claim(self, *, visibility_timeout: float | None = None, wait: float = 0.0) -> Message | None:
+        got = await self.claim_many(1, visibility_timeout=visibility_timeout, wait=wait)
+        return got[0] if got else None
+
+    async def claim_many(self, count: int, *, visibility_timeout: float | None = None,
+                         wait: float = 0.0) -> list[Message]:
+        """A long-poll waits in Redis without blocking the loop; cancelled, it takes nothing."""
+        return self._bind(await self._run(self._core.claim(count, visibility_timeout, wait)))
+
+    async def reap_if_due(self) -> bool:
+        return await self._run(self._core.reap_if_due())
+
+    async def ack(self, message: Message) -> bool:
+        return await self.ack_many([message]) == 1
+
+    async def ack_many(self, messages: Sequence[Message]) -> int:
+        owned, pairs = self._pairs(messages)
+        n = await self._run(self._core.ack(pairs))
+        self._mark(owned, "ack")
+        return n
+
+    async def extend(self, message: Message, seconds: float) -> bool:
+        self._own(message)
+        new = await self._run(self._core.extend(message.id, message.receipt, seconds))
+        if new is not None:
+            message.deadline = new / 1000.0
+        return new is not None
+
+    async def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool:
+        self._own(message)
+        ok = await self._run(self._core.release(message.id, message.receipt, delay, error))
+        self._mark([message], "release")
+        return ok
+
+    async def dead_letter(self, message: Message, reason: str = "") -> bool:
+        self._own(message)
+        ok = await self._run(self._core.dead_letter(message.id, message.receipt, reason))
+        self._mark([message], "dead_letter")
+        return ok
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    async def reap(self) -> ReapResult:
+        return await self._run(self._core.reap())
+
+    async def requeue(self, ids: Iterable[str] | None = None, *, source: RequeueSource = "dead",
+                      progress: Callable[[int], None] | None = None) -> int:
+        return await self._run(self._core.requeue(ids, source, progress))
+
+    async def purge(self, *, source: PurgeSource = "waiting",
+                    progress: Callable[[int], None] | None = None) -> int:
+        return await self._run(self._core.purge(source, progress))
+
+    async def destroy(self) -> None:
+        await self._run(self._core.destroy())
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def length(self) -> int:
+        return await self._run(self._core.length())
+
+    async def stats(self) -> QueueStats:
+        return await self._run(self._core.stats())
+
+    async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
+        return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)
+
+    def worker(self, handler: Callable[[Message], Awaitable[Any]] | None = None, **options: Any) -> Any:
+        """Decorator: ``@queue.worker(concurrency=10)`` turns ``async def fn(message)`` into an
+        ``aio.Worker``."""
+        from .worker import Worker
+
+        def decorate(handler: Callable[[Message], Awaitable[Any]]) -> Worker:
+            return Worker(self, handler, **options)
+
+        return decorate if handler is None else decorate(handler)
+
+
+async def list_queues(client: Any, prefix: str = "kq") -> list[str]:
+    """Names of the queues registered under ``prefix``."""
+    return await run(client, list_queues_op(registry_key(validate_prefix(prefix))))
+
+
+async def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
+                    wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
+    """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
+    them for up to ``wait`` seconds. Returns the queue the messages came from."""
+    plan = multi.claim_any([(q.client, q._core) for q in queues], count, visibility_timeout, wait,
+                           poll_first, one_connection(queues))
+    index, fields = await run_plan(plan)
+    if index is None:
+        return None, []
+    q = queues[index]
+    return q, q._bind(fields)

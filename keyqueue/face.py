@@ -1,0 +1,90 @@
+"""What the blocking and the asyncio Queue share besides the core: building the core and
+its backend, binding results to Message objects, and marking what a delivery's holder did.
+No I/O here; each face only runs (or awaits) the core's operations."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from .commands import CommandOps
+from .connection import connection_kwargs
+from .core.queue_core import QueueCore
+from .core.results import Fields
+from .errors import ConfigurationError
+from .keys import QueueKeys
+from .message import Message
+from .scripted import ScriptOps
+from .settings import UNSET
+from .transport.sync import is_cluster
+
+
+def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None) -> Any:
+    """The operations of a mode; the script-free mode needs one server (WATCH/MULTI)."""
+    if scripting:
+        return ScriptOps(keys, clock)
+    if is_cluster(client):
+        raise ConfigurationError("the script-free mode needs a single Redis server "
+                                 "(WATCH/MULTI on one connection); use the scripted mode on a cluster")
+    return CommandOps(keys, clock)
+
+
+def socket_timeout(client: Any) -> float | None:
+    t = connection_kwargs(client).get("socket_timeout")
+    return float(t) if isinstance(t, (int, float)) and t > 0 else None
+
+
+class QueueFace:
+    """The parts of a Queue that do not depend on how round trips are sent."""
+
+    client: Any
+    scripting: bool
+    message_class: type[Message] = Message
+
+    def _setup(self, name: str, prefix: str, given: dict[str, Any], resolve: Callable[[], Any],
+               scripting: bool, clock: Callable[[], float] | None) -> None:
+        core = QueueCore(name, prefix, {k: v for k, v in given.items() if v is not UNSET}, None)
+        self._core = core  # the name and settings are validated before any connection is made
+        self.scripting = scripting
+        self.client = resolve()
+        core.socket_timeout = socket_timeout(self.client)
+        core.ops = backend(self.client, core.keys, scripting, clock)
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def prefix(self) -> str:
+        return self._core.prefix
+
+    @property
+    def keys(self) -> QueueKeys:
+        return self._core.keys
+
+    @property
+    def _ops(self) -> Any:
+        return self._core.ops
+
+    def _bind(self, fields: list[Fields], with_receipt: bool = True) -> list[Any]:
+        return [self.message_class.of(f, self, with_receipt) for f in fields]
+
+    def _own(self, message: Message) -> None:
+        q = message.queue
+        self._core.own(None if q is None or q is self else q.keys, message.id, getattr(q, "name", None))
+
+    def _pairs(self, messages: Sequence[Message]) -> tuple[list[Message], list[tuple[str, str]]]:
+        """The messages that carry a receipt (checked to be this queue's), with their pairs."""
+        for m in messages:
+            self._own(m)
+        owned = [m for m in messages if m.receipt is not None]
+        return owned, [(m.id, m.receipt) for m in owned]  # type: ignore[misc]
+
+    @staticmethod
+    def _mark(messages: Sequence[Message], what: str) -> None:
+        """Record what was done to these deliveries (a Worker takes a handler at its word)."""
+        for m in messages:
+            if m.receipt is not None:
+                m.settled = what
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, prefix={self.prefix!r})"
