@@ -6,6 +6,10 @@ are not atomic and the queue may be live, so a finding counts only when a second
 transaction that re-reads its id and acts only if what it finds is what was confirmed:
 a message is never lost or owned twice because of a repair.
 
+The whole check is one operation of the I/O-free core (``check_op``): its reads are round
+trips, its wait a ``Sleep``, so ``Queue.check`` and ``keyqueue.aio.Queue.check`` run the
+same code; every round trip goes to one connection, which WATCH/MULTI/EXEC needs.
+
 The states of a live id (one with an item hash):
   waiting     in ``items`` (not in ``processing``), listed in ``queue``, no ``d``
   processing  in ``processing`` (not in ``items``), with ``c`` and ``d``, in its timer set
@@ -19,17 +23,20 @@ has passed; until then the check only notes it, so it never races a slow claimer
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-import redis
+from redis.exceptions import ResponseError
 
+from .core.replies import text
+from .core.roundtrip import Command as RoundTripCommand
+from .core.roundtrip import Op, Sleep, T, one, transaction
 from .keys import QueueKeys
 from .settings import check_seconds
 
 if TYPE_CHECKING:
+    from .core.queue_core import QueueCore
     from .queue import Queue
 
 # Problems: the queue is inconsistent until they are repaired.
@@ -79,7 +86,7 @@ FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:":
 CORE = ("queue", "items", "processing", "timers", "dead")
 
 ATTEMPTS = 8   # tries of one repair when a watched key keeps changing
-BATCH = 1000   # commands per pipeline, elements per LRANGE/SSCAN step
+BATCH = 1000   # commands per round trip, elements per LRANGE/SSCAN step
 SHOWN = 20     # ids printed per line
 
 Command = tuple[Union[str, int, float], ...]
@@ -114,7 +121,7 @@ class Problem:
 
 @dataclass
 class CheckReport:
-    """What ``check_queue`` found; ``consistent`` is False while a problem is unrepaired."""
+    """What a check found; ``consistent`` is False while a problem is unrepaired."""
 
     queue: str
     problems: list[Problem] = field(default_factory=list)
@@ -287,45 +294,47 @@ class Snapshot:
         return {n[len(base):] for n in self.broken if n.startswith(base)}
 
 
-def read_snapshot(client: redis.Redis, k: QueueKeys) -> Snapshot:
-    names = [_text(n) for n in client.scan_iter(match=k.pattern, count=BATCH)]
-    types: dict[str, str] = {}
-    for chunk in _chunks(names):
-        pipe = client.pipeline(transaction=False)
-        for n in chunk:
-            pipe.type(n)
-        types.update((n, _text(t)) for n, t in zip(chunk, pipe.execute()) if _text(t) != "none")
-    sec, usec = client.time()
+def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
+    """One pass of plain reads over every key of the queue, in round trips of up to BATCH
+    commands (the lists, and the sets, are paged side by side)."""
+    names: dict[str, None] = {}  # SCAN may return a key twice: one TYPE each
+    cursor = "0"
+    while True:
+        (reply,) = yield [("SCAN", cursor, "MATCH", k.pattern, "COUNT", BATCH)]
+        cursor = text(_ok(reply)[0])
+        names.update((_name(n), None) for n in reply[1])
+        if cursor == "0":
+            break
+    *kinds, now = yield from _batched([*(("TYPE", n) for n in names), ("TIME",)])
+    types = {n: text(t) for n, t in zip(names, kinds) if text(t) != "none"}
+    sec, usec = _ok(now)
     s = Snapshot(types, broken={n for n, t in types.items() if expected_type(k, n) not in ("", t)},
-                 now=sec * 1000 + usec // 1000)
+                 now=int(sec) * 1000 + int(usec) // 1000)
     if any(getattr(k, name) in s.broken for name in CORE):
         return s
-    s.listed.update(_read_list(client, k.queue))
-    s.dead.update(_read_list(client, k.dead))
-    s.waiting = {_text(m) for m in client.sscan_iter(k.items, count=BATCH)}
-    s.processing = {_text(m) for m in client.sscan_iter(k.processing, count=BATCH)}
-    index: Any = client.zrange(k.timers, 0, -1, withscores=True)  # [(bucket, score), ...]
-    s.index = {_text(b): float(sc) for b, sc in index}
+    queue, dead = yield from _read_lists([k.queue, k.dead])
+    s.listed.update(queue)
+    s.dead.update(dead)
+    (index,) = yield [("ZRANGE", k.timers, 0, -1, "WITHSCORES")]
+    s.index = {_name(b): float(sc) for b, sc in _scored(_ok(index))}
     timer_base = k.base + "timer:"
-    for n, t in types.items():
-        if n.startswith(timer_base) and n not in s.broken:
-            s.timers[n[len(timer_base):]] = {_text(m) for m in client.sscan_iter(n, count=BATCH)}
+    timer_keys = [n for n in types if n.startswith(timer_base) and n not in s.broken]
+    sets = yield from _read_sets([k.items, k.processing, *timer_keys])
+    s.waiting, s.processing = sets[0], sets[1]
+    s.timers = {n[len(timer_base):]: members for n, members in zip(timer_keys, sets[2:])}
     item_base = k.base + "item:"
     ids = {n[len(item_base):] for n in types if n.startswith(item_base) and n not in s.broken}
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)
     ids = ids.union(*s.timers.values())
-    for chunk in _chunks(sorted(ids - s.broken_ids(k))):
-        pipe = client.pipeline(transaction=False)
-        for i in chunk:
-            pipe.exists(k.item(i))
-            pipe.hmget(k.item(i), "c", "d")
-        out = pipe.execute(raise_on_error=False)
-        for j, i in enumerate(chunk):
-            exists, fields = out[2 * j], out[2 * j + 1]
-            if isinstance(fields, Exception):  # became something else since the SCAN
-                s.broken.add(k.item(i))
-            elif exists:
-                s.hashes[i] = (fields[0] is not None, _int(fields[1]))
+    looked = sorted(ids - s.broken_ids(k))
+    out = yield from _batched([cmd for i in looked
+                               for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d"))])
+    for j, i in enumerate(looked):
+        exists, fields = out[2 * j], out[2 * j + 1]
+        if isinstance(fields, Exception):  # became something else since the SCAN
+            s.broken.add(k.item(i))
+        elif exists:
+            s.hashes[i] = (fields[0] is not None, _int_or_none(fields[1]))
     return s
 
 
@@ -338,13 +347,33 @@ def expected_type(k: QueueKeys, key: str) -> str:
     return FIXED_TYPES.get(name, "")
 
 
-def _read_list(client: redis.Redis, key: str) -> list[str]:
-    out: list[str] = []
-    while True:
-        part = client.lrange(key, len(out), len(out) + BATCH - 1)
-        out.extend(_text(x) for x in part)
-        if len(part) < BATCH:
-            return out
+def _read_lists(keys: Sequence[str]) -> Op[list[list[str]]]:
+    """The whole of each list, BATCH elements a step, the lists side by side."""
+    out: list[list[str]] = [[] for _ in keys]
+    pending = list(range(len(keys)))
+    while pending:
+        parts = yield [("LRANGE", keys[j], len(out[j]), len(out[j]) + BATCH - 1) for j in pending]
+        for j, part in zip(pending, parts):
+            out[j] += [_name(x) for x in _ok(part)]
+        pending = [j for j, part in zip(pending, parts) if len(part) == BATCH]
+    return out
+
+
+def _read_sets(keys: Sequence[str]) -> Op[list[set[str]]]:
+    """The members of each set (SSCAN), up to BATCH sets a round trip."""
+    out: list[set[str]] = [set() for _ in keys]
+    cursors = {j: "0" for j in range(len(keys))}
+    while cursors:
+        step = list(cursors)[:BATCH]
+        replies = yield [("SSCAN", keys[j], cursors[j], "COUNT", BATCH) for j in step]
+        for j, reply in zip(step, replies):
+            cursor = text(_ok(reply)[0])
+            out[j].update(_name(m) for m in reply[1])
+            if cursor == "0":
+                del cursors[j]
+            else:
+                cursors[j] = cursor
+    return out
 
 
 def analyze(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], Counter[str]]:
@@ -393,65 +422,77 @@ def analyze(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], C
 
 # -- repairs ------------------------------------------------------------------------------
 
-def _transact(client: redis.Redis, watch: Sequence[str],
-              decide: Callable[[], list[Command] | None]) -> bool:
+def _transact(watch: Sequence[str], decide: Callable[[], Op[list[Command] | None]]) -> Op[bool]:
     """WATCH ``watch``, let ``decide`` re-read the state and name the commands that fix it,
     and run them in MULTI/EXEC, again from the start when a watched key changed meanwhile.
     ``decide`` returns None to leave the state alone (not what was confirmed), [] when
     there is nothing left to fix. True when the state is now fixed."""
     for attempt in range(ATTEMPTS):
-        with client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(*watch)
-                cmds = decide()
-                if not cmds:
-                    return cmds is not None
-                pipe.multi()
-                for cmd in cmds:
-                    pipe.execute_command(*cmd)
-                pipe.execute()
-                return True
-            except redis.WatchError:
-                time.sleep(0.002 * (attempt + 1))
-            except redis.ResponseError:  # a key turned into the wrong type: leave it
-                return False
+        try:
+            cmds = yield from _watching(watch, decide())
+            if not cmds:
+                yield from one(("UNWATCH",))
+                return cmds is not None
+            done = yield from transaction(cmds)
+        except ResponseError:  # a key turned into the wrong type: leave it
+            yield from one(("UNWATCH",))
+            return False
+        if done is not None:
+            return not any(isinstance(x, Exception) for x in done)
+        yield Sleep(0.002 * (attempt + 1))
     return False
 
 
-def read_view(client: redis.Redis, k: QueueKeys, bucket_ms: int, i: str,
-              *, lists: bool = True) -> IdView | None:
+def _watching(keys: Sequence[str], op: Op[T]) -> Op[T]:
+    """``op`` with WATCH ``keys`` sent ahead of its first round trip (not in one of its own)."""
+    try:
+        step = next(op)
+    except StopIteration as stop:
+        yield [("WATCH", *keys)]
+        return stop.value
+    first = True
+    while True:
+        if first and not isinstance(step, Sleep):
+            replies = (yield [("WATCH", *keys), *step])[1:]
+            first = False
+        else:
+            replies = yield step
+        try:
+            step = op.send(replies)
+        except StopIteration as stop:
+            return stop.value
+
+
+def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op[IdView | None]:
     """A fresh look at one id (None: one of its keys has the wrong type). ``lists=False``
     skips counting its queue list entries (a scan of the list)."""
     ik = k.item(i)
-    pipe = client.pipeline(transaction=False)
-    pipe.type(ik)
-    pipe.hmget(ik, "c", "d")
-    pipe.sismember(k.items, i)
-    pipe.sismember(k.processing, i)
-    pipe.lpos(k.dead, i, count=0)
+    reads: list[RoundTripCommand] = [
+        ("TYPE", ik), ("HMGET", ik, "c", "d"), ("SISMEMBER", k.items, i),
+        ("SISMEMBER", k.processing, i), ("LPOS", k.dead, i, "COUNT", 0)]
     if lists:
-        pipe.lpos(k.queue, i, count=0)
-    out = pipe.execute(raise_on_error=False)
-    if any(isinstance(x, Exception) for x in out) or _text(out[0]) not in ("hash", "none"):
+        reads.append(("LPOS", k.queue, i, "COUNT", 0))
+    out = yield reads
+    if any(isinstance(x, Exception) for x in out) or text(out[0]) not in ("hash", "none"):
         return None
-    timer = _int(out[1][1])
+    timer = _int_or_none(out[1][1])
     timed = False
     if timer is not None:
-        try:
-            timed = bool(client.sismember(k.timer(timer // bucket_ms), i))
-        except redis.ResponseError:
+        (member,) = yield [("SISMEMBER", k.timer(timer // bucket_ms), i)]
+        if isinstance(member, Exception):
             return None
-    return IdView(i, _text(out[0]) == "hash", out[1][0] is not None, timer, bool(out[2]),
+        timed = bool(member)
+    return IdView(i, text(out[0]) == "hash", out[1][0] is not None, timer, bool(out[2]),
                   bool(out[3]), len(out[5]) if lists else None, len(out[4]), timed)
 
 
 class Repairer:
     """Applies the fixes of confirmed findings, each in its own watched transaction."""
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys, bucket_ms: int) -> None:
-        self.client, self.k, self.bucket_ms = client, keys, bucket_ms
+    def __init__(self, keys: QueueKeys, bucket_ms: int) -> None:
+        self.k, self.bucket_ms = keys, bucket_ms
 
-    def run(self, findings: Sequence[Finding]) -> set[Finding]:
+    def run(self, findings: Sequence[Finding]) -> Op[set[Finding]]:
         """The findings now repaired. Ids first: their fixes may add timers and index entries."""
         done: set[Finding] = set()
         by_id: dict[str, list[Finding]] = defaultdict(list)
@@ -459,49 +500,47 @@ class Repairer:
             if f.kind in ID_KINDS:
                 by_id[f.subject].append(f)
         for i, found in by_id.items():
-            if self.fix_id(i, {f.kind for f in found}):
+            if (yield from self.fix_id(i, {f.kind for f in found})):
                 done.update(found)
-        entry_fixes: dict[str, Callable[[Finding], bool]] = {
+        entry_fixes: dict[str, Callable[[Finding], Op[bool]]] = {
             TIMER_INDEX: self.reindex, STALE_TIMER: self.drop_timer_entry,
             STALE_LIST: self.drop_list_entries, EMPTY_INDEX: self.drop_index_entry}
         for kind, fix in entry_fixes.items():
-            done.update(f for f in findings if f.kind == kind and fix(f))
+            for f in findings:
+                if f.kind == kind and (yield from fix(f)):
+                    done.add(f)
         return done
 
-    def fix_id(self, i: str, confirmed: set[str]) -> bool:
+    def fix_id(self, i: str, confirmed: set[str]) -> Op[bool]:
         """Put an id in one state, if what is wrong with it now is what was confirmed."""
-        def decide() -> list[Command] | None:
-            v = read_view(self.client, self.k, self.bucket_ms, i)
+        def decide() -> Op[list[Command] | None]:
+            v = yield from read_view(self.k, self.bucket_ms, i)
             if v is None:
                 return None
             p = plan(v, self.k, self.bucket_ms)
             return p.ops if set(p.kinds) <= confirmed else None
 
-        return _transact(self.client, [self.k.item(i), self.k.items, self.k.processing], decide)
+        return (yield from _transact([self.k.item(i), self.k.items, self.k.processing], decide))
 
-    def reindex(self, f: Finding) -> bool:
+    def reindex(self, f: Finding) -> Op[bool]:
         """Index a bucket no later than its earliest timer (ZADD LT only lowers: always safe)."""
         tk = self.k.timer(f.subject)
 
-        def decide() -> list[Command] | None:
-            ids = [_text(m) for m in self.client.sscan_iter(tk, count=BATCH)]
-            timers: list[int] = []
-            for chunk in _chunks(ids):
-                pipe = self.client.pipeline(transaction=False)
-                for i in chunk:
-                    pipe.hget(self.k.item(i), "d")
-                timers += [t for t in map(_int, pipe.execute(raise_on_error=False))
-                           if t is not None and str(t // self.bucket_ms) == f.subject]
+        def decide() -> Op[list[Command] | None]:
+            (ids,) = yield from _read_sets([tk])
+            got = yield from _batched([("HGET", self.k.item(i), "d") for i in sorted(ids)])
+            timers = [t for t in map(_int_or_none, got)
+                      if t is not None and str(t // self.bucket_ms) == f.subject]
             return [("ZADD", self.k.timers, "LT", min(timers), f.subject)] if timers else []
 
-        return _transact(self.client, [tk], decide)
+        return (yield from _transact([tk], decide))
 
-    def drop_timer_entry(self, f: Finding) -> bool:
+    def drop_timer_entry(self, f: Finding) -> Op[bool]:
         """Remove a timer entry the id does not need, only when the id is otherwise sound."""
         tk = self.k.timer(f.bucket)
 
-        def decide() -> list[Command] | None:
-            v = read_view(self.client, self.k, self.bucket_ms, f.subject, lists=False)
+        def decide() -> Op[list[Command] | None]:
+            v = yield from read_view(self.k, self.bucket_ms, f.subject, lists=False)
             if v is None:
                 return None
             p = plan(v, self.k, self.bucket_ms)
@@ -509,11 +548,9 @@ class Repairer:
                 return []
             if p.kinds:
                 return None
-            pipe = self.client.pipeline(transaction=False)
-            pipe.sismember(tk, f.subject)
-            pipe.scard(tk)
-            pipe.zscore(self.k.timers, f.bucket)
-            member, size, score = pipe.execute()
+            replies = yield [("SISMEMBER", tk, f.subject), ("SCARD", tk),
+                             ("ZSCORE", self.k.timers, f.bucket)]
+            member, size, score = map(_ok, replies)
             if not member:
                 return []
             cmds: list[Command] = [("SREM", tk, f.subject)]
@@ -521,46 +558,51 @@ class Repairer:
                 cmds.append(("ZREM", self.k.timers, f.bucket))
             return cmds
 
-        return _transact(self.client, [self.k.item(f.subject), self.k.items, self.k.processing, tk],
-                         decide)
+        return (yield from _transact([self.k.item(f.subject), self.k.items, self.k.processing, tk],
+                                     decide))
 
-    def drop_list_entries(self, f: Finding) -> bool:
+    def drop_list_entries(self, f: Finding) -> Op[bool]:
         """Remove the queue list entries of an id that is not waiting."""
-        def decide() -> list[Command] | None:
-            if self.client.sismember(self.k.items, f.subject):
-                return []
-            return [("LREM", self.k.queue, 0, f.subject)]
+        def decide() -> Op[list[Command] | None]:
+            (member,) = yield [("SISMEMBER", self.k.items, f.subject)]
+            return [] if _ok(member) else [("LREM", self.k.queue, 0, f.subject)]
 
-        return _transact(self.client, [self.k.items, self.k.item(f.subject)], decide)
+        return (yield from _transact([self.k.items, self.k.item(f.subject)], decide))
 
-    def drop_index_entry(self, f: Finding) -> bool:
+    def drop_index_entry(self, f: Finding) -> Op[bool]:
         """Remove an index entry whose timer set does not exist."""
         tk = self.k.timer(f.subject)
 
-        def decide() -> list[Command] | None:
-            return [] if self.client.exists(tk) else [("ZREM", self.k.timers, f.subject)]
+        def decide() -> Op[list[Command] | None]:
+            (exists,) = yield [("EXISTS", tk)]
+            return [] if _ok(exists) else [("ZREM", self.k.timers, f.subject)]
 
-        return _transact(self.client, [tk], decide)
+        return (yield from _transact([tk], decide))
 
 
 # -- the entry point ------------------------------------------------------------------------
 
-def check_queue(queue: Queue, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
-    """Check every message of ``queue`` is in exactly one state; with ``repair``, fix what
+def check_op(core: QueueCore, *, repair: bool, settle: float) -> Op[CheckReport]:
+    """Check every message of the queue is in exactly one state; with ``repair``, fix what
     is not. Only findings still there after ``settle`` seconds count: a live operation
-    passes through some of these states for a round trip or two."""
-    check_seconds("settle", settle)
-    client, k, bucket_ms = queue.client, queue.keys, queue.settings.bucket_ms
-    snap = read_snapshot(client, k)
+    passes through some of these states for a round trip or two. One operation: every
+    round trip on one connection, the wait a ``Sleep`` (so it runs sync or on asyncio)."""
+    check_seconds("settle", settle)  # before any I/O
+    return _check(core, repair, settle)
+
+
+def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
+    k, bucket_ms = core.keys, (yield from core.ready()).bucket_ms
+    snap = yield from read_snapshot(k)
     found, states = analyze(snap, k, bucket_ms)
     if found and settle > 0:
-        time.sleep(settle)
+        yield Sleep(settle)
         first = set(found)
-        snap = read_snapshot(client, k)
+        snap = yield from read_snapshot(k)
         again, states = analyze(snap, k, bucket_ms)
         found = [f for f in again if f in first]
-    repaired = Repairer(client, k, bucket_ms).run(found) if repair else set()
-    report = CheckReport(queue.name, waiting=states["waiting"], processing=states["processing"],
+    repaired = (yield from Repairer(k, bucket_ms).run(found)) if repair else set()
+    report = CheckReport(core.name, waiting=states["waiting"], processing=states["processing"],
                          delayed=states["delayed"], dead=states["dead"], keys=len(snap.types),
                          complete=not any(getattr(k, n) in snap.broken for n in CORE))
     for kind, detail in KINDS.items():
@@ -572,29 +614,55 @@ def check_queue(queue: Queue, *, repair: bool = False, settle: float = 1.0) -> C
     return report
 
 
+def check_queue(queue: Queue, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
+    """``queue.check(...)``: the check of a blocking Queue (``check_op`` run on its client)."""
+    return queue.check(repair=repair, settle=settle)
+
+
 # -- small helpers ----------------------------------------------------------------------------
 
-def _text(v: Any) -> str:
+def _name(v: Any) -> str:
+    """A key name, member or list entry as text. Unlike ``replies.text`` it never raises:
+    bytes that are not UTF-8 (damage a fsck may meet) come out escaped."""
     return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
 
 
-def _int(v: Any) -> int | None:
+def _int_or_none(v: Any) -> int | None:
+    """A field as an integer, None when absent or not a number (``replies.int_or`` has no
+    None: here an absent timer and timer 0 differ)."""
     try:
         return int(v)
     except (TypeError, ValueError):
         return None
 
 
+def _ok(reply: Any) -> Any:
+    """A reply, or the error reply raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _batched(commands: Sequence[RoundTripCommand]) -> Op[list[Any]]:
+    """The replies of ``commands`` (errors in place), sent BATCH commands a round trip."""
+    out: list[Any] = []
+    for start in range(0, len(commands), BATCH):
+        out += yield list(commands[start : start + BATCH])
+    return out
+
+
+def _scored(raw: Any) -> list[tuple[Any, Any]]:
+    """ZRANGE ... WITHSCORES as (member, score) pairs: a flat list under RESP2, pairs under RESP3."""
+    if raw and isinstance(raw[0], (list, tuple)):
+        return [(m, sc) for m, sc in raw]
+    return [(raw[j], raw[j + 1]) for j in range(0, len(raw), 2)]
+
+
 def _ends_after(bucket: str, bucket_ms: int, now: int) -> bool:
-    b = _int(bucket)
+    b = _int_or_none(bucket)
     return b is not None and (b + 1) * bucket_ms > now
 
 
 def _natural(s: str) -> tuple[int, int, str]:
     """Sort numbers as numbers, before anything else."""
     return (0, int(s), "") if s.isascii() and s.isdigit() else (1, 0, s)
-
-
-def _chunks(xs: Sequence[str]) -> Iterable[Sequence[str]]:
-    for start in range(0, len(xs), BATCH):
-        yield xs[start : start + BATCH]

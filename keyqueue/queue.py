@@ -192,9 +192,9 @@ class Queue(QueueFace):
         """fsck: verify every message is in exactly one state; with ``repair``, fix what can
         be fixed without losing a message. Findings must hold for ``settle`` seconds, so a
         live operation caught between two commands is not mistaken for damage."""
-        from .check import check_queue
+        from .check import check_op
 
-        return check_queue(self, repair=repair, settle=settle)
+        return self._run(check_op(self._core, repair=repair, settle=settle))
 
     def worker(self, handler: Callable[[Message], Any] | None = None, **options: Any) -> Any:
         """Decorator: ``@queue.worker(concurrency=4)`` (or bare ``@queue.worker``) turns

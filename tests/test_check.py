@@ -316,7 +316,7 @@ def test_a_state_gone_on_the_second_look_is_not_reported(cq: Queue, r: redis.Red
         slept.append(seconds)
         r.srem(PROCESSING, "1")
 
-    monkeypatch.setattr("keyqueue.check.time.sleep", claim_finishes)
+    monkeypatch.setattr("keyqueue.transport.sync.time.sleep", claim_finishes)
     report = check_queue(cq, repair=True, settle=0.5)
     assert slept == [0.5] and report.consistent and report.problems == []
     assert cq.length() == 1

@@ -90,3 +90,39 @@ def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster: RedisClus
 
     with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server"):
         Queue("q", client=cluster, scripting=False)
+
+
+def test_the_async_queue_on_a_cluster(cluster: RedisCluster) -> None:
+    import asyncio
+
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from keyqueue import aio
+
+    node = cluster.get_default_node()
+
+    async def main() -> None:
+        client = AsyncCluster(host=node.host, port=node.port)
+        try:
+            queues = [aio.Queue(f"aq{i}", client=client, visibility_timeout=5) for i in range(6)]
+            for q in queues:
+                assert await q.enqueue_many(["a", "b"]) == ["1", "2"]
+            for q in queues:
+                got = await q.claim_many(5)
+                assert [m.text for m in got] == ["a", "b"] and await q.ack_many(got) == 2
+            t0 = asyncio.get_running_loop().time()
+            waiter = asyncio.create_task(queues[0].claim(wait=5))
+            await asyncio.sleep(0.2)
+            await queues[0].enqueue("late")
+            m = await waiter
+            assert m is not None and m.text == "late" and asyncio.get_running_loop().time() - t0 < 4
+            report = await queues[0].check(repair=True, settle=0)
+            assert report.consistent
+            await queues[1].destroy()
+            names = await aio.list_queues(client)
+            assert "aq1" not in names and {f"aq{i}" for i in (0, 2, 3, 4, 5)} <= set(names)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert len({cluster.keyslot(f"kq:{{aq{i}}}:seq") for i in range(6)}) == 6

@@ -21,6 +21,7 @@ from ..transport.aio import run, run_plan
 from .message import Message
 
 if TYPE_CHECKING:
+    from ..check import CheckReport
     from .worker import Worker
 
 
@@ -166,6 +167,13 @@ class Queue(QueueFace):
 
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)
+
+    async def check(self, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
+        """fsck, as ``keyqueue.Queue.check``: the same operation, awaited (the second look
+        ``settle`` seconds later waits without blocking the loop)."""
+        from ..check import check_op
+
+        return await self._run(check_op(self._core, repair=repair, settle=settle))
 
     def worker(self, handler: Callable[[Message], Awaitable[Any]] | None = None, **options: Any) -> Any:
         """Decorator: ``@queue.worker(concurrency=10)`` turns ``async def fn(message)`` into an

@@ -32,6 +32,7 @@ async def run(client: Any, op: Op[T]) -> T:
     except StopIteration as stop:
         return stop.value
     if is_cluster(client):
+        await client.initialize()  # learns the slot map once (a no-op afterwards)
         return await _run_on_cluster(client, op, commands)
     pool = client.connection_pool
     conn = await pool.get_connection()
@@ -66,31 +67,36 @@ async def run_plan(plan: Plan[T]) -> T:
 
 
 async def _run_on_cluster(client: Any, op: Op[T], commands: list[Command] | Sleep) -> T:
-    while True:
-        if isinstance(commands, Sleep):
-            await asyncio.sleep(commands.seconds)
-            replies: list[Any] = []
-        else:
-            replies = await _cluster_round_trip(client, commands)
-        try:
-            commands = op.send(replies)
-        except StopIteration as stop:
-            return stop.value
+    held: dict[str, tuple[Any, Any]] = {}
+    clean, watching = False, False
+    try:
+        while True:
+            if isinstance(commands, Sleep):
+                await asyncio.sleep(commands.seconds)
+                replies: list[Any] = []
+            else:
+                replies = await _cluster_round_trip(client, commands, held)
+                watching = still_watching(commands, watching)
+            try:
+                commands = op.send(replies)
+            except StopIteration as stop:
+                clean = not watching
+                return stop.value
+    finally:
+        for node, conn in held.values():
+            if not clean:
+                await conn.disconnect()
+            node.release(conn)
 
 
-async def _cluster_round_trip(client: Any, commands: Sequence[Command]) -> list[Any]:
+async def _cluster_round_trip(client: Any, commands: Sequence[Command],
+                              held: dict[str, tuple[Any, Any]]) -> list[Any]:
     out: list[Any] = [None] * len(commands)
     for node, idx in node_groups(client, commands):
         for attempt in range(2):
-            conn = node.acquire_connection()
-            ok = False
-            try:
-                replies = await round_trip(conn, [commands[i] for i in idx])
-                ok = True
-            finally:
-                if not ok:
-                    await conn.disconnect()
-                node.release(conn)
+            if node.name not in held:
+                held[node.name] = (node, node.acquire_connection())
+            replies = await round_trip(held[node.name][1], [commands[i] for i in idx])
             if attempt == 0 and any(isinstance(r, (MovedError, AskError)) for r in replies):
                 await client.nodes_manager.initialize()  # slots moved: learn the new map, send again
                 node = client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")

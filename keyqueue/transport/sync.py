@@ -70,18 +70,28 @@ def run_plan(plan: Plan[T]) -> T:
 
 
 def _run_on_cluster(client: Any, op: Op[T], commands: list[Command] | Sleep) -> T:
-    """Scripted operations only (the script-free mode is refused on a cluster): no WATCH,
-    so each round trip's commands go to the nodes owning their keys."""
-    while True:
-        if isinstance(commands, Sleep):
-            time.sleep(commands.seconds)
-            replies: list[Any] = []
-        else:
-            replies = _cluster_round_trip(client, commands)
-        try:
-            commands = op.send(replies)
-        except StopIteration as stop:
-            return stop.value
+    """Each round trip's commands go to the nodes owning their keys, on one connection per
+    node for the whole operation (a WATCH and its EXEC share it, as on a single server)."""
+    held: dict[str, tuple[Any, Any]] = {}
+    clean, watching = False, False
+    try:
+        while True:
+            if isinstance(commands, Sleep):
+                time.sleep(commands.seconds)
+                replies: list[Any] = []
+            else:
+                replies = _cluster_round_trip(client, commands, held)
+                watching = still_watching(commands, watching)
+            try:
+                commands = op.send(replies)
+            except StopIteration as stop:
+                clean = not watching
+                return stop.value
+    finally:
+        for pool, conn in held.values():
+            if not clean:
+                conn.disconnect()
+            pool.release(conn)
 
 
 def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
@@ -104,20 +114,14 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
     return groups
 
 
-def _cluster_round_trip(client: Any, commands: Sequence[Command]) -> list[Any]:
+def _cluster_round_trip(client: Any, commands: Sequence[Command], held: dict[str, tuple[Any, Any]]) -> list[Any]:
     out: list[Any] = [None] * len(commands)
     for node, idx in node_groups(client, commands):
         for attempt in range(2):
-            pool = client.get_redis_connection(node).connection_pool
-            conn = pool.get_connection()
-            ok = False
-            try:
-                replies = round_trip(conn, [commands[i] for i in idx])
-                ok = True
-            finally:
-                if not ok:
-                    conn.disconnect()
-                pool.release(conn)
+            if node.name not in held:
+                pool = client.get_redis_connection(node).connection_pool
+                held[node.name] = (pool, pool.get_connection())
+            replies = round_trip(held[node.name][1], [commands[i] for i in idx])
             if attempt == 0 and any(isinstance(r, (MovedError, AskError)) for r in replies):
                 client.nodes_manager.initialize()  # slots moved: learn the new map, send again
                 node = client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
