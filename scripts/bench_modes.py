@@ -64,7 +64,7 @@ def main() -> None:
             for scripting in (True, False):
                 for k, v in measure(r, scripting, args.messages).items():
                     best[scripting][k] = max(best[scripting].get(k, 0.0), v)
-        print(f"| operation | scripted msg/s | script-free msg/s | script-free / scripted |")
+        print("| operation | scripted msg/s | script-free msg/s | script-free / scripted |")
         print("|---|---:|---:|---:|")
         for k in best[True]:
             a, b = best[True][k], best[False][k]

@@ -14,7 +14,6 @@ it comes back after its visibility timeout, so it is recorded later.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
