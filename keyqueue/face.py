@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .commands import CommandOps
+from .backends.commands import CommandOps
 from .connection import connection_kwargs
 from .core.queue_core import QueueCore
 from .core.results import Fields
 from .errors import ConfigurationError
 from .keys import QueueKeys
 from .message import Message
-from .scripted import ScriptOps
+from .backends.scripted import ScriptOps
 from .settings import UNSET
 from .transport.sync import is_cluster
 

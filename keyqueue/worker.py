@@ -21,91 +21,38 @@ third one (should releasing hang) ends the process at once.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
-import os
-import signal
 import threading
 import time
 from typing import Any, Callable, Sequence
 
-from .connection import TRANSIENT
-from .errors import InvalidArgument, KeyQueueError
 from .health import warn_unless_noeviction
 from .message import Message
 from .queue import WAIT_SLICE, Queue, claim_any
 from .reaper import reap_and_log
-from .settings import check_seconds, whole_number
 from .signals import on_stop_signals
+from .worker_rules import (  # noqa: F401 (MAX_BACKOFF, backoff, describe: the names this module had)
+    BATCH_SECONDS,
+    MAX_BACKOFF,
+    MAX_BATCH,
+    RECOVERABLE,
+    REAP_INTERVAL,
+    TICK,
+    Held,
+    Steps,
+    StopSignals,
+    WorkerBase,
+    backoff,
+    describe,
+    drive,
+    is_async,
+    outage_pause,
+    retrying,
+)
 
 log = logging.getLogger("keyqueue.worker")
 
 Handler = Callable[[Message], Any]
-
-#: Most messages one thread claims at once (and acks in one call).
-MAX_BATCH = 100
-#: A thread claims about this many seconds of handler work at once.
-BATCH_SECONDS = 0.02
-#: Longest retry delay after a handler failure.
-MAX_BACKOFF = 300.0
-#: Seconds between reaps of the worker's queues.
-REAP_INTERVAL = 1.0
-#: Errors that fail one call but must not stop a worker.
-RECOVERABLE = TRANSIENT + (KeyQueueError,)
-
-
-def _is_async(handler: object) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)) or inspect.iscoroutinefunction(getattr(handler, "func", None))
-
-
-def backoff(retry_backoff: float, receives: int) -> float:
-    """Delay before a failed message is retried: doubles with every receive, capped."""
-    return min(retry_backoff * 2 ** max(receives - 1, 0), MAX_BACKOFF)
-
-
-#: How a handler's own settlement reads in a log line.
-SETTLED_PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
-#: Exceptions from a handler that stop the worker (after failing the delivery).
-STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
-
-
-def describe(exc: BaseException) -> str:
-    """``RuntimeError: boom`` (the type alone when there is no text), at most 2,000 chars."""
-    detail = str(exc)
-    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return text if len(text) <= 2000 else text[:1997] + "..."
-
-
-def _number(v: float | int | None) -> str:
-    if v is None:
-        return "none"
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
-
-
-class Held:
-    """A claimed message, with where the worker believes its deadline is.
-
-    ``due`` is that deadline on this process's monotonic clock, so heartbeats never depend
-    on the skew between this host's clock and Redis'. ``seen`` is ``message.deadline`` (the
-    server's clock) as of ``due``: when the handler moves the deadline (``msg.extend``), the
-    heartbeat shifts ``due`` by the same amount."""
-
-    __slots__ = ("message", "queue", "due", "seen", "started")
-
-    def __init__(self, message: Message, queue: Queue, timeout: float) -> None:
-        self.message = message
-        self.queue = queue
-        self.due = time.monotonic() + timeout
-        self.seen = message.deadline
-        self.started: float | None = None
-
-    def sync_deadline(self) -> None:
-        """Take in a deadline someone else (the handler) set on the message."""
-        current = self.message.deadline
-        if current is not None and self.seen is not None and current != self.seen:
-            self.due += current - self.seen
-        self.seen = current
 
 
 class Worker:

@@ -55,12 +55,12 @@ def describe(cmd: tuple[Any, ...]) -> str:
     if name in ("MULTI", "EXEC", "TIME", "UNWATCH", "DISCARD") or len(cmd) < 2:
         return name
     if name == "EVALSHA":
-        from keyqueue.scripted import SCRIPT_NAMES, script_sha
+        from keyqueue.backends.scripted import SCRIPT_NAMES, script_sha
 
         sha = cmd[1].decode() if isinstance(cmd[1], bytes) else str(cmd[1])
         return "EVALSHA " + next((n for n in SCRIPT_NAMES if script_sha(n) == sha), "?")
     if name == "SCRIPT LOAD":
-        from keyqueue.scripted import SCRIPT_NAMES, script_source
+        from keyqueue.backends.scripted import SCRIPT_NAMES, script_source
 
         text = cmd[1].decode() if isinstance(cmd[1], bytes) else str(cmd[1])
         return "SCRIPT LOAD " + next((n for n in SCRIPT_NAMES if script_source(n) == text), "?")

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from keyqueue import Queue
-from keyqueue.commands import PURGE_VISIBILITY_MS
+from keyqueue.backends.commands import PURGE_VISIBILITY_MS
 from keyqueue.server import RedisServer
 
 from .conftest import FakeClock

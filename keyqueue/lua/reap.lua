@@ -28,7 +28,7 @@ local broken = {}
 local moved = false
 
 -- Handle one id found in timer set tk (bucket ends at `bucket_end` ms) by the rules of
--- keyqueue/repair.py, which the script-free mode's reaper applies too: a state a live
+-- keyqueue/core/states.py, which the script-free mode's reaper applies too: a state a live
 -- operation of that mode passes through is left alone until the bucket has fully passed.
 -- Returns the id's timer if it stays in tk, else nil.
 -- Take id out of timer set tk and out of the set of its own timer d, if that is another.

@@ -1,0 +1,177 @@
+"""What every group of script-free operations shares: the first round trip (server time,
+key types, reads, WATCH), the WATCHed commit, timers, and the current-delivery check."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+
+from ...core.replies import fields_of, item_fields, raise_errors
+from ...core.replies import int_or as _int
+from ...core.replies import text as _text
+from ...core.results import Fields
+from ...core.roundtrip import Command, Op, one, transaction
+from ...errors import CorruptQueue
+from ...keys import QueueKeys
+
+#: WATCH/EXEC attempts before an operation gives up on a message that keeps changing.
+ATTEMPTS = 3
+#: Claim passes when the head is contested (each looks further down the list).
+CLAIM_ATTEMPTS = 6
+#: How long a purge of waiting messages holds them (only matters if the purge dies midway).
+PURGE_VISIBILITY_MS = 60_000
+
+
+def fields_list(ids: Sequence[str], hashes: Sequence[Any]) -> list[Fields]:
+    """HGETALL replies of ``ids`` as Fields (missing messages left out)."""
+    return [fields_of(i, item_fields(raw)) for i, raw in zip(ids, hashes) if raw]
+
+
+def _signal(key: str) -> list[Command]:
+    """Wake one long-poll waiter; the list keeps at most one token."""
+    return [("RPUSH", key, 1), ("LTRIM", key, 0, 0)]
+
+
+class _Claim:
+    """What the passes of one claim gathered."""
+
+    def __init__(self) -> None:
+        self.messages: list[Fields] = []
+        self.dead = 0
+        self.missing = False
+        self.next_timer: int | None = None
+
+
+class CommandBase:
+    """The keys, the clock and the round-trip helpers of one queue's operations."""
+    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
+        self.keys = keys
+        self.clock = clock
+        k = keys
+        self.kinds = {k.seq: "string", k.queue: "list", k.items: "set", k.processing: "set",
+                      k.timers: "zset", k.dead: "list", k.signal: "list"}
+        self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
+        self.waking_keys = (*self.state_keys, k.signal)
+
+    # -- the first round trip of every operation: clock, key types, reads ------------------
+
+    def _open(self, typed: Sequence[str], reads: Sequence[Command] = (),
+              watch: Sequence[str] = ()) -> Op[tuple[int, list[Any]]]:
+        """Server time (ms), a type check of ``typed`` and of every key read, and the reads."""
+        head: list[Command] = [] if self.clock is not None else [("TIME",)]
+        head += [("TYPE", key) for key in typed]
+        if watch:
+            head.append(("WATCH", *watch))
+        out = (yield [*head, *reads])
+        if self.clock is not None:
+            now = round(self.clock() * 1000)
+        else:
+            sec, usec = out[0]
+            now = int(sec) * 1000 + int(usec) // 1000
+        self._check_kinds(typed, out[len(head) - len(typed) - (1 if watch else 0):])
+        replies = out[len(head):]
+        self._raise_errors(reads, replies)
+        return now, replies
+
+    def kind(self, key: str) -> str:
+        if key in self.kinds:
+            return self.kinds[key]
+        rest = key[len(self.keys.base):]
+        return "hash" if rest.startswith("item:") else "set" if rest.startswith("timer:") else "string"
+
+    def _check_kinds(self, keys: Sequence[str], kinds: Sequence[Any]) -> None:
+        """Raise CorruptQueue for the first key whose TYPE reply is neither absent nor its own."""
+        for key, kind in zip(keys, kinds):
+            if _text(kind) not in ("none", self.kind(key)):
+                raise CorruptQueue(key)
+
+    def _types(self, keys: Sequence[str]) -> Op[None]:
+        """A round trip that only checks types (keys known after the first one)."""
+        self._check_kinds(keys, (yield [("TYPE", k) for k in keys]))
+
+    def _raise_errors(self, cmds: Sequence[Command], replies: Sequence[Any]) -> None:
+        raise_errors(cmds, replies, self.keys.base)
+
+    def _commit(self, cmds: Sequence[Command]) -> Op[list[Any] | None]:
+        """MULTI/EXEC; None when a watched key changed. An error inside is raised after the
+        fact (the types were checked first, so it means a key was overwritten meanwhile).
+
+        A timer set the transaction removes ids from is counted in it too; one left empty
+        loses its index entry, in a WATCHed transaction of its own so that a claimer adding
+        to it meanwhile keeps it (if we die first, the reaper drops the entry instead)."""
+        timer_prefix = self.keys.base + "timer:"
+        emptied = list(dict.fromkeys(str(c[1]) for c in cmds
+                                     if c[0] == "SREM" and str(c[1]).startswith(timer_prefix)))
+        res = yield from transaction([*cmds, *(("SCARD", tk) for tk in emptied)])
+        if res is None:
+            return None
+        self._raise_errors(cmds, res)
+        empty = [tk for tk, n in zip(emptied, res[len(cmds):]) if n == 0]
+        if empty:
+            left = (yield [("WATCH", *empty), *(("EXISTS", tk) for tk in empty)])[1:]
+            gone = [tk[len(timer_prefix):] for tk, n in zip(empty, left) if n == 0]
+            if gone:
+                yield from transaction([("ZREM", self.keys.timers, *gone)])
+            else:
+                (yield from one(("UNWATCH",)))
+        return res[: len(cmds)]
+
+    def _tk(self, t: int, bucket_ms: int) -> tuple[str, int]:
+        b = t // bucket_ms
+        return self.keys.timer(b), b
+
+    def _current(self, typed: Sequence[str], pairs: Sequence[tuple[str, str]]
+                 ) -> Op[tuple[int, list[tuple[str, int]]]]:
+        """WATCH the items, then which (id, timer) pairs are current deliveries (receipt
+        matches and the id is still in processing)."""
+        k = self.keys
+        item_keys = [k.item(mid) for mid, _ in pairs]
+        reads: list[Command] = [("HMGET", key, "c", "d") for key in item_keys]
+        reads.append(("SMISMEMBER", k.processing, *(mid for mid, _ in pairs)))
+        now, got = yield from self._open(typed, reads, watch=item_keys)
+        held = got[-1]
+        current, seen = [], set()
+        for (mid, receipt), (c, d), h in zip(pairs, got[:-1], held):
+            if c is not None and _text(c) == receipt and h == 1 and mid not in seen:
+                seen.add(mid)
+                current.append((mid, _int(d)))
+        return now, current
+
+    def _drop_timer(self, mid: str, d: int, bucket_ms: int) -> list[Command]:
+        return [("SREM", self.keys.timer(d // bucket_ms), mid)] if d > 0 else []
+
+    def _one(self, msg_id: str, receipt: str, typed: Sequence[str], bucket_ms: int,
+             change: Callable[[int, int], Op[list[Command]]]) -> Op[int | None]:
+        """Apply the commands of ``change(now, timer)`` to a current delivery, atomically:
+        the server time it applied at, None when the delivery is not current."""
+        k = self.keys
+        for _ in range(ATTEMPTS):
+            now, current = yield from self._current([*typed, k.item(msg_id)], [(msg_id, receipt)])
+            if not current:
+                (yield from one(("UNWATCH",)))
+                return None
+            d = current[0][1]
+            tx = [*self._drop_timer(msg_id, d, bucket_ms), *(yield from change(now, d))]
+            if (yield from self._commit(tx)) is not None:
+                return now
+        return None
+
+    def _to_timer(self, mid: str, at: int, bucket_ms: int) -> Op[list[Command]]:
+        tk, b = self._tk(at, bucket_ms)
+        yield from self._types([tk])
+        return [("HSET", self.keys.item(mid), "d", at), ("SADD", tk, mid),
+                ("ZADD", self.keys.timers, "LT", at, b)]
+
+    def _rescore(self, tk: str, bucket: str, earliest: int | None, kept: int,
+                 now: int) -> Op[bool]:
+        """Point the index at the bucket's earliest remaining timer, or drop an empty bucket,
+        unless the bucket holds other ids than those we judged (a claimer added one): then
+        the old, earlier score stays. Whether the bucket is no longer due."""
+        k = self.keys
+        card = (yield [("WATCH", tk), ("SCARD", tk)])[1]
+        if int(card) == 0:
+            return (yield from self._commit([("ZREM", k.timers, bucket)])) is not None
+        if earliest is not None and earliest > now and int(card) == kept:
+            return (yield from self._commit([("ZADD", k.timers, earliest, bucket)])) is not None
+        (yield from one(("UNWATCH",)))
+        return False

@@ -1,0 +1,136 @@
+"""Claiming by the thread's protocol: the head, an intent in a timer set, SADD processing, SREM items, then one commit."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from redis.exceptions import ResponseError
+
+from ...core.replies import error_for, fields_of, item_fields, zscore_pair
+from ...core.replies import int_or as _int
+from ...core.replies import text as _text
+from ...core.results import Claimed
+from ...core.roundtrip import Command, Op, one
+from ...errors import CorruptQueue
+from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal
+
+
+class Consume(CommandBase):
+    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+        """Up to ``count`` messages. When every head entry it tried was held by another
+        claimer, it looks again (a few times), so a claim does not come back empty while
+        messages wait behind a contested head."""
+        out = _Claim()
+        offset = 0
+        wanted = count
+        for attempt in range(CLAIM_ATTEMPTS):
+            dead_before = out.dead
+            got, _, busy = yield from self._claim_once(wanted, visibility_ms, bucket_ms, max_receives, out, offset)
+            wanted -= len(got)
+            if not wanted or not (busy or out.dead > dead_before):
+                break
+            # Dead letters do not count towards ``count`` (as in the script): go on.
+            # Other claimers are taking some: look behind them, a little apart from
+            # each other so that a crowd of claimers does not meet on one entry again.
+            if busy:
+                offset += busy + random.randrange(wanted * (attempt + 1))
+        return Claimed(out.messages, out.dead, out.missing, out.next_timer)
+
+    def _claim_once(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None,
+                    out: _Claim, offset: int = 0) -> Op[tuple[list[str], int, int]]:
+        """One pass of the thread's protocol over the list from ``offset``. Adds the
+        delivered messages and dead letters to ``out``; returns their ids, their deadline, and
+        how many entries another claimer was in the middle of taking."""
+        k = self.keys
+        read: Command = (("LINDEX", k.queue, offset) if count == 1
+                         else ("LRANGE", k.queue, offset, offset + count - 1))
+        # An empty queue costs one round trip of three commands (an idle long-poll does this).
+        now, (heads, waiting_len, config, first) = yield from self._open(
+            (), [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")])
+        out.missing = config == 0
+        score = zscore_pair(first)
+        if score is not None:  # the earliest timer (ours, set below, is later than any due one)
+            out.next_timer = int(score) - now
+        if count == 1:
+            heads = [] if heads is None else [heads]
+        ids = list(dict.fromkeys(_text(h) for h in heads))
+        deadline = now + visibility_ms
+        if not ids:
+            return [], deadline, 0
+        tk, b = self._tk(deadline, bucket_ms)
+        # Reads and type checks first: a wrong type fails here, before anything is written.
+        typed = [*self.waking_keys[1:], tk]
+        # WATCH the hashes: dropping a stale list entry is only safe while its message has
+        # not become waiting again (every way back to waiting writes the hash).
+        got = (yield [("WATCH", *(k.item(i) for i in ids)), *(("TYPE", key) for key in typed),
+                      *(("HGETALL", k.item(i)) for i in ids)])[1:]
+        self._check_kinds(typed, got)
+        fields: dict[str, dict[bytes, bytes]] = {}
+        for i, raw in zip(ids, got[len(typed):]):
+            if isinstance(raw, ResponseError):
+                if not fields:
+                    raise CorruptQueue(k.item(i))
+                ids = ids[: len(fields)]  # claim what precedes it; the next claim reports it
+                break
+            fields[i] = item_fields(raw)
+        # The intent (a timer entry at our deadline), then the ownership steps of the thread.
+        # (Index first: a bucket must never hold an id the index does not point to.)
+        got = (yield [("ZADD", k.timers, "LT", deadline, b), ("SADD", tk, *ids),
+                      *(("SADD", k.processing, i) for i in ids)])
+        self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
+        won = [i for i, a in zip(ids, got[2:]) if a == 1]
+        contested = [i for i, a in zip(ids, got[2:]) if a != 1]
+        got = (yield [*(("SREM", k.items, i) for i in won),
+                      *(("SISMEMBER", k.items, i) for i in contested)])
+        owned = [i for i, x in zip(won, got) if x == 1 and fields[i]]
+        # Not waiting (or no message behind it): the list entry was stale; give back our SADD.
+        stale = [i for i, x in zip(won, got) if not (x == 1 and fields[i])]
+        # Held by another claimer but not waiting: a live delivery's stale entry.
+        stale += [i for i, x in zip(contested, got[len(won):]) if x != 1]
+        busy = len(contested)
+
+        limit = max_receives
+        now_s, deadline_s = str(now), str(deadline)
+        tx: list[Command] = []
+        delivered: list[str] = []
+        for i in owned:
+            f = fields[i]
+            r = _int(f.get(b"r"))
+            if limit is not None and r >= limit:
+                if b"e" not in f:
+                    tx.append(("HSET", k.item(i), "e", f"exceeded max_receives ({max_receives})"))
+                tx += [("RPUSH", k.dead, i), ("SREM", k.processing, i), ("SREM", tk, i),
+                       ("LREM", k.queue, 1, i)]
+                out.dead += 1
+                continue
+            n = _int(f.get(b"n")) + 1
+            f[b"r"], f[b"c"], f[b"d"] = str(r + 1).encode(), f"{n}-{now_s}".encode(), deadline_s.encode()
+            tx += [("HSET", k.item(i), "r", r + 1, "n", n, "c", f[b"c"], "d", deadline_s),
+                   ("LREM", k.queue, 1, i)]
+            delivered.append(i)
+            out.messages.append(fields_of(i, f))
+        drops: list[Command] = []
+        for i in stale:
+            if i in won:
+                tx.append(("SREM", k.processing, i))
+            drops.append(("LREM", k.queue, 1, i))
+        if delivered:
+            # Re-assert the timer: a reaper may have dropped an older entry for the same id.
+            tx += [("SADD", tk, *delivered), ("ZADD", k.timers, "LT", deadline, b)]
+            if int(waiting_len) > offset + len(heads):
+                tx += _signal(k.signal)
+            out.next_timer = visibility_ms if out.next_timer is None else min(out.next_timer, visibility_ms)
+        # What we own needs no WATCH; if a stale id's message changed, keep its entry.
+        if not (tx or drops):
+            (yield from one(("UNWATCH",)))
+        elif (yield from self._commit([*tx, *drops])) is None and tx:
+            yield from self._commit(tx)
+        return delivered, deadline, busy
+
+    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
+                        visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+        woken = (yield from one(("BLPOP", *signals, timeout,)))
+        if isinstance(woken, ResponseError):
+            raise error_for(woken, signals[0])
+        return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives))

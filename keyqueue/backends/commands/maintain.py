@@ -1,0 +1,266 @@
+"""The reaper (by the rules of core/states.py), requeue and purge, in bounded steps."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from redis.exceptions import ResponseError
+
+from ...core.replies import int_or as _int
+from ...core.replies import text as _text
+from ...core.results import Purged, ReapPosition, ReapStep, Requeued
+from ...core.roundtrip import Command, Op, one
+from ...message import ReapResult
+from ...core.states import Act, Decision, Seen, decide
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
+from .consume import Consume
+
+
+class Maintain(Consume):
+    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int,
+                  position: ReapPosition) -> Op[ReapStep]:
+        """One due bucket (or one chunk of a large one), by the rules of repair.py."""
+        k = self.keys
+        bucket, cursor, skip = position
+        res = [0, 0, 0]
+        broken: list[str] = []
+        now, (config,) = yield from self._open(self.waking_keys, [("EXISTS", k.config)])
+        missing = config == 0
+        if bucket == "":
+            due = (yield from one(("ZRANGEBYSCORE", k.timers, "-inf", now, "LIMIT", skip, 1,)))
+            if not due:
+                return ReapStep(ReapResult(*res), ("", "0", skip), True, missing)
+            bucket, cursor = _text(due[0]), "0"
+        tk = k.timer(bucket)
+        kind, card, scan = (yield [("TYPE", tk), ("SCARD", tk), ("SSCAN", tk, cursor, "COUNT", limit)])
+        if _text(kind) not in ("none", "set"):
+            return ReapStep(ReapResult(*res), ("", "0", skip + 1), False, missing, [tk])
+        whole = cursor == "0" and int(card) <= limit
+        if whole:
+            members = yield from one(("SMEMBERS", tk))
+            ids = [_text(x) for x in members]
+            cursor = "0"
+        else:
+            cursor, ids = _text(scan[0]), [_text(x) for x in scan[1]]
+        end = (int(bucket) + 1) * bucket_ms
+        earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken)
+        if whole or cursor == "0":
+            # Rescore a bucket examined whole; a large one stays due until it shrinks.
+            if not (yield from self._rescore(tk, bucket, earliest if whole else None,
+                                             kept if whole else -1, now)):
+                skip += 1  # still due: the next step looks past it
+            bucket, cursor = "", "0"
+        return ReapStep(ReapResult(*res), (bucket, cursor, skip), False, missing, broken)
+
+    def _settle(self, tk: str, ids: list[str], now: int, end: int, bucket_ms: int,
+                max_receives: int | None, res: list[int], broken: list[str]) -> Op[tuple[int | None, int]]:
+        """Decide and apply each id's rule in one WATCHed transaction. Returns the earliest
+        time to look at this bucket again (None when nothing stays) and how many ids stay."""
+        k = self.keys
+        if not ids:
+            return None, 0
+        limit = max_receives
+        start = len(broken)
+        for _ in range(ATTEMPTS):
+            del broken[start:]
+            item_keys = [k.item(i) for i in ids]
+            got = (yield [("WATCH", *item_keys),
+                          *(("HMGET", key, "c", "d", "r", "e") for key in item_keys),
+                          ("SMISMEMBER", k.processing, *ids), ("SMISMEMBER", k.items, *ids),
+                          *(("EXISTS", key) for key in item_keys)])
+            n = len(ids)
+            hashes, held, waiting, exists = got[1 : n + 1], got[n + 1], got[n + 2], got[n + 3 :]
+            plan: dict[str, tuple[Decision, Seen, list[Any]]] = {}
+            for i, h, p, w, e in zip(ids, hashes, held, waiting, exists):
+                if isinstance(h, ResponseError):
+                    broken.append(k.item(i))
+                    continue
+                seen = Seen(exists=e == 1, receipt=h[0] is not None, timer=None if h[1] is None else int(h[1]),
+                            processing=p == 1, waiting=w == 1)
+                plan[i] = (decide(seen, now, end), seen, h)
+            asks = [i for i, (dec, _, _) in plan.items() if dec.act is Act.ASK_DEAD]
+            if asks:
+                positions = yield [("LPOS", k.dead, i) for i in asks]
+                for i, pos in zip(asks, positions):
+                    seen = plan[i][1]
+                    seen = Seen(seen.exists, seen.receipt, seen.timer, seen.processing, seen.waiting,
+                                dead=pos is not None)
+                    plan[i] = (decide(seen, now, end), seen, plan[i][2])
+            tx: list[Command] = []
+            counts = [0, 0, 0]
+            earliest: int | None = None
+            kept = len(ids) - len(plan)  # broken items stay
+            moved = False
+            for i, (dec, seen, h) in plan.items():
+                ik = k.item(i)
+                if dec.unclaim:
+                    tx.append(("SREM", k.processing, i))
+                if dec.act is Act.KEEP:
+                    assert dec.timer is not None
+                    earliest = dec.timer if earliest is None else min(earliest, dec.timer)
+                    kept += 1
+                    continue
+                tx.append(("SREM", tk, i))
+                if seen.timer is not None and self.keys.timer(seen.timer // bucket_ms) != tk:
+                    tx.append(("SREM", self.keys.timer(seen.timer // bucket_ms), i))
+                if dec.act is Act.FORGET:
+                    tx += [("SREM", k.processing, i), ("SREM", k.items, i)]
+                elif dec.act is Act.EXPIRE:
+                    tx += [("SREM", k.processing, i), ("HDEL", ik, "c", "d")]
+                    r = _int(h[2])
+                    if limit is not None and r >= limit:
+                        if h[3] is None:
+                            tx.append(("HSET", ik, "e", f"visibility timeout expired on receive {r} of {limit}"))
+                        tx.append(("RPUSH", k.dead, i))
+                        counts[1] += 1
+                    else:
+                        tx += [("RPUSH", k.queue, i), ("SADD", k.items, i)]
+                        counts[0] += 1
+                        moved = True
+                elif dec.act is Act.RELEASE:
+                    tx += [("HDEL", ik, "c", "d"), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
+                    if not seen.receipt and seen.timer is None:
+                        tx.append(("HINCRBY", ik, "n", 0))  # a write, so a claimer's WATCH sees it
+                    counts[2 if seen.timer is not None and not dec.unclaim else 0] += 1
+                    moved = True
+                elif dec.act is Act.DROP and seen.waiting and (seen.receipt or seen.timer is not None):
+                    tx.append(("HDEL", ik, "c", "d"))
+            if moved:
+                tx += _signal(k.signal)
+            if broken and earliest is None:
+                earliest = now  # a corrupt item stays due, like reap.lua
+            if not tx:
+                (yield from one(("UNWATCH",)))
+                return earliest, kept
+            if (yield from self._commit(tx)) is not None:
+                for j in range(3):
+                    res[j] += counts[j]
+                return earliest, kept
+        return now, -1  # kept changing under us: look again on the next pass
+
+    # -- requeue and purge ----------------------------------------------------------------------
+
+    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
+                cursor: str = "0") -> Op[Requeued]:
+        k = self.keys
+        for _ in range(ATTEMPTS):
+            watch = [k.dead] if source == "dead" else []
+            reads: list[Command] = []
+            if not ids:
+                reads.append(("LRANGE", k.dead, 0, limit - 1) if source == "dead"
+                             else ("SSCAN", k.processing, cursor, "COUNT", limit))
+            _, got = yield from self._open(self.waking_keys, reads, watch=watch)
+            next_cursor = "0"
+            if ids:
+                todo = list(dict.fromkeys(ids))
+            elif source == "dead":
+                todo = [_text(x) for x in got[0]]
+            else:
+                next_cursor, todo = _text(got[0][0]), [_text(x) for x in got[0][1]]
+            if not todo:
+                (yield from one(("UNWATCH",)))
+                return Requeued(0, 0, next_cursor)
+            item_keys = [k.item(i) for i in todo]
+            check: list[Command] = [("WATCH", *item_keys), *(("HMGET", key, "t", "d") for key in item_keys)]
+            if source == "dead" and ids:
+                check += [("LPOS", k.dead, i) for i in todo]
+            elif source == "processing":
+                check.append(("SMISMEMBER", k.processing, *todo))
+            got = (yield check)
+            self._raise_errors(check, got)
+            fields = got[1 : len(todo) + 1]
+            if source == "dead":
+                present = [p is not None for p in got[len(todo) + 1 :]] if ids else [True] * len(todo)
+            else:
+                present = [p == 1 for p in got[-1]]
+            tx: list[Command] = []
+            moved: list[str] = []
+            for i, f, p in zip(todo, fields, present):
+                if not p:
+                    continue
+                if source == "dead" and ids:
+                    tx.append(("LREM", k.dead, 1, i))
+                if source == "processing":
+                    tx.append(("SREM", k.processing, i))
+                    tx += self._drop_timer(i, _int(f[1]), bucket_ms)
+                if f[0] is not None and i not in moved:
+                    moved.append(i)
+                    tx.append(("HDEL", k.item(i), "r", "c", "d"))
+            if source == "dead" and not ids:
+                tx.insert(0, ("LTRIM", k.dead, len(todo), -1))
+            if moved:
+                tx += [("RPUSH", k.queue, *moved), ("SADD", k.items, *moved), *_signal(k.signal)]
+            if not tx:
+                (yield from one(("UNWATCH",)))
+                return Requeued(0, len(todo), next_cursor)
+            if (yield from self._commit(tx)) is not None:
+                return Requeued(len(moved), len(todo), next_cursor)
+        return Requeued(0, 0, cursor)
+
+    def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]:
+        for _ in range(ATTEMPTS):
+            result = yield from self._purge_once(source, limit, position, bucket_ms)
+            if result is not None:
+                return result
+        return Purged(0, position, False)
+
+    def _purge_once(self, source: str, limit: int, position: tuple[int, str],
+                    bucket_ms: int) -> Op[Purged | None]:
+        k = self.keys
+        if source == "waiting":
+            # Take the ids as a claim does (so no claimer gets a message being deleted), then
+            # delete what we own; a purge that dies midway leaves them in flight, not lost.
+            got, deadline, _ = yield from self._claim_once(limit, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
+            if got:
+                yield from self._commit([("SREM", k.processing, *got), ("SREM", k.timer(deadline // bucket_ms), *got),
+                                         ("DEL", *(k.item(i) for i in got))])
+            done = not got or (len(got) < limit and int((yield from one(("SCARD", k.items)))) == 0)
+            return Purged(len(got), (0, "0"), done)
+        if source == "dead":
+            _, (ids,) = yield from self._open(self.state_keys, [("LRANGE", k.dead, 0, limit - 1)], watch=[k.dead])
+            if not ids:
+                (yield from one(("UNWATCH",)))
+                return Purged(0, (0, "0"), True)
+            tx: list[Command] = [("LTRIM", k.dead, len(ids), -1), ("DEL", *(k.item(_text(i)) for i in ids))]
+            if (yield from self._commit(tx)) is None:
+                return None
+            return Purged(len(ids), (0, "0"), len(ids) < limit)
+        if source == "processing":
+            _, (ids,) = yield from self._open(self.state_keys, [("SRANDMEMBER", k.processing, limit)])
+            todo = [_text(i) for i in ids]
+            if not todo:
+                return Purged(0, (0, "0"), True)
+            item_keys = [k.item(i) for i in todo]
+            got = (yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)])
+            tx = [("SREM", k.processing, *todo), ("DEL", *item_keys)]
+            for i, d in zip(todo, got[1:]):
+                tx += self._drop_timer(i, _int(d), bucket_ms)
+            if (yield from self._commit(tx)) is None:
+                return None
+            return Purged(len(todo), (0, "0"), len(todo) < limit)
+        # delayed: ids in timer sets that are neither owned nor waiting, bucket by bucket
+        offset, cursor = position
+        _, (z,) = yield from self._open(self.state_keys, [("ZRANGE", k.timers, offset, offset)])
+        if not z:
+            return Purged(0, (offset, "0"), True)
+        tk = k.timer(_text(z[0]))
+        yield from self._types([tk])
+        cur, members = (yield from one(("SSCAN", tk, cursor, "COUNT", min(limit, 1000),)))
+        todo = [_text(i) for i in members]
+        n = 0
+        if todo:
+            item_keys = [k.item(i) for i in todo]
+            rep = (yield [("WATCH", *item_keys), *(("HEXISTS", key, "d") for key in item_keys),
+                          ("SMISMEMBER", k.processing, *todo), ("SMISMEMBER", k.items, *todo)])
+            has_d, held, waiting = rep[1 : len(todo) + 1], rep[-2], rep[-1]
+            gone = [mid for mid, flags in zip(todo, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
+            if gone:
+                if (yield from self._commit([("SREM", tk, *gone), ("DEL", *(k.item(i) for i in gone))])) is None:
+                    return None
+                n = len(gone)
+            else:
+                (yield from one(("UNWATCH",)))
+        cursor = _text(cur)
+        if cursor == "0" and not (yield from self._rescore(tk, _text(z[0]), None, -1, 0)):
+            offset += 1  # the bucket still holds timers of messages in flight
+        return Purged(n, (offset, cursor), False)

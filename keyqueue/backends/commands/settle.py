@@ -1,0 +1,67 @@
+"""One delivery: ack, extend, release, dead letter, each a WATCHed transaction on the message."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+from ...core.roundtrip import Command, Op, one
+from .base import ATTEMPTS, CommandBase, _signal
+
+
+class Settle(CommandBase):
+    def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
+        k = self.keys
+        for _ in range(ATTEMPTS):
+            _, current = yield from self._current([k.processing, k.timers], pairs)
+            if not current:
+                (yield from one(("UNWATCH",)))
+                return 0
+            tx: list[Command] = [("SREM", k.processing, *(mid for mid, _ in current))]
+            for mid, d in current:
+                tx += self._drop_timer(mid, d, bucket_ms)
+            tx.append(("DEL", *(k.item(mid) for mid, _ in current)))
+            if (yield from self._commit(tx)) is not None:
+                return len(current)
+        return 0
+
+    def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
+        """The new deadline in ms, None when the delivery is not current."""
+        k = self.keys
+
+        def change(now: int, d: int) -> Op[list[Command]]:
+            return (yield from self._to_timer(msg_id, now + ms, bucket_ms))
+
+        at = yield from self._one(msg_id, receipt, [k.processing, k.timers], bucket_ms, change)
+        return None if at is None else at + ms
+
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
+                error: str | None) -> Op[bool]:
+        k = self.keys
+        ik = k.item(msg_id)
+
+        def change(now: int, d: int) -> Op[list[Command]]:
+            tx: list[Command] = [("SREM", k.processing, msg_id)]
+            if error is not None:
+                tx.append(("HSET", ik, "e", error))
+            if delay_ms > 0:
+                timer = yield from self._to_timer(msg_id, now + delay_ms, bucket_ms)
+                return [*tx, ("HDEL", ik, "c"), *timer]
+            return [*tx, ("HDEL", ik, "c", "d"), ("RPUSH", k.queue, msg_id),
+                    ("SADD", k.items, msg_id), *_signal(k.signal)]
+
+        typed = [k.processing, k.timers, k.queue, k.items, k.signal]
+        return (yield from self._one(msg_id, receipt, typed, bucket_ms, change)) is not None
+
+    def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
+        k = self.keys
+        ik = k.item(msg_id)
+
+        def change(now: int, d: int) -> Op[list[Command]]:
+            tx: list[Command] = [("SREM", k.processing, msg_id), ("HDEL", ik, "c", "d"),
+                                 ("RPUSH", k.dead, msg_id)]
+            return [*tx, ("HSET", ik, "e", reason)] if reason else tx
+            yield  # a generator, as change() must be
+
+        return (yield from self._one(msg_id, receipt, [k.processing, k.timers, k.dead], bucket_ms,
+                                     change)) is not None

@@ -1,0 +1,34 @@
+"""Claiming, with or without a long-poll wait."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from ...core.replies import error_for
+from ...core.results import Claimed
+from ...core.roundtrip import Op
+from .scripts import ScriptBase, claimed, script_source, _max_receives
+
+
+class Consume(ScriptBase):
+    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+        reply = yield from self.call("claim", self.claim_keys,
+                                     (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
+        return claimed(reply)
+
+    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
+                        visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+        """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
+        commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
+        claim = self._evalsha("claim", self.claim_keys,
+                              (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
+        woken, reply = yield [("BLPOP", *signals, timeout), claim]
+        if isinstance(woken, ResponseError):
+            raise error_for(woken, signals[0])
+        if isinstance(reply, NoScriptError):
+            _, reply = yield [("SCRIPT LOAD", script_source("claim")), claim]
+        if isinstance(reply, ResponseError):
+            raise error_for(reply, self.keys.base)
+        return claimed(reply)

@@ -1,0 +1,110 @@
+"""Loading and calling the scripts of ``keyqueue/lua``: one per atomic operation, run by SHA,
+loaded once per server (a NOSCRIPT reply loads it and sends the call again)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from importlib import resources
+from typing import Any, Callable, Iterable, Sequence
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from ...core.replies import error_for, flat_fields
+from ...core.results import Claimed
+from ...core.roundtrip import Command, Op
+from ...keys import QueueKeys
+
+SCRIPT_NAMES = (
+    "enqueue", "claim", "ack", "extend", "release", "dead_letter",
+    "reap", "requeue", "purge", "peek", "stats",
+)
+#: Most messages or ids in one script call (Lua's unpack() stops near 8,000 values).
+CHUNK = 1000
+
+_DEFINES = re.compile(r"^local (?:function )?(\w+)", re.M)
+_COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+
+
+def _lib_blocks() -> list[tuple[set[str], str]]:
+    """_lib.lua as blank-line separated blocks, each with the names it defines."""
+    text_ = (resources.files("keyqueue") / "lua" / "_lib.lua").read_text()
+    return [(set(_DEFINES.findall(b)), b) for b in text_.split("\n\n") if _DEFINES.search(b)]
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    """The script with the _lib.lua helpers it uses (transitively) prepended, in lib order.
+
+    Redis runs the whole chunk on every call, so helpers a script never uses would cost
+    a closure each per call."""
+    body = (resources.files("keyqueue") / "lua" / f"{name}.lua").read_text()
+    blocks = _lib_blocks()
+    used: set[int] = set()
+    code = _COMMENTS.sub("", body)
+    while True:
+        new = {i for i, (names, _) in enumerate(blocks) if i not in used
+               and any(re.search(rf"\b{n}\b", code) for n in names)}
+        if not new:
+            break
+        used |= new
+        code = _COMMENTS.sub("", body + "".join(blocks[i][1] for i in used))
+    return "\n\n".join(blocks[i][1] for i in sorted(used)) + "\n\n" + body
+
+
+@functools.cache
+def script_sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
+
+
+def _max_receives(limit: int | None) -> str:
+    return "" if limit is None else str(limit)  # the scripts read '' as no limit
+
+
+def claimed(reply: Sequence[Any]) -> Claimed:
+    """claim.lua's reply: {dead_lettered, config_missing, next_timer, id, b, t, r, d, c, e, ...}."""
+    return Claimed(flat_fields(reply, 3), int(reply[0]), reply[1] == 1,
+                   None if reply[2] is None else int(reply[2]))
+
+
+class ScriptBase:
+    """What every group of script operations shares: the key lists and the call."""
+    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
+        self.keys = keys
+        self.clock = clock
+        k = keys
+        # Key lists built once: they are on the hot path of every call.
+        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config)
+        self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
+        # the states plus the wake-up signal: scripts that may make messages visible
+        self.waking_keys = (*self.state_keys, k.signal)
+        # claim and reap also report a missing config hash
+        self.claim_keys = (*self.waking_keys, k.config)
+        self._static_head = (k.base, "")
+
+    def _head(self) -> tuple[str, str]:
+        if self.clock is None:
+            return self._static_head
+        return (self.keys.base, str(round(self.clock() * 1000)))
+
+    def _evalsha(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Command:
+        return ("EVALSHA", script_sha(name), len(keys), *keys, *self._head(), *args)
+
+    def call(self, name: str, keys: Sequence[str], args: Iterable[Any]) -> Op[Any]:
+        """One script call; loaded once if the server does not know it (new or restarted)."""
+        return (yield from self.call_many(name, [(keys, args)]))[0]
+
+    def call_many(self, name: str, calls: Sequence[tuple[Sequence[str], Iterable[Any]]]) -> Op[list[Any]]:
+        """Several calls of one script in one round trip (each call atomic on its own)."""
+        commands = [self._evalsha(name, keys, args) for keys, args in calls]
+        replies = yield commands
+        retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if retry:
+            again = yield [("SCRIPT LOAD", script_source(name)), *(commands[i] for i in retry)]
+            for i, r in zip(retry, again[1:]):
+                replies[i] = r
+        for r in replies:
+            if isinstance(r, ResponseError):
+                raise error_for(r, self.keys.base)
+        return replies

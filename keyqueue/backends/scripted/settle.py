@@ -1,0 +1,42 @@
+"""One delivery: ack, extend, release, dead letter (each checks its receipt)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+from ...core.roundtrip import Op
+from .scripts import ScriptBase, CHUNK
+
+
+class Settle(ScriptBase):
+    def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
+        item = self.keys.item
+        calls = []
+        for i in range(0, len(pairs), CHUNK):
+            chunk = pairs[i : i + CHUNK]
+            calls.append(([*self.owner_keys(), *(item(mid) for mid, _ in chunk)],
+                          [bucket_ms, *(x for pair in chunk for x in pair)]))
+        return sum((yield from self.call_many("ack", calls)))
+
+    def owner_keys(self) -> tuple[str, str]:
+        return (self.keys.processing, self.keys.timers)
+
+    def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
+        """The new deadline in ms, None when the delivery is not current."""
+        k = self.keys
+        new = yield from self.call("extend", [k.processing, k.timers, k.item(msg_id)],
+                                   [bucket_ms, msg_id, receipt, ms])
+        return int(new) or None
+
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
+                error: str | None) -> Op[bool]:
+        k = self.keys
+        keys = [k.processing, k.timers, k.item(msg_id), k.queue, k.items, k.signal]
+        args = [bucket_ms, msg_id, receipt, delay_ms, error or "", "0" if error is None else "1"]
+        return (yield from self.call("release", keys, args)) == 1
+
+    def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
+        k = self.keys
+        return (yield from self.call("dead_letter", [k.processing, k.timers, k.item(msg_id), k.dead],
+                                     [bucket_ms, msg_id, receipt, reason])) == 1
