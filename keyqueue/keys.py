@@ -93,6 +93,10 @@ class QueueKeys:
     def dedup(self, dedup_key: str) -> str:
         return f"{self.base}dedup:{dedup_key}"
 
+    def stream(self, source: str) -> str:
+        """A Spark stream source's manifest of claimed, uncommitted batches."""
+        return f"{self.base}stream:{source}"
+
     @property
     def pattern(self) -> str:
         """SCAN pattern matching every key of this queue (names cannot hold glob characters)."""

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import json as _json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import MessageNotJSON
 
 if TYPE_CHECKING:
     from .core.results import Fields
-    from .queue import Queue
+
+
+class Settler(Protocol):
+    """What a message is bound to: its queue (keyqueue.Queue; the asyncio Queue's methods
+    are awaited by keyqueue.aio.Message instead). Declared here so messages import no queue."""
+
+    name: str
+
+    def ack(self, message: Message) -> bool: ...
+
+    def extend(self, message: Message, seconds: float) -> bool: ...
+
+    def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool: ...
+
+    def dead_letter(self, message: Message, reason: str = "") -> bool: ...
 
 
 @dataclass(eq=False)
@@ -25,7 +39,8 @@ class Message:
     enqueued_at: float
     deadline: float | None
     last_error: str | None
-    queue: Queue | None = field(default=None, repr=False)
+    #: The keyqueue.Queue (or keyqueue.aio.Queue) it came from, None when unbound.
+    queue: Any = field(default=None, repr=False)
     #: What was last done to this delivery through its queue: "ack", "release" or
     #: "dead_letter" (None: nothing yet). A Worker reads it, so a handler that settled its
     #: own message is taken at its word.
@@ -59,10 +74,11 @@ class Message:
                    deadline=None if f.timer_ms is None else f.timer_ms / 1000.0,
                    last_error=f.error, queue=queue)
 
-    def _queue(self) -> Queue:
+    def _queue(self) -> Settler:
         if self.queue is None:
             raise RuntimeError("this message is not bound to a Queue")
-        return self.queue
+        queue: Settler = self.queue
+        return queue
 
     def ack(self) -> bool:
         return self._queue().ack(self)

@@ -188,6 +188,10 @@ class Queue(QueueFace):
         """Read messages without claiming them; they carry no receipt."""
         return self._bind(self._run(self._core.peek(count, source)), with_receipt=False)
 
+    def ids(self, source: PeekSource = "waiting") -> list[str]:
+        """Every id in one state, in peek order, without the messages (snapshots use it)."""
+        return self._run(self._core.ids(source))
+
     def check(self, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
         """fsck: verify every message is in exactly one state; with ``repair``, fix what can
         be fixed without losing a message. Findings must hold for ``settle`` seconds, so a

@@ -56,10 +56,6 @@ class QueueSettings:
     def dedup_ms(self) -> int:
         return max(1, to_ms(self.dedup_window))
 
-    @cached_property
-    def max_receives_arg(self) -> str:
-        return "" if self.max_receives is None else str(self.max_receives)
-
     def to_hash(self, names: set[str] | None = None) -> dict[str, str]:
         out = {}
         for f in fields(self):

@@ -165,6 +165,9 @@ class Queue(QueueFace):
     async def stats(self) -> QueueStats:
         return await self._run(self._core.stats())
 
+    async def ids(self, source: PeekSource = "waiting") -> list[str]:
+        return await self._run(self._core.ids(source))
+
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)
 

@@ -449,6 +449,29 @@ class QueueCore:
         age = None if c.oldest_ms is None else max(0.0, (c.now_ms - c.oldest_ms) / 1000.0)
         return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age)
 
+    def ids(self, source: str) -> Op[list[str]]:
+        """Every id in one state, in the order peek gives them (for snapshots)."""
+        if source not in PEEK_SOURCES:
+            raise InvalidArgument(f"source must be one of waiting, processing, delayed, dead, not {source!r}")
+        k = self.keys
+        if source == "delayed":
+            return [f.id for f in (yield from self.ops.peek("delayed", 2**31 - 1))]
+        if source == "processing":
+            (members,) = yield [("SMEMBERS", k.processing)]
+            if isinstance(members, Exception):
+                raise error_for(members, k.processing)
+            return sorted((text(i) for i in members), key=int)
+        key = k.dead if source == "dead" else k.queue
+        listed, waiting = yield [("LRANGE", key, 0, -1), ("SMEMBERS", k.items)]
+        for reply, name in ((listed, key), (waiting, k.items)):
+            if isinstance(reply, Exception):
+                raise error_for(reply, name)
+        ids = [text(i) for i in listed]
+        if source == "waiting":  # the script-free mode may leave stale entries in the list
+            members = {text(i) for i in waiting}
+            ids = [i for i in dict.fromkeys(ids) if i in members]
+        return ids
+
     def peek(self, count: int, source: str) -> Op[list[Fields]]:
         if source not in PEEK_SOURCES:
             raise InvalidArgument(f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")

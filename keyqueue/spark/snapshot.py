@@ -34,16 +34,7 @@ def utc(seconds: float | None) -> datetime | None:
 
 def state_ids(q: Queue, source: str) -> list[str]:
     """The ids in one state, in the order peek gives them."""
-    k, client = q.keys, q.client
-    if source == "delayed":
-        return [m.id for m in q.peek(2**31 - 1, source="delayed")]
-    if source == "processing":
-        return sorted((_text(i) for i in client.smembers(k.processing)), key=int)
-    ids = [_text(i) for i in client.lrange(k.dead if source == "dead" else k.queue, 0, -1)]
-    if source == "waiting" and ids:  # the script-free mode may leave stale entries in the list
-        waiting = {_text(i) for i in client.smembers(k.items)}
-        ids = [i for i in dict.fromkeys(ids) if i in waiting]
-    return ids
+    return q.ids(source)  # type: ignore[arg-type]
 
 
 class SnapshotReader(DataSourceReader):

@@ -96,7 +96,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.opts.visibility_timeout or q.settings.visibility_timeout
 
     def _key(self, source: str) -> str:
-        return self._queue().keys.base + f"stream:{source}"
+        return self._queue().keys.stream(source)
 
     def _load(self, source: str) -> None:
         """After a restart: the batches this source claimed and Spark has not committed."""

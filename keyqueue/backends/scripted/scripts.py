@@ -28,9 +28,22 @@ _COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
 
 
 def _lib_blocks() -> list[tuple[set[str], str]]:
-    """_lib.lua as blank-line separated blocks, each with the names it defines."""
-    text_ = (resources.files("keyqueue") / "lua" / "_lib.lua").read_text()
-    return [(set(_DEFINES.findall(b)), b) for b in text_.split("\n\n") if _DEFINES.search(b)]
+    """_lib.lua as blocks, one per top-level definition (with the comment lines just above
+    it and everything up to the next one), each with the names it defines. A blank line
+    inside a function does not split it."""
+    lines = (resources.files("keyqueue") / "lua" / "_lib.lua").read_text().split("\n")
+    starts = [i for i, line in enumerate(lines) if _DEFINES.match(line)]
+    blocks = []
+    for n, i in enumerate(starts):
+        first = i
+        while first > 0 and lines[first - 1].startswith("--") and (n == 0 or first - 1 > starts[n - 1]):
+            first -= 1
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        while end > i + 1 and (lines[end - 1].startswith("--") or not lines[end - 1].strip()):
+            end -= 1  # the next definition's comments belong to it
+        block = "\n".join(lines[first:end])
+        blocks.append((set(_DEFINES.findall(block)), block))
+    return blocks
 
 
 @functools.cache
