@@ -78,10 +78,6 @@ NOTE_KINDS = frozenset({STALE_LIST, STALE_TIMER, EMPTY_INDEX, CLAIMING})
 ID_KINDS = frozenset({MISSING_HASH, ORPHAN, OWNED_AND_WAITING, UNTIMED, UNLISTED,
                       DEAD_DUPLICATE, STRAY_FIELDS})
 
-#: The type of each fixed key, by its name after the key base, and of each family of keys.
-FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
-               "timers": "zset", "dead": "list", "signal": "list", "config": "hash"}
-FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
 #: Keys whose wrong type makes every other check meaningless.
 CORE = ("queue", "items", "processing", "timers", "dead")
 
@@ -340,11 +336,7 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
 
 def expected_type(k: QueueKeys, key: str) -> str:
     """The Redis type a key of the queue must have ('' for a name keyqueue does not use)."""
-    name = key[len(k.base):]
-    for prefix, kind in FAMILY_TYPES.items():
-        if name.startswith(prefix):
-            return kind
-    return FIXED_TYPES.get(name, "")
+    return k.kind(key)
 
 
 def _read_lists(keys: Sequence[str]) -> Op[list[list[str]]]:

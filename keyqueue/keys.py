@@ -32,6 +32,14 @@ def validate_prefix(prefix: object) -> str:
     return prefix
 
 
+#: The Redis type of each fixed key of a queue, by its name after the key base, and of each
+#: family of keys (the layout of SPEC 1 and its helper keys). The fsck and the script-free
+#: mode's type checks read this one table.
+FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
+               "timers": "zset", "dead": "list", "signal": "list", "config": "hash"}
+FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
+
+
 def registry_key(prefix: str) -> str:
     """The set of queue names under a prefix (``keyqueue ls``, ``Reaper(queues=None)``)."""
     return f"{prefix}:queues"
@@ -96,6 +104,14 @@ class QueueKeys:
     def stream(self, source: str) -> str:
         """A Spark stream source's manifest of claimed, uncommitted batches."""
         return f"{self.base}stream:{source}"
+
+    def kind(self, key: str) -> str:
+        """The Redis type ``key`` (one of this queue's) must have ('' for a name keyqueue does not use)."""
+        name = key[len(self.base):]
+        for prefix, kind in FAMILY_TYPES.items():
+            if name.startswith(prefix):
+                return kind
+        return FIXED_TYPES.get(name, "")
 
     @property
     def pattern(self) -> str:

@@ -48,8 +48,6 @@ class CommandBase:
         self.keys = keys
         self.clock = clock
         k = keys
-        self.kinds = {k.seq: "string", k.queue: "list", k.items: "set", k.processing: "set",
-                      k.timers: "zset", k.dead: "list", k.signal: "list"}
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)
 
@@ -73,16 +71,10 @@ class CommandBase:
         self._raise_errors(reads, replies)
         return now, replies
 
-    def kind(self, key: str) -> str:
-        if key in self.kinds:
-            return self.kinds[key]
-        rest = key[len(self.keys.base):]
-        return "hash" if rest.startswith("item:") else "set" if rest.startswith("timer:") else "string"
-
     def _check_kinds(self, keys: Sequence[str], kinds: Sequence[Any]) -> None:
         """Raise CorruptQueue for the first key whose TYPE reply is neither absent nor its own."""
         for key, kind in zip(keys, kinds):
-            if _text(kind) not in ("none", self.kind(key)):
+            if _text(kind) not in ("none", self.keys.kind(key)):
                 raise CorruptQueue(key)
 
     def _types(self, keys: Sequence[str]) -> Op[None]:
