@@ -75,5 +75,62 @@ def routing_key(command: Command) -> Any | None:
     return command[1]
 
 
+class Stepper:
+    """Drives one operation for a transport: ``next`` is what to do (a round trip, or a
+    Sleep), ``send(replies)`` moves on; then ``done`` and ``result``. It also tracks whether
+    a WATCH is left pending, so the transport knows if the connection may be reused."""
+
+    def __init__(self, op: Op[Any]) -> None:
+        self.op = op
+        self.done = False
+        self.result: Any = None
+        self.watching = False
+        self.next: list[Command] | Sleep = []
+        self._advance(None, first=True)
+
+    def _advance(self, replies: Replies | None, first: bool = False) -> None:
+        try:
+            self.next = next(self.op) if first else self.op.send(replies or [])
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+
+    def send(self, replies: Replies) -> None:
+        if not isinstance(self.next, Sleep):
+            self.watching = still_watching(self.next, self.watching)
+        self._advance(replies)
+
+    @property
+    def clean(self) -> bool:
+        """Whether the operation ended with its connection reusable (nothing half-done)."""
+        return self.done and not self.watching
+
+
+def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
+    """Consecutive commands grouped by the cluster node of their keys (a keyless command
+    goes with the keyed one after it, or before it at the end)."""
+    keys = [routing_key(c) for c in commands]
+    for i in range(len(keys) - 2, -1, -1):
+        if keys[i] is None:
+            keys[i] = keys[i + 1]
+    for i in range(1, len(keys)):
+        if keys[i] is None:
+            keys[i] = keys[i - 1]
+    groups: list[tuple[Any, list[int]]] = []
+    for i, key in enumerate(keys):
+        node = client.get_node_from_key(key) if key is not None else client.get_default_node()
+        if groups and groups[-1][0] is node:
+            groups[-1][1].append(i)
+        else:
+            groups.append((node, [i]))
+    return groups
+
+
+def moved(replies: Sequence[Any]) -> bool:
+    """Whether a cluster answered that the slots moved (MOVED or ASK): learn the map, resend."""
+    from redis.exceptions import AskError, MovedError
+
+    return any(isinstance(r, (MovedError, AskError)) for r in replies)
+
+
 def is_blocking(commands: Sequence[Command]) -> bool:
     return any(str(c[0]).upper() == "BLPOP" for c in commands)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import ResponseError
 
-from ..core.roundtrip import Command, Op, Plan, Sleep, T, routing_key, still_watching
-from .sync import is_cluster, node_groups
+from ..core.roundtrip import Command, Op, Plan, Sleep, Stepper, T, moved, node_groups, routing_key
+from .sync import is_cluster
 
 
 async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
@@ -25,35 +25,63 @@ async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+class Pinned:
+    """The connections one operation holds (see sync.Pinned); asyncio cluster nodes hand
+    out connections themselves."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.held: dict[str, tuple[Any, Any]] = {}
+
+    async def _conn(self, node: Any) -> Any:
+        name = "" if node is None else node.name
+        if name not in self.held:
+            if node is None:
+                pool = self.client.connection_pool
+                self.held[name] = (pool, await pool.get_connection())
+            else:
+                self.held[name] = (node, node.acquire_connection())
+        return self.held[name][1]
+
+    async def round_trip(self, commands: list[Command]) -> list[Any]:
+        if not is_cluster(self.client):
+            return await round_trip(await self._conn(None), commands)
+        await self.client.initialize()  # learns the slot map once (a no-op afterwards)
+        out: list[Any] = [None] * len(commands)
+        for node, idx in node_groups(self.client, commands):
+            replies = await round_trip(await self._conn(node), [commands[i] for i in idx])
+            if moved(replies):
+                await self.client.nodes_manager.initialize()
+                node = self.client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
+                replies = await round_trip(await self._conn(node), [commands[i] for i in idx])
+            for i, r in zip(idx, replies):
+                out[i] = r
+        return out
+
+    async def release(self, clean: bool) -> None:
+        for owner, conn in self.held.values():
+            if not clean:
+                await conn.disconnect()
+            if is_cluster(self.client):
+                owner.release(conn)
+            else:
+                await owner.release(conn)
+
+
 async def run(client: Any, op: Op[T]) -> T:
     """Drive ``op`` to its result on an asyncio client."""
+    step = Stepper(op)
+    pinned = Pinned(client)
     try:
-        commands = next(op)
-    except StopIteration as stop:
-        return stop.value
-    if is_cluster(client):
-        await client.initialize()  # learns the slot map once (a no-op afterwards)
-        return await _run_on_cluster(client, op, commands)
-    pool = client.connection_pool
-    conn = await pool.get_connection()
-    clean, watching = False, False
-    try:
-        while True:
-            if isinstance(commands, Sleep):
-                await asyncio.sleep(commands.seconds)
-                replies: list[Any] = []
+        while not step.done:
+            if isinstance(step.next, Sleep):
+                await asyncio.sleep(step.next.seconds)
+                step.send([])
             else:
-                replies = await round_trip(conn, commands)
-                watching = still_watching(commands, watching)
-            try:
-                commands = op.send(replies)
-            except StopIteration as stop:
-                clean = not watching
-                return stop.value
+                step.send(await pinned.round_trip(step.next))
+        return step.result
     finally:
-        if not clean:
-            await conn.disconnect()
-        await pool.release(conn)
+        await pinned.release(step.clean)
 
 
 async def run_plan(plan: Plan[T]) -> T:
@@ -64,44 +92,3 @@ async def run_plan(plan: Plan[T]) -> T:
             target, op = plan.send(await run(target, op))
     except StopIteration as stop:
         return stop.value
-
-
-async def _run_on_cluster(client: Any, op: Op[T], commands: list[Command] | Sleep) -> T:
-    held: dict[str, tuple[Any, Any]] = {}
-    clean, watching = False, False
-    try:
-        while True:
-            if isinstance(commands, Sleep):
-                await asyncio.sleep(commands.seconds)
-                replies: list[Any] = []
-            else:
-                replies = await _cluster_round_trip(client, commands, held)
-                watching = still_watching(commands, watching)
-            try:
-                commands = op.send(replies)
-            except StopIteration as stop:
-                clean = not watching
-                return stop.value
-    finally:
-        for node, conn in held.values():
-            if not clean:
-                await conn.disconnect()
-            node.release(conn)
-
-
-async def _cluster_round_trip(client: Any, commands: Sequence[Command],
-                              held: dict[str, tuple[Any, Any]]) -> list[Any]:
-    out: list[Any] = [None] * len(commands)
-    for node, idx in node_groups(client, commands):
-        for attempt in range(2):
-            if node.name not in held:
-                held[node.name] = (node, node.acquire_connection())
-            replies = await round_trip(held[node.name][1], [commands[i] for i in idx])
-            if attempt == 0 and any(isinstance(r, (MovedError, AskError)) for r in replies):
-                await client.nodes_manager.initialize()  # slots moved: learn the new map, send again
-                node = client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
-                continue
-            break
-        for i, r in zip(idx, replies):
-            out[i] = r
-    return out

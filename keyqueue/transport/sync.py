@@ -1,5 +1,5 @@
-"""Run an operation on a blocking redis-py client: one pinned connection per operation (a
-node's connections on a cluster), each round trip one packed write and its replies."""
+"""Run an operation on a blocking redis-py client: one pinned connection per operation (one
+per node on a cluster), each round trip one packed write and its replies."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 from typing import Any, Sequence
 
 import redis
-from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import ResponseError
 
-from ..core.roundtrip import Command, Op, Plan, Sleep, T, routing_key, still_watching
+from ..core.roundtrip import Command, Op, Plan, Sleep, Stepper, T, moved, node_groups, routing_key
 
 
 def is_cluster(client: Any) -> bool:
@@ -28,35 +28,57 @@ def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+class Pinned:
+    """The connections one operation holds: one from the client's pool, or one per cluster
+    node it touched, so a WATCH and its EXEC share a connection."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.held: dict[str, tuple[Any, Any]] = {}
+
+    def _conn(self, node: Any) -> Any:
+        name = "" if node is None else node.name
+        if name not in self.held:
+            pool = (self.client if node is None else self.client.get_redis_connection(node)).connection_pool
+            self.held[name] = (pool, pool.get_connection())
+        return self.held[name][1]
+
+    def round_trip(self, commands: list[Command]) -> list[Any]:
+        if not is_cluster(self.client):
+            return round_trip(self._conn(None), commands)
+        out: list[Any] = [None] * len(commands)
+        for node, idx in node_groups(self.client, commands):
+            replies = round_trip(self._conn(node), [commands[i] for i in idx])
+            if moved(replies):
+                self.client.nodes_manager.initialize()
+                node = self.client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
+                replies = round_trip(self._conn(node), [commands[i] for i in idx])
+            for i, r in zip(idx, replies):
+                out[i] = r
+        return out
+
+    def release(self, clean: bool) -> None:
+        """Back to their pools; dropped when the operation failed or left a WATCH pending."""
+        for pool, conn in self.held.values():
+            if not clean:
+                conn.disconnect()
+            pool.release(conn)
+
+
 def run(client: redis.Redis, op: Op[T]) -> T:
-    """Drive ``op`` to its result. A connection left mid-transaction, or by an error, is
-    dropped rather than reused."""
+    """Drive ``op`` to its result."""
+    step = Stepper(op)
+    pinned = Pinned(client)
     try:
-        commands = next(op)
-    except StopIteration as stop:
-        return stop.value
-    if is_cluster(client):
-        return _run_on_cluster(client, op, commands)
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    clean, watching = False, False
-    try:
-        while True:
-            if isinstance(commands, Sleep):
-                time.sleep(commands.seconds)
-                replies: list[Any] = []
+        while not step.done:
+            if isinstance(step.next, Sleep):
+                time.sleep(step.next.seconds)
+                step.send([])
             else:
-                replies = round_trip(conn, commands)
-                watching = still_watching(commands, watching)
-            try:
-                commands = op.send(replies)
-            except StopIteration as stop:
-                clean = not watching
-                return stop.value
+                step.send(pinned.round_trip(step.next))
+        return step.result
     finally:
-        if not clean:
-            conn.disconnect()
-        pool.release(conn)
+        pinned.release(step.clean)
 
 
 def run_plan(plan: Plan[T]) -> T:
@@ -67,66 +89,3 @@ def run_plan(plan: Plan[T]) -> T:
             target, op = plan.send(run(target, op))
     except StopIteration as stop:
         return stop.value
-
-
-def _run_on_cluster(client: Any, op: Op[T], commands: list[Command] | Sleep) -> T:
-    """Each round trip's commands go to the nodes owning their keys, on one connection per
-    node for the whole operation (a WATCH and its EXEC share it, as on a single server)."""
-    held: dict[str, tuple[Any, Any]] = {}
-    clean, watching = False, False
-    try:
-        while True:
-            if isinstance(commands, Sleep):
-                time.sleep(commands.seconds)
-                replies: list[Any] = []
-            else:
-                replies = _cluster_round_trip(client, commands, held)
-                watching = still_watching(commands, watching)
-            try:
-                commands = op.send(replies)
-            except StopIteration as stop:
-                clean = not watching
-                return stop.value
-    finally:
-        for pool, conn in held.values():
-            if not clean:
-                conn.disconnect()
-            pool.release(conn)
-
-
-def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
-    """Consecutive commands grouped by the node of their keys (a keyless command goes with
-    the keyed one after it, or before it at the end)."""
-    keys = [routing_key(c) for c in commands]
-    for i in range(len(keys) - 2, -1, -1):
-        if keys[i] is None:
-            keys[i] = keys[i + 1]
-    for i in range(1, len(keys)):
-        if keys[i] is None:
-            keys[i] = keys[i - 1]
-    groups: list[tuple[Any, list[int]]] = []
-    for i, key in enumerate(keys):
-        node = client.get_node_from_key(key) if key is not None else client.get_default_node()
-        if groups and groups[-1][0] is node:
-            groups[-1][1].append(i)
-        else:
-            groups.append((node, [i]))
-    return groups
-
-
-def _cluster_round_trip(client: Any, commands: Sequence[Command], held: dict[str, tuple[Any, Any]]) -> list[Any]:
-    out: list[Any] = [None] * len(commands)
-    for node, idx in node_groups(client, commands):
-        for attempt in range(2):
-            if node.name not in held:
-                pool = client.get_redis_connection(node).connection_pool
-                held[node.name] = (pool, pool.get_connection())
-            replies = round_trip(held[node.name][1], [commands[i] for i in idx])
-            if attempt == 0 and any(isinstance(r, (MovedError, AskError)) for r in replies):
-                client.nodes_manager.initialize()  # slots moved: learn the new map, send again
-                node = client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
-                continue
-            break
-        for i, r in zip(idx, replies):
-            out[i] = r
-    return out
