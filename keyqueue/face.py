@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from .backends.commands import CommandOps
-from .connection import connection_kwargs
+import redis
+
+from .connection import connection_kwargs, resolve_client
 from .core.queue_core import QueueCore
 from .core.results import Fields
 from .errors import ConfigurationError
 from .keys import QueueKeys
 from .message import Message
 from .backends.scripted import ScriptOps
-from .settings import UNSET
+from .settings import UNSET, Unset
 from .transport.sync import is_cluster
 
 
@@ -40,14 +42,38 @@ class QueueFace:
     scripting: bool
     message_class: type[Message] = Message
 
-    def _setup(self, name: str, prefix: str, given: dict[str, Any], resolve: Callable[[], Any],
-               scripting: bool, clock: Callable[[], float] | None) -> None:
+    #: redis.Redis or redis.asyncio.Redis: the client a URL is turned into.
+    client_class: Any = redis.Redis
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        prefix: str = "kq",
+        visibility_timeout: float | Unset = UNSET,
+        max_receives: int | None | Unset = UNSET,
+        bucket_seconds: float | Unset = UNSET,
+        max_body_bytes: int | Unset = UNSET,
+        dedup_window: float | Unset = UNSET,
+        scripting: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        given = dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
+                     bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes, dedup_window=dedup_window)
         core = QueueCore(name, prefix, {k: v for k, v in given.items() if v is not UNSET}, None)
         self._core = core  # the name and settings are validated before any connection is made
         self.scripting = scripting
-        self.client = resolve()
+        self._owns_client = client is None
+        self.client = resolve_client(client, url, self.client_class)
         core.socket_timeout = socket_timeout(self.client)
         core.ops = backend(self.client, core.keys, scripting, clock)
+        self._made()
+
+    def _made(self) -> None:
+        """What a face does once built (the blocking Queue loads its settings; the asyncio
+        one does no I/O until first use)."""
 
     @property
     def name(self) -> str:

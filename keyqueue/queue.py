@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 import redis
 
-from .connection import TRANSIENT, resolve_client
+from .connection import TRANSIENT
 from .core import multi
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
 from .core.roundtrip import Op, T
 from .face import QueueFace
 from .keys import registry_key, validate_prefix
 from .message import Message, QueueStats, ReapResult
-from .settings import UNSET, QueueSettings, Unset
+from .settings import QueueSettings
 from .transport.sync import is_cluster, run, run_plan
 
 if TYPE_CHECKING:
@@ -46,25 +46,9 @@ class Queue(QueueFace):
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: redis.Redis | None = None,
-        url: str | None = None,
-        prefix: str = "kq",
-        visibility_timeout: float | Unset = UNSET,
-        max_receives: int | None | Unset = UNSET,
-        bucket_seconds: float | Unset = UNSET,
-        max_body_bytes: int | Unset = UNSET,
-        dedup_window: float | Unset = UNSET,
-        scripting: bool = True,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self._setup(name, prefix, dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
-                                       bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
-                                       dedup_window=dedup_window),
-                    lambda: resolve_client(client, url), scripting, clock)
+    def _made(self) -> None:
+        """Load the settings (and write the given ones) now, as SPEC 1 says, unless Redis
+        is unreachable: then on first use, so a module-level Queue always imports."""
         try:
             self._run(self._core.load_settings())
         except TRANSIENT as exc:  # e.g. a module-level Queue while Redis restarts

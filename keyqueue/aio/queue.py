@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
 
 import redis.asyncio
 
-from ..connection import resolve_client
 from ..core import multi
 from ..core.queue_core import list_queues_op
 from ..core.roundtrip import Op, T
@@ -16,7 +15,7 @@ from ..face import QueueFace
 from ..keys import registry_key, validate_prefix
 from ..message import QueueStats, ReapResult
 from ..queue import PeekSource, PurgeSource, RequeueSource, one_connection
-from ..settings import UNSET, QueueSettings, Unset
+from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
 from .message import Message
 
@@ -33,27 +32,7 @@ class Queue(QueueFace):
     """
 
     message_class = Message
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: Any = None,
-        url: str | None = None,
-        prefix: str = "kq",
-        visibility_timeout: float | Unset = UNSET,
-        max_receives: int | None | Unset = UNSET,
-        bucket_seconds: float | Unset = UNSET,
-        max_body_bytes: int | Unset = UNSET,
-        dedup_window: float | Unset = UNSET,
-        scripting: bool = True,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self._owns_client = client is None
-        self._setup(name, prefix, dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
-                                       bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes,
-                                       dedup_window=dedup_window),
-                    lambda: resolve_client(client, url, redis.asyncio.Redis), scripting, clock)
+    client_class = redis.asyncio.Redis
 
     def _run(self, op: Op[T]) -> Awaitable[T]:
         return run(self.client, op)
