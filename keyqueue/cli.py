@@ -511,9 +511,9 @@ def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str
 
 
 def load_handler(spec: str) -> Any:
-    """The object MODULE:FUNC names: a function, or a Worker made with ``@queue.worker``."""
-    from .worker import Worker
-
+    """The object MODULE:FUNC names: a function (plain or ``async def``), or a Worker made
+    with ``@queue.worker`` (a ``keyqueue.Worker``, or a ``keyqueue.aio.Worker`` from an
+    asyncio queue)."""
     if not HANDLER_RE.fullmatch(spec):
         raise InvalidArgument(f"handler must be MODULE:FUNC (like 'app.tasks:send'), not {spec!r}")
     module_name, func_name = spec.split(":")
@@ -523,9 +523,17 @@ def load_handler(spec: str) -> Any:
     except ImportError as exc:
         raise InvalidArgument(f"cannot import module {module_name!r}: {exc}") from None
     func = getattr(module, func_name, None)
-    if not isinstance(func, Worker) and not callable(func):
+    if not isinstance(func, worker_classes()) and not callable(func):
         raise InvalidArgument(f"module {module_name!r} has no function {func_name!r}")
     return func
+
+
+def worker_classes() -> tuple[type, type]:
+    """The blocking and the asyncio Worker (imported on use: other commands never load them)."""
+    from .aio.worker import Worker as AsyncWorker
+    from .worker import Worker
+
+    return Worker, AsyncWorker
 
 
 def client_url(client: redis.Redis) -> str:
@@ -536,13 +544,15 @@ def client_url(client: redis.Redis) -> str:
     return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
-def warn_missing(queues: list[Queue], log: logging.Logger) -> None:
-    """One warning line per queue nobody has created yet (a typo, or producers to come)."""
+def warn_missing(queues: list[Any], log: logging.Logger,
+                 names_of: Callable[[Any, str], list[str]] = list_queues) -> None:
+    """One warning line per queue nobody has created yet (a typo, or producers to come);
+    ``names_of(client, prefix)``: the names registered there."""
     known: dict[tuple[int, str], list[str]] = {}
     for q in queues:
         key = (id(q.client), q.prefix)
         if key not in known:
-            known[key] = list_queues(q.client, q.prefix)
+            known[key] = names_of(q.client, q.prefix)
         names = known[key]
         if q.name not in names:
             log.warning("queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
@@ -554,32 +564,48 @@ def warn_missing(queues: list[Queue], log: logging.Logger) -> None:
 @click.option("-q", "--queue", "queues", multiple=True,
               help="Queue to serve; repeat for several, in priority order. Required unless "
                    "HANDLER is a Worker made with @queue.worker (which names its queues).")
-@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None,
+              help="Handlers at once: threads for a plain function (default 1), tasks on one "
+                   "event loop for an async one (default 10).")
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds in-flight messages get to finish on SIGTERM/SIGINT.")
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=None)
 @LOG_LEVEL
 @click.pass_context
-def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int, burst: bool,
+def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, burst: bool,
            grace: float, visibility_timeout: float | None, log_level: str) -> None:
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
-    override them."""
-    from .worker import Worker
+    override them. An `async def` HANDLER (or one decorated on a keyqueue.aio.Queue) runs
+    on asyncio, with keyqueue.aio.Worker."""
+    import redis.asyncio
+
+    from .aio.queue import Queue as AsyncQueue
+    from .worker_rules import is_async
 
     cfg = ctx.find_object(Config)
     assert cfg is not None
     target = load_handler(handler)
+    Worker, AsyncWorker = worker_classes()
+    decorated = isinstance(target, (Worker, AsyncWorker))
+    on_asyncio = isinstance(target, AsyncWorker) or (not decorated and is_async(target))
+    kind, queue_class = (AsyncWorker, AsyncQueue) if on_asyncio else (Worker, Queue)
+    clients: list[Any] = []  # the client made from --url (made once, on first use)
+
+    def client() -> Any:
+        if not clients:
+            clients.append(from_url(cfg.url or DEFAULT_URL, redis.asyncio.Redis) if on_asyncio else cfg.client())
+        return clients[0]
 
     def given(param: str) -> bool:
         return ctx.get_parameter_source(param) in GIVEN
 
-    if isinstance(target, Worker):
-        def rebuilt(name: str, like: Queue) -> Queue:
-            return Queue(name, client=cfg.client() if cfg.url_given else like.client,
-                         prefix=cfg.prefix if cfg.prefix_given else like.prefix,
-                         scripting=cfg.scripting if cfg.scripting_given else like.scripting)
+    if decorated:
+        def rebuilt(name: str, like: Any) -> Any:
+            return queue_class(name, client=client() if cfg.url_given else like.client,
+                               prefix=cfg.prefix if cfg.prefix_given else like.prefix,
+                               scripting=cfg.scripting if cfg.scripting_given else like.scripting)
 
         if queues:
             qs = [rebuilt(name, target.queues[0]) for name in queues]
@@ -587,26 +613,70 @@ def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrenc
             qs = [rebuilt(q.name, q) for q in target.queues]
         else:
             qs = list(target.queues)
-        w = Worker(qs, target.handler,
-                   concurrency=concurrency if given("concurrency") else target.concurrency,
-                   visibility_timeout=(visibility_timeout if given("visibility_timeout")
-                                       else target.visibility_timeout),
-                   heartbeat=target.heartbeat, retry_backoff=target.retry_backoff,
-                   reap_on_start=target.reap_on_start,
-                   grace_period=grace if given("grace") else target.grace_period)
+        w = kind(qs, target.handler,
+                 concurrency=concurrency if given("concurrency") else target.concurrency,
+                 visibility_timeout=(visibility_timeout if given("visibility_timeout")
+                                     else target.visibility_timeout),
+                 heartbeat=target.heartbeat, retry_backoff=target.retry_backoff,
+                 reap_on_start=target.reap_on_start,
+                 grace_period=grace if given("grace") else target.grace_period)
     else:
         if not queues:
             raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
                                    "so name the queues it serves", ctx)
-        w = Worker([cfg.queue(name) for name in queues], target, concurrency=concurrency,
-                   grace_period=grace, visibility_timeout=visibility_timeout)
+        w = kind([queue_class(name, client=client(), prefix=cfg.prefix, scripting=cfg.scripting)
+                  for name in queues], target, concurrency=concurrency, grace_period=grace,
+                 visibility_timeout=visibility_timeout)
     setup_logging(log_level)
     log = logging.getLogger("keyqueue.worker")
+    url = cfg.shown_url if cfg.url_given or not decorated else client_url(w.queues[0].client)
+    if on_asyncio:
+        run_async_worker(w, burst, handler, url, clients, log)
+        return
     warn_missing(w.queues, log)
-    url = cfg.shown_url if cfg.url_given or not isinstance(target, Worker) else client_url(w.queues[0].client)
+    log_start(log, handler, w, url)
+    w.run(burst=burst)
+
+
+def log_start(log: logging.Logger, handler: str, w: Any, url: str) -> None:
     log.info("worker %s on %s at %s, concurrency %d", handler, ", ".join(q.name for q in w.queues), url,
              w.concurrency)
-    w.run(burst=burst)
+
+
+def run_async_worker(w: Any, burst: bool, handler: str, url: str, clients: list[Any],
+                     log: logging.Logger) -> None:
+    """Run a ``keyqueue.aio.Worker`` with ``asyncio.run``, SIGINT/SIGTERM handled on its
+    loop as the blocking worker handles them: the first stops it (in-flight handlers get
+    the grace period, exit 0), a second releases what is held at once (exit 130 for
+    SIGINT, 143 for SIGTERM), a third exits at once."""
+    import asyncio
+
+    from .aio.queue import list_queues as list_queues_async
+    from .signals import STOP_SIGNALS
+    from .worker_rules import StopSignals
+
+    signals = StopSignals(w.grace_period, lambda: w.stopping, w.stop, lambda: w.stop(now=True))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, signals, sig)
+        try:
+            registered = {(id(q.client), q.prefix): await list_queues_async(q.client, q.prefix)
+                          for q in w.queues}
+            warn_missing(w.queues, log, lambda c, prefix: registered[(id(c), prefix)])
+            log_start(log, handler, w, url)
+            await w.run(burst=burst)
+        finally:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            for q in w.queues:  # the clients it made: closed on the loop they ran on
+                await q.aclose()
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(main())
+    signals.reraise()
 
 
 @cli.command()

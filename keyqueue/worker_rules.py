@@ -22,16 +22,19 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Generic, Iterator, TypeVar, Union
+from typing import Any, Callable, Generator, Generic, Iterable, Iterator, Sequence, TypeVar, Union
 
 from .connection import TRANSIENT
 from .errors import InvalidArgument, KeyQueueError
+from .face import QueueFace
 from .message import Message
 from .settings import QueueSettings, check_seconds, whole_number
 
 log = logging.getLogger("keyqueue.worker")
 
 T = TypeVar("T")
+QueueT = TypeVar("QueueT", bound=QueueFace)
+HandlerT = TypeVar("HandlerT")
 
 #: Most messages one thread (or task) claims at once (and acks in one call).
 MAX_BATCH = 100
@@ -130,9 +133,10 @@ class Held:
 
 @dataclass(frozen=True)
 class Pause:
-    """A step: wait this long (cut short when the worker stops)."""
+    """A step: wait this long; ``interruptible``: cut short when the worker stops."""
 
     seconds: float
+    interruptible: bool = True
 
 
 Step = Union[Callable[[], Any], Pause]
@@ -168,12 +172,13 @@ class Stepper(Generic[T]):
 
 
 def drive(steps: Steps[T], pause: Callable[[float], Any]) -> T:
-    """Run ``steps`` in this thread: make each call, wait out each Pause with ``pause``."""
+    """Run ``steps`` in this thread: make each call, wait out each Pause with ``pause``
+    (``threading.Event.wait``: cut short once the worker stops)."""
     stepper = Stepper(steps)
     for step in stepper:
         with stepper.answering():
             stepper.reply = pause(step.seconds) if isinstance(step, Pause) else step()
-    return stepper.result  # type: ignore[no-any-return]
+    return stepper.result
 
 
 def retrying(fn: Callable[[], Any], what: str, stopping: Callable[[], bool],
@@ -284,6 +289,7 @@ def heartbeat(held: list[Held], timeout: Callable[[Any], float]) -> Steps[None]:
 
 
 def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeout: float | None) -> None:
+    """The start-up line of one queue: its priority and the settings in force."""
     vis = number(s.visibility_timeout)
     if visibility_timeout is not None:
         vis = f"{number(visibility_timeout)} (worker; queue's {vis})"
@@ -296,23 +302,51 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
 # -- what both workers are --------------------------------------------------------------
 
 
-class WorkerBase:
+class WorkerBase(Generic[QueueT, HandlerT]):
     """The options, the held messages and the per-message steps of a worker; a subclass
-    claims, runs handlers (``_invoke``) and stops its own way."""
+    claims, runs handlers (``_invoke``) and stops its own way.
 
-    #: What the worker and its queues are called in error messages.
+    Args:
+        queues: a Queue, or a list of them in priority order (the first non-empty one wins).
+        handler: called with each message; returns to ack it, raises to fail it.
+        concurrency: handlers at once (threads, or tasks on one loop); None: the class's
+            ``default_concurrency``.
+        visibility_timeout: per-claim timeout; default the queue's setting.
+        heartbeat: extend held messages while handlers run, so a handler may take longer
+            than the visibility timeout without its message being redelivered.
+        retry_backoff: a failed message is retried after ``retry_backoff * 2**(receives-1)``
+            seconds (at most 300), or dead-lettered when it is out of receives.
+        reap_on_start: recover expired messages (by deadline) before the first claim.
+        grace_period: seconds in-flight handlers get to finish after stop() or SIGTERM.
+    """
+
+    #: The queues it serves, and what it and they are called in error messages.
+    queue_class: type
     kind, queue_kind = "Worker", "Queue"
+    default_concurrency = 1
 
-    def _configure(self, queues: Any, queue_class: type, handler: Any, *, concurrency: int,
-                   visibility_timeout: float | None, heartbeat: bool, retry_backoff: float,
-                   reap_on_start: bool, grace_period: float) -> None:
-        self.queues: list[Any] = [queues] if isinstance(queues, queue_class) else list(queues)
-        if not self.queues or not all(isinstance(q, queue_class) for q in self.queues):
+    def __init__(
+        self,
+        queues: QueueT | Sequence[QueueT],
+        handler: HandlerT,
+        *,
+        concurrency: int | None = None,
+        visibility_timeout: float | None = None,
+        heartbeat: bool = True,
+        retry_backoff: float = 1.0,
+        reap_on_start: bool = True,
+        grace_period: float = 30.0,
+    ) -> None:
+        many = isinstance(queues, Iterable) and not isinstance(queues, QueueFace)  # (a queue of the other kind)
+        items: list[Any] = list(queues) if many else [queues]  # type: ignore[arg-type]
+        self.queues: list[QueueT] = items
+        if not self.queues or not all(isinstance(q, self.queue_class) for q in self.queues):
             raise InvalidArgument(f"a {self.kind} needs a {self.queue_kind} or a non-empty list of them")
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {handler!r}")
         self.handler = handler
-        self.concurrency = whole_number("concurrency", concurrency, 1)
+        self.concurrency = whole_number("concurrency", self.default_concurrency if concurrency is None
+                                        else concurrency, 1)
         self.visibility_timeout = None if visibility_timeout is None else check_seconds(
             "visibility_timeout", visibility_timeout, allow_zero=False)
         self.heartbeat = heartbeat
@@ -327,8 +361,12 @@ class WorkerBase:
         self._fatal: BaseException | None = None
         self.processed = 0
         self.failed = 0
+        self._setup()
 
     # -- what a subclass provides ---------------------------------------------------------
+
+    def _setup(self) -> None:
+        """The subclass's own state, made once the options are checked."""
 
     @property
     def stopping(self) -> bool:
@@ -347,16 +385,53 @@ class WorkerBase:
                  "on" if self.reap_on_start else "off",
                  "per queue" if self.visibility_timeout is None else number(self.visibility_timeout))
 
-    def _settings_steps(self, read: Callable[[Any], Callable[[], Any]]) -> Steps[bool]:
-        """Log the options, then each queue's settings in force (``read(q)`` reads them,
-        retried through outages); False when the worker stopped before it could."""
+    def _check_eviction(self, client: Any) -> Any:
+        """Warn unless the client's Redis has maxmemory-policy noeviction."""
+        raise NotImplementedError
+
+    def _read_settings(self, q: Any) -> Any:
+        """The settings in force on ``q`` (read from Redis if need be)."""
+        raise NotImplementedError
+
+    def _reap(self, q: Any) -> Any:
+        """One reap of ``q``, logged when it moved something; failures are logged too."""
+        raise NotImplementedError
+
+    def _start_steps(self) -> Steps[bool]:
+        """Check Redis' eviction policy, log the options and each queue's settings in force,
+        reap if ``reap_on_start``; each retried through outages. False when the worker
+        was stopped before it could start."""
+        for client in {id(q.client): q.client for q in self.queues}.values():
+            yield from retrying(functools.partial(self._check_eviction, client), "check Redis",
+                                lambda: self.stopping)
         self._log_options()
         for priority, q in enumerate(self.queues, 1):
-            s = yield from retrying(read(q), f"read the settings of {q.name}", lambda: self.stopping)
+            s = yield from retrying(functools.partial(self._read_settings, q), f"read the settings of {q.name}",
+                                    lambda: self.stopping)
             if s is None:  # stopped while Redis was unreachable
                 return False
             log_queue_settings(priority, q, s, self.visibility_timeout)
-        return True
+        if self.reap_on_start:
+            yield from self._reap_steps()
+        return not self.stopping
+
+    def _reap_steps(self) -> Steps[None]:
+        for q in self.queues:
+            yield functools.partial(self._reap, q)
+
+    def _maintain_steps(self, until: Callable[[], bool]) -> Steps[None]:
+        """Every TICK, the heartbeat; every REAP_INTERVAL (until the worker stops), a reap of
+        every queue; all this until ``until()``."""
+        next_reap = time.monotonic() + REAP_INTERVAL
+        while True:
+            yield Pause(TICK, interruptible=False)
+            if until():
+                return
+            if self.heartbeat:
+                yield from heartbeat(self._held_now(), self._timeout)
+            if not self.stopping and time.monotonic() >= next_reap:
+                yield from self._reap_steps()
+                next_reap = time.monotonic() + REAP_INTERVAL
 
     def _timeout(self, q: Any) -> float:
         """The visibility timeout this worker claims and heartbeats with on ``q``."""
@@ -367,7 +442,7 @@ class WorkerBase:
 
     # -- held messages --------------------------------------------------------------------
 
-    def _hold(self, q: Any, msgs: list[Message]) -> list[Held]:
+    def _hold(self, q: Any, msgs: Sequence[Message]) -> list[Held]:
         timeout = self._timeout(q)
         held = [Held(m, q, timeout) for m in msgs]
         with self._lock:
@@ -402,7 +477,8 @@ class WorkerBase:
             outcome = yield functools.partial(self._invoke, h)
             if (yield from self._handled(h, outcome)):
                 done.append(h)
-        self.processed += yield from ack(done, lambda: self.stopping)
+        covered = yield from ack(done, lambda: self.stopping)
+        self.processed += covered  # (not `+= yield from`: that reads processed before the ack)
         self._forget(done)
 
     def _invoke(self, h: Held) -> Any:
@@ -444,10 +520,6 @@ class WorkerBase:
         self.stop()
 
     # -- heartbeats and the end -----------------------------------------------------------
-
-    def _heartbeat_steps(self) -> Steps[None]:
-        if self.heartbeat:
-            yield from heartbeat(self._held_now(), self._timeout)
 
     def _grace_over_steps(self) -> Steps[None]:
         """The grace period is over: release what is still held (handlers running or not)."""

@@ -1,0 +1,318 @@
+"""asyncio Worker: ``async def`` handlers, ``concurrency`` at once on one event loop, doing
+all the blocking Worker does (what happens to a claimed message is written once, in
+``keyqueue.worker_rules``).
+
+Each of ``concurrency`` lanes (tasks) claims (queues in priority order), handles and acks
+its own batches, as the blocking worker's threads do, batches adapting to how long handlers
+take. The lanes take turns to claim, so an idle worker holds one long-poll, whatever its
+concurrency. Each handler runs in a task of its own: whatever it raises (any BaseException,
+a CancelledError too) fails its delivery, and a SystemExit or KeyboardInterrupt then stops
+the worker and run() re-raises it. A heartbeat extends what is held (also through the grace
+period), the worker reaps its queues every second, and Redis outages are logged and waited
+out.
+
+``stop()`` is a plain call (from the loop or any thread): claims under way are cancelled (a
+cancelled claim takes nothing), claimed messages not yet started go back at once, running
+handlers get ``grace_period``; then their tasks are cancelled and their messages released.
+``stop(now=True)`` releases every held message at once. run() installs no signal handlers:
+``keyqueue worker`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+import redis
+
+from ..health import warn_unless_noeviction
+from ..queue import WAIT_SLICE
+from ..reaper import reap_and_log
+from ..settings import QueueSettings
+from ..worker_rules import RECOVERABLE, Held, Pause, Stepper, Steps, WorkerBase, outage_pause
+from .message import Message
+from .queue import Queue, claim_any
+
+log = logging.getLogger("keyqueue.worker")
+
+T = TypeVar("T")
+Handler = Callable[[Message], Awaitable[Any]]
+
+#: Seconds the handler tasks cancelled at the end (grace period over, stop(now=True)) get to
+#: end before run() stops waiting for them.
+CANCEL_WAIT = 1.0
+
+
+class _Answered:
+    """Stands in for a client or a queue in a blocking helper that makes one Redis call
+    (``warn_unless_noeviction``, ``reap_and_log``): the call answers with a reply already
+    awaited, or raises the error awaiting it raised. So both workers warn and log from one
+    copy of those helpers."""
+
+    def __init__(self, reply: Any, **attrs: Any) -> None:
+        self._reply = reply
+        self.__dict__.update(attrs)
+
+    def answer(self, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self._reply, BaseException):
+            raise self._reply
+        return self._reply
+
+    config_get = reap = answer
+
+
+async def _first(*aws: Awaitable[Any]) -> None:
+    """Wait until one of ``aws`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+class Worker(WorkerBase[Queue, Handler]):
+    """Runs ``await handler(message)`` for every message of ``queues`` (a
+    ``keyqueue.aio.Queue`` or a list of them in priority order: the first non-empty queue
+    wins), ``concurrency`` handlers at once (default 10) as tasks on the running loop.
+
+    ``Worker(queues, handler, *, concurrency=10, visibility_timeout=None, heartbeat=True,
+    retry_backoff=1.0, reap_on_start=True, grace_period=30.0)``: the options of
+    ``keyqueue.Worker`` (``keyqueue.worker_rules.WorkerBase``).
+    """
+
+    queue_class = Queue
+    kind, queue_kind = "keyqueue.aio.Worker", "keyqueue.aio.Queue"
+    default_concurrency = 10
+
+    def _setup(self) -> None:
+        self._stopping = self._now = self._finished = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None  # set on the loop once stop() was called
+        self._now_event: asyncio.Event | None = None  # ... and stop(now=True)
+        self._claim_lock: asyncio.Lock | None = None  # one claim at a time
+        self._claims: set[asyncio.Future[tuple[list[Held], bool]]] = set()  # claims under way
+        self._waited_empty = False  # the last claim long-polled and found nothing
+        self._warned_plain = False
+
+    # -- control ------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming; run() returns once in-flight handlers are done, or the grace
+        period is over (their tasks are then cancelled and their messages released).
+        ``now``: release every held message at once (what a second SIGINT does). A plain
+        call, from the loop or from any thread."""
+        self._stopping = True
+        self._now = self._now or now
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop closed meanwhile: nothing runs to be woken
+                pass
+
+    def _wake(self) -> None:
+        """On the loop: let the waits see stop(); cancel the claims under way."""
+        if self._stopping and self._stop_event is not None:
+            self._stop_event.set()
+            for claim in list(self._claims):
+                claim.cancel()
+        if self._now and self._now_event is not None:
+            self._now_event.set()
+
+    async def run(self, *, burst: bool = False) -> None:
+        """Process messages until stop() (or, with burst, until the queues are empty and
+        nothing is in flight). Raises the SystemExit or KeyboardInterrupt a handler raised,
+        after a graceful stop. Cancelled, it releases what it holds, then re-raises."""
+        if self._finished:  # a worker may run again once a run is over
+            self._stopping = self._now = self._finished = False
+        self._loop = asyncio.get_running_loop()
+        self._stop_event, self._now_event = asyncio.Event(), asyncio.Event()
+        self._claim_lock = asyncio.Lock()
+        self._fatal = None
+        self._wake()  # a stop() before run()
+        lanes: list[asyncio.Task[None]] = []
+        maintain: asyncio.Future[None] | None = None
+        try:
+            if await self._drive(self._start_steps()):
+                lanes = [asyncio.ensure_future(self._lane(burst)) for _ in range(self.concurrency)]
+                for lane in lanes:
+                    lane.add_done_callback(self._lane_done)
+                maintain = asyncio.ensure_future(self._drive(self._maintain_steps(until=lambda: False)))
+                await _first(asyncio.wait(lanes), self._stop_event.wait())
+            self.stop()
+            await self._shutdown(lanes)
+        except asyncio.CancelledError:  # the application is ending: give back what is held
+            self.stop(now=True)
+            await self._shutdown(lanes)
+            raise
+        finally:
+            self._stopping = self._finished = True
+            left = [t for t in [*lanes, maintain] if t is not None and not t.done()]
+            for t in left:
+                t.cancel()
+            if left:
+                await asyncio.wait(left, timeout=CANCEL_WAIT)
+            self._loop = None
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _lane_done(self, lane: asyncio.Task[None]) -> None:
+        """A lane that ended on an error (a bug: lanes handle Redis' errors) stops the worker,
+        and run() raises the error."""
+        exc = None if lane.cancelled() else lane.exception()
+        if exc is not None:
+            log.error("worker task failed: %r; stopping", exc, exc_info=exc)
+            with self._lock:
+                self._fatal = self._fatal or exc
+            self.stop()
+
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Run shared steps on the loop: await each call, wait out each Pause."""
+        stepper = Stepper(steps)
+        for step in stepper:
+            with stepper.answering():
+                stepper.reply = await (self._pause(step) if isinstance(step, Pause) else step())
+        return stepper.result
+
+    async def _pause(self, pause: Pause) -> None:
+        if not pause.interruptible:
+            await asyncio.sleep(pause.seconds)
+        elif not self._stopping:
+            assert self._stop_event is not None
+            await _first(asyncio.sleep(pause.seconds), self._stop_event.wait())
+
+    async def _check_eviction(self, client: Any) -> None:
+        try:
+            reply = await client.config_get("maxmemory-policy")
+        except redis.ResponseError as exc:  # CONFIG disabled: the helper says what to check
+            reply = exc
+        warn_unless_noeviction(_Answered(reply), log)  # type: ignore[arg-type]
+
+    async def _read_settings(self, q: Queue) -> QueueSettings:
+        return await q.load()
+
+    async def _reap(self, q: Queue) -> None:
+        reply: Any
+        try:
+            reply = await q.reap()
+        except RECOVERABLE as exc:
+            reply = exc
+        reap_and_log(_Answered(reply, name=q.name), log)  # type: ignore[arg-type]
+
+    # -- one lane: claim, handle, ack -----------------------------------------------------
+
+    async def _lane(self, burst: bool) -> None:
+        failures = 0
+        while not self._stopping:
+            claim = asyncio.ensure_future(self._claim(burst))
+            self._claims.add(claim)
+            try:
+                held, idle = await claim
+            except asyncio.CancelledError:
+                if self._stopping:  # stop() cancelled the claim: it took nothing
+                    return
+                raise
+            except RECOVERABLE as exc:
+                failures += 1
+                await self._pause(outage_pause(failures, f"claim failed: {exc}"))
+                continue
+            finally:
+                self._claims.discard(claim)
+            failures = 0
+            if held:
+                await self._drive(self._work_steps(held))
+            elif burst and idle:
+                return
+
+    async def _claim(self, burst: bool) -> tuple[list[Held], bool]:
+        """One claim: waiting messages at once; otherwise a long-poll, the lanes taking
+        turns (one long-poll at a time, whatever the concurrency). Also says whether the
+        worker was idle (nothing held) as it claimed."""
+        held = await self._claim_now(0.0, poll_first=True)
+        if held or self._stopping or (burst and not self._held):
+            return held, not self._held
+        assert self._claim_lock is not None
+        async with self._claim_lock:
+            idle = not self._held
+            if self._stopping:
+                return [], idle
+            # Burst ends once the queues are empty and nothing is in flight; otherwise
+            # long-poll: the claim runs in Redis the moment a message arrives.
+            wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+            held = await self._claim_now(wait, poll_first=not self._waited_empty)
+            self._waited_empty = not held and wait > 0
+            return held, idle
+
+    async def _claim_now(self, wait: float, poll_first: bool) -> list[Held]:
+        """Claim a batch, held (for heartbeats and release) the moment it arrives."""
+        q, msgs = await claim_any(self.queues, self._batch_size(), poll_first=poll_first,
+                                  visibility_timeout=self.visibility_timeout, wait=wait)
+        return self._hold(q, msgs) if q is not None and msgs else []
+
+    async def _invoke(self, h: Held) -> BaseException | None:
+        """The handler in a task of its own (the worker may cancel it at the end of the
+        grace period): None when it returned, else what it raised."""
+        task = h.task = asyncio.ensure_future(self._call(h.message))
+        await asyncio.wait([task])  # (not `await task`: that would hand a cancellation on)
+        return asyncio.CancelledError() if task.cancelled() else task.result()
+
+    async def _call(self, m: Any) -> BaseException | None:
+        try:
+            result = self.handler(m)
+            if inspect.isawaitable(result):
+                await result
+            elif not self._warned_plain:
+                self._warned_plain = True
+                log.warning("handler %s returned %r, not an awaitable: it ran on the event loop, "
+                            "blocking it; keyqueue.aio.Worker runs `async def` handlers "
+                            "(keyqueue.Worker runs plain functions, in threads)",
+                            getattr(self.handler, "__name__", repr(self.handler)), result)
+        except BaseException as exc:  # the handler's failure, not ours: whatever it raised
+            return exc
+        return None
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    async def _shutdown(self, lanes: list[asyncio.Task[None]]) -> None:
+        """Running handlers get the grace period (cut short by stop(now=True)); what is held
+        after it is released and its handler's task cancelled."""
+        assert self._now_event is not None
+        await self._end_claims()
+        if lanes and not self._now:
+            await _first(asyncio.wait(lanes, timeout=self.grace_period), self._now_event.wait())
+        running = [h.task for h in self._held_now() if h.task is not None]
+        released = 0
+        if self._now:
+            released = await self._drive(self._release_held_steps())
+        else:
+            await self._drive(self._grace_over_steps())
+        for task in running:
+            task.cancel()
+        if lanes:
+            await asyncio.wait(lanes, timeout=CANCEL_WAIT)
+        if self._now:
+            released += await self._drive(self._release_held_steps())
+            log.warning("released %d held messages", released)
+
+    async def _end_claims(self) -> None:
+        """Cancel the claims under way (a cancelled claim takes nothing) and wait until
+        they end: what one took meanwhile is held, to be given back. On Python 3.11 a
+        cancellation can be lost (asyncio.wait_for, inside redis-py, swallows one that comes
+        as a command is sent, and the long-poll goes on): so cancel again until they end,
+        at most a long-poll slice and a second."""
+        end = time.monotonic() + WAIT_SLICE + 1.0
+        while time.monotonic() < end:
+            pending = [claim for claim in self._claims if not claim.done()]
+            if not pending:
+                return
+            for claim in pending:
+                claim.cancel()
+            await asyncio.wait(pending, timeout=0.05)
