@@ -68,6 +68,16 @@ class Pinned:
                 await owner.release(conn)
 
 
+def _raise_if_cancelled() -> None:
+    """A cancel that redis-py swallowed mid-command (its internal wait_for can, on Python
+    3.11) still ends the operation at the next step, before anything more is sent; the
+    connection is then dropped, so nothing it sent runs for it later."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
 async def run(client: Any, op: Op[T]) -> T:
     """Drive ``op`` to its result on an asyncio client."""
     step = Stepper(op)
@@ -78,7 +88,9 @@ async def run(client: Any, op: Op[T]) -> T:
                 await asyncio.sleep(step.next.seconds)
                 step.send([])
             else:
-                step.send(await pinned.round_trip(step.next))
+                replies = await pinned.round_trip(step.next)
+                _raise_if_cancelled()
+                step.send(replies)
         return step.result
     finally:
         await pinned.release(step.clean)
