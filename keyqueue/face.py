@@ -10,6 +10,7 @@ from .backends.commands import CommandOps
 import redis
 
 from .connection import connection_kwargs, resolve_client
+from .core.backend import Backend
 from .core.queue_core import QueueCore
 from .core.results import Fields
 from .errors import ConfigurationError
@@ -20,7 +21,7 @@ from .settings import UNSET, Unset
 from .transport.sync import is_cluster
 
 
-def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None) -> Any:
+def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None) -> Backend:
     """The operations of a mode; the script-free mode needs one server (WATCH/MULTI)."""
     if scripting:
         return ScriptOps(keys, clock)

@@ -15,6 +15,7 @@ from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
 from ..keys import QueueKeys, validate_name, validate_prefix
 from ..message import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
+from .backend import Backend
 from .replies import error_for, fields_of, hash_reply, item_fields, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
 from .roundtrip import Command, Op
@@ -53,14 +54,14 @@ class QueueCore:
     """The state one Queue object keeps (its settings, registration, claim-time reaping)
     and its operations. ``ops`` is the backend: ScriptOps or CommandOps."""
 
-    def __init__(self, name: str, prefix: str, given: dict[str, Any], ops: Any,
+    def __init__(self, name: str, prefix: str, given: dict[str, Any], ops: Backend | None,
                  socket_timeout: float | None = None) -> None:
         self.name = validate_name(name)
         self.prefix = validate_prefix(prefix)
         self.keys = QueueKeys(self.prefix, self.name)
         self.wanted = dict(given)
         self.given = validate(QueueSettings(), given).to_hash(set(given))
-        self.ops = ops
+        self._ops = ops
         self.socket_timeout = socket_timeout
         self.settings: QueueSettings | None = None
         #: The config fields this Queue restores if the hash vanishes: those it was given or
@@ -76,6 +77,15 @@ class QueueCore:
         self.reap_position: ReapPosition = START
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
+
+    @property
+    def ops(self) -> Backend:
+        assert self._ops is not None, "a QueueCore is given its backend before use"
+        return self._ops
+
+    @ops.setter
+    def ops(self, ops: Backend) -> None:
+        self._ops = ops
 
     # -- settings and registration ------------------------------------------------------
 
