@@ -62,7 +62,9 @@ class _Proxy:
 
     def _wrap(self, v: Any) -> Any:
         if isinstance(v, AioMessage):
-            return SyncMessage(v, self._loop)
+            m = SyncMessage(v, self._loop)
+            object.__setattr__(m, "_face", self)  # m.queue is the face the test holds
+            return m
         if isinstance(v, list):
             return [self._wrap(x) for x in v]
         return v
@@ -72,6 +74,10 @@ class SyncMessage(_Proxy):
     @property
     def _m(self) -> AioMessage:
         return self._t  # type: ignore[no-any-return]
+
+    @property
+    def queue(self) -> Any:
+        return self._face  # type: ignore[attr-defined]
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(m, keyqueue.Message) holds, as for the real one

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable, Any
 
 import pytest
 import redis
@@ -97,7 +97,12 @@ class Model:
     receipts: set[str] = field(default_factory=set)
 
 
-def make_machine(client: redis.Redis, scripting: bool = True) -> type[RuleBasedStateMachine]:
+def make_machine(client: redis.Redis, scripting: bool = True,
+                 new_queue: Callable[..., Queue] | None = None) -> type[RuleBasedStateMachine]:
+    """``new_queue(name, **kw)`` builds the queue under test (default: a sync Queue on
+    ``client``; the async face gives a keyqueue.aio.Queue behind tests/async_face.py)."""
+    under_test = new_queue or (lambda name, **kw: Queue(name, client=client, **kw))
+
     class QueueMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -135,7 +140,7 @@ def make_machine(client: redis.Redis, scripting: bool = True) -> type[RuleBasedS
                            max_receives=max_receives, visibility_timeout=visibility,
                            dedup_window=DEDUP_WINDOW)
             # The queue under test reads its settings back from the config hash.
-            self.q = Queue(NAME, client=self.r, clock=self.clock, scripting=scripting)
+            self.q = under_test(NAME, clock=self.clock, scripting=scripting)
             assert self.q.settings == writer.settings
             # Reaps are explicit steps of this model; claim-time reaping (whose timing follows
             # the real clock, not this fake one) has tests of its own (test_self_healing.py).
@@ -628,11 +633,12 @@ def make_machine(client: redis.Redis, scripting: bool = True) -> type[RuleBasedS
 
 
 @pytest.mark.timeout(420)  # passes in ~20 s; a failure needs time to shrink (at most 300 s)
-def test_queue_agrees_with_model(redis_server: RedisServer, scripting: bool) -> None:
+def test_queue_agrees_with_model(redis_server: RedisServer, scripting: bool, face: str,
+                                 make_queue: Callable[..., Queue]) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
         run_state_machine_as_test(
-            make_machine(client, scripting),
+            make_machine(client, scripting, make_queue),
             settings=settings(max_examples=200 if scripting else 120, stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.filter_too_much]),
