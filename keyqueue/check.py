@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 from redis.exceptions import ResponseError
 
 from .core.replies import text
+from .core.states import Seen, owed
 from .core.roundtrip import Command as RoundTripCommand
 from .core.roundtrip import Op, Sleep, T, one, transaction
 from .keys import QueueKeys
@@ -200,7 +201,11 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
             p.add(MISSING_HASH, ("SREM", k.items, i), ("SREM", k.processing, i),
                   ("LREM", k.dead, 0, i), ("LREM", k.queue, 0, i))
         return p
-    if v.processing and not v.receipt and v.intent:
+    # Which state it is in or is owed: the reaper's rules (core/states.py), so the fsck and
+    # the reaper cannot disagree about an id.
+    state, unclaim = owed(Seen(exists=True, receipt=v.receipt, timer=v.timer, processing=v.processing,
+                               waiting=v.waiting, dead=v.dead > 0, timed=v.timed), settled=not v.intent)
+    if state == "claiming":
         return Plan("processing", [CLAIMING])
     timer_del: Command = ()  # leave the id's own timer set
     timer_add: list[Command] = []
@@ -209,27 +214,14 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
         timer_del = ("SREM", k.timer(bucket), i)
         timer_add = [("SADD", k.timer(bucket), i), ("ZADD", k.timers, "LT", v.timer, bucket)]
 
-    if v.processing and v.waiting:  # a claim that died between its two steps: still waiting
-        p = Plan("waiting")
-        p.add(OWNED_AND_WAITING, ("SREM", k.processing, i))
-    elif v.processing and v.receipt and v.timer is not None:
-        p = Plan("processing")
-        if not v.timed:
-            p.add(UNTIMED, *timer_add)
-    elif v.processing:  # an abandoned claim: back to where it came from
-        p = Plan("dead" if v.dead else "delayed" if v.timer is not None else "waiting")
-        p.add(UNTIMED, ("SREM", k.processing, i))
-    elif v.waiting:
-        p = Plan("waiting")
-    elif v.dead and not (v.timer is not None and v.timed):
-        p = Plan("dead")
-    elif v.timer is not None:
-        p = Plan("delayed")
-        if not v.timed:
-            p.add(ORPHAN)
-    else:
-        p = Plan("waiting")
-        p.add(ORPHAN)
+    assert state is not None  # the dead list was read
+    p = Plan(state)
+    if unclaim:  # a claim that died between its two steps, or an abandoned claim
+        p.add(OWNED_AND_WAITING if v.waiting else UNTIMED, ("SREM", k.processing, i))
+    elif state == "processing" and not v.timed:
+        p.add(UNTIMED, *timer_add)
+    elif (state == "delayed" and not v.timed) or (state == "waiting" and not v.waiting):
+        p.add(ORPHAN)  # in no set, or delayed without its timer entry
 
     # Complete the state. Fixes that are part of a move found above are not reported again.
     stray = None if p.kinds else STRAY_FIELDS

@@ -1,4 +1,6 @@
-"""What the reaper does with one id found in a due timer set, as a pure decision.
+"""The id-state rules, once: which state an id is in or is owed (``owed``), used by the
+reaper of the script-free mode (``decide``; ``reap.lua`` applies the same rules) and by the
+fsck (``check.plan``).
 
 The script-free mode changes state over several round trips, so a client that dies midway
 can leave an id between two states. Every operation first puts the id in a timer set (an
@@ -38,6 +40,33 @@ class Seen:
     processing: bool
     waiting: bool              # in the items set
     dead: bool | None = None   # in the dead list; None = not looked up
+    timed: bool = True         # in the timer set of its own bucket (the reaper: the set it examines is that one)
+
+
+def owed(s: Seen, settled: bool) -> tuple[str | None, bool]:
+    """The state an id is in, or is owed back to after an operation died midway, and
+    whether it must also leave ``processing``. States: gone, claiming (owned, no delivery
+    written yet, its claim may still be running: ``settled`` says the bucket of its intent
+    has passed), processing, waiting, delayed, dead; None when only the dead list can tell."""
+    if not s.exists:
+        return "gone", False
+    if s.processing and not s.receipt and not settled:
+        return "claiming", False
+    if s.processing and s.waiting:  # a claim died between SADD processing and SREM items
+        return "waiting", True
+    if s.processing and s.receipt and s.timer is not None:
+        return "processing", False
+    if s.processing:  # an abandoned claim: back to where it came from
+        if s.timer is not None:
+            return "delayed", True
+        return (None if s.dead is None else "dead" if s.dead else "waiting"), True
+    if s.waiting:
+        return "waiting", False
+    if s.timer is not None:
+        if s.timed:
+            return "delayed", False
+        return (None if s.dead is None else "dead" if s.dead else "delayed"), False
+    return (None if s.dead is None else "dead" if s.dead else "waiting"), False
 
 
 @dataclass(frozen=True)
@@ -48,33 +77,27 @@ class Decision:
 
 
 def decide(s: Seen, now: int, bucket_end: int) -> Decision:
-    """The rule for one id in a timer set whose bucket ends at ``bucket_end`` (ms)."""
+    """The reaper's rule for one id in a timer set whose bucket ends at ``bucket_end`` (ms):
+    a live delivery expires at its deadline and a delayed message is released at its time;
+    anything else waits until the bucket has fully passed, then goes where ``owed`` says."""
     settled = now >= bucket_end
-    if not s.exists:
+    state, unclaim = owed(s, settled)
+    if state == "gone":
         return Decision(Act.FORGET) if settled else Decision(Act.KEEP, bucket_end)
-    if s.processing and s.receipt and s.timer is not None:
+    if state == "processing":
+        assert s.timer is not None
         return Decision(Act.KEEP, s.timer) if s.timer > now else Decision(Act.EXPIRE)
-    if s.processing:  # owned, but the claim never wrote its receipt
-        if not settled:
-            return Decision(Act.KEEP, bucket_end)
-        if s.waiting:  # died between SADD processing and SREM items: still waiting
-            return Decision(Act.DROP, unclaim=True)
-        if s.timer is not None:  # a delayed message a stale claim touched
-            d = _delayed(s.timer, now)
-            return Decision(d.act, d.timer, unclaim=True)
-        if s.dead is None:
-            return Decision(Act.ASK_DEAD)
-        return Decision(Act.DROP if s.dead else Act.RELEASE, unclaim=True)
-    if s.waiting:
-        return Decision(Act.DROP) if settled else Decision(Act.KEEP, bucket_end)
-    if s.timer is not None:
-        return _delayed(s.timer, now)
-    # In no set and without a timer: dead, or a message nothing refers to any more.
-    if not settled:
+    if state == "delayed":
+        assert s.timer is not None
+        d = _delayed(s.timer, now)
+        return Decision(d.act, d.timer, unclaim=unclaim)
+    if not settled:  # claiming, a stale entry, dead or an orphan: once the bucket has passed
         return Decision(Act.KEEP, bucket_end)
-    if s.dead is None:
+    if state is None:
         return Decision(Act.ASK_DEAD)
-    return Decision(Act.DROP) if s.dead else Decision(Act.RELEASE)
+    if state == "waiting" and not s.waiting:  # an abandoned claim or an orphan
+        return Decision(Act.RELEASE, unclaim=unclaim)
+    return Decision(Act.DROP, unclaim=unclaim)  # already waiting, or dead: the entry is stale
 
 
 def _delayed(timer: int, now: int) -> Decision:

@@ -28,7 +28,7 @@ local broken = {}
 local moved = false
 
 -- Handle one id found in timer set tk (bucket ends at `bucket_end` ms) by the rules of
--- keyqueue/core/states.py, which the script-free mode's reaper applies too: a state a live
+-- keyqueue/core/states.py (owed, decide), which the script-free mode's reaper applies too: a state a live
 -- operation of that mode passes through is left alone until the bucket has fully passed.
 -- Returns the id's timer if it stays in tk, else nil.
 -- Take id out of timer set tk and out of the set of its own timer d, if that is another.
@@ -100,7 +100,11 @@ local function examine(tk, id, bucket_end)
     if d or f[4] then rcall('HDEL', ik, 'c', 'd') end
     return nil
   end
-  if d then  -- delayed
+  if d then  -- delayed (found in another bucket than its own, and dead: a stale entry)
+    if timer_key(bucket_of(d, bucket_ms)) ~= tk then
+      if not settled then return bucket_end end
+      if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
+    end
     if d > now then return d end
     res[3] = res[3] + 1
     to_waiting(tk, ik, id, d)

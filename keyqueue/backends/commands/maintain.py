@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any, Sequence
 
 from redis.exceptions import ResponseError
@@ -75,16 +77,15 @@ class Maintain(Consume):
                 if isinstance(h, ResponseError):
                     broken.append(k.item(i))
                     continue
-                seen = Seen(exists=e == 1, receipt=h[0] is not None, timer=None if h[1] is None else int(h[1]),
-                            processing=p == 1, waiting=w == 1)
+                timer = None if h[1] is None else int(h[1])
+                seen = Seen(exists=e == 1, receipt=h[0] is not None, timer=timer, processing=p == 1,
+                            waiting=w == 1, timed=timer is not None and k.timer(timer // bucket_ms) == tk)
                 plan[i] = (decide(seen, now, end), seen, h)
             asks = [i for i, (dec, _, _) in plan.items() if dec.act is Act.ASK_DEAD]
             if asks:
                 positions = yield [("LPOS", k.dead, i) for i in asks]
                 for i, pos in zip(asks, positions):
-                    seen = plan[i][1]
-                    seen = Seen(seen.exists, seen.receipt, seen.timer, seen.processing, seen.waiting,
-                                dead=pos is not None)
+                    seen = replace(plan[i][1], dead=pos is not None)
                     plan[i] = (decide(seen, now, end), seen, plan[i][2])
             tx: list[Command] = []
             counts = [0, 0, 0]
