@@ -38,7 +38,6 @@ from .settings import check_seconds
 
 if TYPE_CHECKING:
     from .core.queue_core import QueueCore
-    from .queue import Queue
 
 # Problems: the queue is inconsistent until they are repaired.
 OWNED_AND_WAITING = "owned-and-waiting"
@@ -598,7 +597,7 @@ def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
     return report
 
 
-def check_queue(queue: Queue, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
+def check_queue(queue: Any, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
     """``queue.check(...)``: the check of a blocking Queue (``check_op`` run on its client)."""
     return queue.check(repair=repair, settle=settle)
 

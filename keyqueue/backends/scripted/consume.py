@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from ...core.replies import error_for
 from ...core.results import Claimed
 from ...core.roundtrip import Op
-from .scripts import ScriptBase, claimed, script_source, _max_receives
+from .scripts import ScriptBase, claimed, _max_receives
 
 
 class Consume(ScriptBase):
@@ -27,8 +27,5 @@ class Consume(ScriptBase):
         woken, reply = yield [("BLPOP", *signals, timeout), claim]
         if isinstance(woken, ResponseError):
             raise error_for(woken, signals[0])
-        if isinstance(reply, NoScriptError):
-            _, reply = yield [("SCRIPT LOAD", script_source("claim")), claim]
-        if isinstance(reply, ResponseError):
-            raise error_for(reply, self.keys.base)
+        (reply,) = yield from self.loaded("claim", [claim], [reply])
         return claimed(reply)

@@ -111,7 +111,12 @@ class ScriptBase:
     def call_many(self, name: str, calls: Sequence[tuple[Sequence[str], Iterable[Any]]]) -> Op[list[Any]]:
         """Several calls of one script in one round trip (each call atomic on its own)."""
         commands = [self._evalsha(name, keys, args) for keys, args in calls]
-        replies = yield commands
+        return (yield from self.loaded(name, commands, (yield commands)))
+
+    def loaded(self, name: str, commands: Sequence[Command], replies: list[Any]) -> Op[list[Any]]:
+        """The replies of calls of script ``name``: calls the server answered NOSCRIPT (it is
+        new or restarted) are sent again after a SCRIPT LOAD in one round trip; an error
+        reply is raised. The one place a script gets loaded."""
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
             again = yield [("SCRIPT LOAD", script_source(name)), *(commands[i] for i in retry)]
