@@ -231,7 +231,7 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
             p.add(UNLISTED if v.waiting else None, ("RPUSH", k.queue, i))
         if not v.waiting or v.listed == 0:
             # a write to the hash: a script-free claimer that found an entry of this id
-            # stale WATCHes it, and so keeps the entry added here (see commands.py)
+            # stale WATCHes it, and so keeps the entry added here (see backends/commands/consume.py)
             p.add(None, ("HINCRBY", ik, "n", 0))
         if v.receipt or v.timer is not None:
             p.add(stray, ("HDEL", ik, "c", "d"))

@@ -21,7 +21,7 @@ from .consume import Consume
 class Maintain(Consume):
     def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int,
                   position: ReapPosition) -> Op[ReapStep]:
-        """One due bucket (or one chunk of a large one), by the rules of repair.py."""
+        """One due bucket (or one chunk of a large one), by the rules of core/states.py."""
         k = self.keys
         bucket, cursor, skip = position
         res = [0, 0, 0]
