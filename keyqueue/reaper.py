@@ -60,17 +60,25 @@ def reap_and_log(q: Queue, logger: logging.Logger, *, refresh: bool = False) -> 
     try:
         if refresh:
             q.refresh_settings()
-        r = q.reap()
-    except TRANSIENT as exc:
-        logger.warning("reap of queue=%s failed: %s; retrying next pass", q.name, exc)
+        outcome: ReapResult | Exception = q.reap()
+    except TRANSIENT + (KeyQueueError,) as exc:
+        outcome = exc
+    return log_reap(q.name, outcome, logger)
+
+
+def log_reap(name: str, outcome: ReapResult | Exception, logger: logging.Logger) -> ReapResult | None:
+    """Log one reap's outcome (what it moved, or why it failed: reaping goes on), for a
+    blocking or an asyncio caller alike; None when it failed."""
+    if isinstance(outcome, KeyQueueError):
+        logger.error("reap of queue=%s: %s", name, outcome)
         return None
-    except KeyQueueError as exc:
-        logger.error("reap of queue=%s: %s", q.name, exc)
+    if isinstance(outcome, Exception):
+        logger.warning("reap of queue=%s failed: %s; retrying next pass", name, outcome)
         return None
-    if r.total:
+    if outcome.total:
         logger.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                    q.name, r.requeued, r.dead_lettered, r.delayed_released)
-    return r
+                    name, outcome.requeued, outcome.dead_lettered, outcome.delayed_released)
+    return outcome
 
 
 class Reaper:

@@ -28,9 +28,9 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import redis
 
-from ..health import warn_unless_noeviction
+from ..health import judge_eviction
 from ..queue import WAIT_SLICE
-from ..reaper import reap_and_log
+from ..reaper import log_reap
 from ..settings import QueueSettings
 from ..worker_rules import RECOVERABLE, Held, Pause, Stepper, Steps, WorkerBase, outage_pause
 from .message import Message
@@ -44,24 +44,6 @@ Handler = Callable[[Message], Awaitable[Any]]
 #: Seconds the handler tasks cancelled at the end (grace period over, stop(now=True)) get to
 #: end before run() stops waiting for them.
 CANCEL_WAIT = 1.0
-
-
-class _Answered:
-    """Stands in for a client or a queue in a blocking helper that makes one Redis call
-    (``warn_unless_noeviction``, ``reap_and_log``): the call answers with a reply already
-    awaited, or raises the error awaiting it raised. So both workers warn and log from one
-    copy of those helpers."""
-
-    def __init__(self, reply: Any, **attrs: Any) -> None:
-        self._reply = reply
-        self.__dict__.update(attrs)
-
-    def answer(self, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self._reply, BaseException):
-            raise self._reply
-        return self._reply
-
-    config_get = reap = answer
 
 
 async def _first(*aws: Awaitable[Any]) -> None:
@@ -194,7 +176,7 @@ class Worker(WorkerBase[Queue, Handler]):
             reply = await client.config_get("maxmemory-policy")
         except redis.ResponseError as exc:  # CONFIG disabled: the helper says what to check
             reply = exc
-        warn_unless_noeviction(_Answered(reply), log)  # type: ignore[arg-type]
+        judge_eviction(reply, log)
 
     async def _read_settings(self, q: Queue) -> QueueSettings:
         return await q.load()
@@ -205,7 +187,7 @@ class Worker(WorkerBase[Queue, Handler]):
             reply = await q.reap()
         except RECOVERABLE as exc:
             reply = exc
-        reap_and_log(_Answered(reply, name=q.name), log)  # type: ignore[arg-type]
+        log_reap(q.name, reply, log)
 
     # -- one lane: claim, handle, ack -----------------------------------------------------
 

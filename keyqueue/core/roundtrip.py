@@ -130,7 +130,3 @@ def moved(replies: Sequence[Any]) -> bool:
     from redis.exceptions import AskError, MovedError
 
     return any(isinstance(r, (MovedError, AskError)) for r in replies)
-
-
-def is_blocking(commands: Sequence[Command]) -> bool:
-    return any(str(c[0]).upper() == "BLPOP" for c in commands)
