@@ -45,6 +45,15 @@ def not_one(values: object, what: str, instead: str) -> None:
                         f"for one value use {instead}")
 
 
+def to_bytes(body: object) -> bytes:
+    """A body as bytes: str is encoded UTF-8; anything else is the built-in TypeError."""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+
+
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
@@ -182,13 +191,7 @@ class QueueCore:
 
     # -- producing ------------------------------------------------------------------------
 
-    def body(self, body: object, settings: QueueSettings) -> bytes:
-        if isinstance(body, str):
-            data = body.encode("utf-8")
-        elif isinstance(body, (bytes, bytearray, memoryview)):
-            data = bytes(body)
-        else:
-            raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+    def fits(self, data: bytes, settings: QueueSettings) -> bytes:
         if len(data) > settings.max_body_bytes:
             raise MessageTooLarge(
                 f"message body of {len(data)} bytes exceeds max_body_bytes="
@@ -196,12 +199,11 @@ class QueueCore:
         return data
 
     def enqueue(self, body: object, delay: float, dedup_key: str | None) -> Op[str]:
-        if not isinstance(body, (str, bytes, bytearray, memoryview)):  # before any I/O
-            raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+        data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
         s = yield from self.ready()
-        data = self.body(body, s)
+        self.fits(data, s)
         yield from self.register()
         done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
         yield from self._after(done.config_missing)
@@ -210,7 +212,7 @@ class QueueCore:
     def enqueue_many(self, bodies: Iterable[object], delay: float, delays: Sequence[float] | None,
                      dedup_keys: Sequence[str | None] | None) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
-        raw = list(bodies)
+        raw = [to_bytes(b) for b in bodies]
         delay_ms = seconds_arg("delay", delay)
         for name, per in (("delays", delays), ("dedup_keys", dedup_keys)):
             if per is not None and len(per) != len(raw):
@@ -219,7 +221,7 @@ class QueueCore:
         for key in dedup_keys or ():
             check_dedup_key("each dedup key", key)
         s = yield from self.ready()
-        data = [self.body(b, s) for b in raw]
+        data = [self.fits(b, s) for b in raw]
         if not data:
             return []
         yield from self.register()
