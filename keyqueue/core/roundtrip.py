@@ -125,8 +125,16 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
     return groups
 
 
-def moved(replies: Sequence[Any]) -> bool:
-    """Whether a cluster answered that the slots moved (MOVED or ASK): learn the map, resend."""
-    from redis.exceptions import AskError, MovedError
+#: Sends of one round trip's node group when a cluster answers MOVED/ASK or CLUSTERDOWN/
+#: TRYAGAIN (as redis-py's own cluster client retries), and the pause before a resend.
+CLUSTER_ATTEMPTS = 3
+CLUSTER_RETRY_PAUSE = 0.25
 
-    return any(isinstance(r, (MovedError, AskError)) for r in replies)
+
+def must_resend(replies: Sequence[Any]) -> bool:
+    """Whether a cluster answered that the slots moved (MOVED or ASK), or that it is down
+    or busy for now (CLUSTERDOWN, TRYAGAIN: while it forms or fails over): learn the map
+    again and resend."""
+    from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+
+    return any(isinstance(r, (MovedError, AskError, ClusterDownError, TryAgainError)) for r in replies)

@@ -9,7 +9,8 @@ from typing import Any, Sequence
 import redis
 from redis.exceptions import ResponseError
 
-from ..core.roundtrip import Command, Op, Plan, Sleep, Stepper, T, moved, node_groups, routing_key
+from ..core.roundtrip import (CLUSTER_ATTEMPTS, CLUSTER_RETRY_PAUSE, Command, Op, Plan, Sleep, Stepper, T,
+                              must_resend, node_groups, routing_key)
 
 
 def is_cluster(client: Any) -> bool:
@@ -49,7 +50,10 @@ class Pinned:
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = round_trip(self._conn(node), [commands[i] for i in idx])
-            if moved(replies):
+            for _ in range(CLUSTER_ATTEMPTS - 1):
+                if not must_resend(replies):
+                    break
+                time.sleep(CLUSTER_RETRY_PAUSE)
                 self.client.nodes_manager.initialize()
                 node = self.client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
                 replies = round_trip(self._conn(node), [commands[i] for i in idx])
