@@ -36,7 +36,8 @@ def validate_prefix(prefix: object) -> str:
 #: family of keys (the layout of SPEC 1 and its helper keys). The fsck and the script-free
 #: mode's type checks read this one table.
 FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
-               "timers": "zset", "dead": "list", "signal": "list", "config": "hash"}
+               "timers": "zset", "dead": "list", "signal": "list", "config": "hash",
+               "counters": "hash"}
 FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
 
 
@@ -87,6 +88,12 @@ class QueueKeys:
     def signal(self) -> str:
         """Wake-up list for long-poll claims: holds at most one token."""
         return self.base + "signal"
+
+    @property
+    def counters(self) -> str:
+        """Exact totals kept by the operations themselves (enqueued, acked, redelivered,
+        dead_lettered), for /metrics and rates across every producer and worker."""
+        return self.base + "counters"
 
     @property
     def registry(self) -> str:

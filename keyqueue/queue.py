@@ -162,6 +162,11 @@ class Queue(QueueFace):
         """Messages waiting to be claimed (not delayed, not in flight)."""
         return self._run(self._core.length())
 
+    def counters(self) -> dict[str, int]:
+        """Totals since the queue was made, exact across every producer and worker:
+        ``enqueued``, ``acked``, ``redelivered`` (visibility timeouts), ``dead_lettered``."""
+        return self._run(self._core.counters())
+
     def __len__(self) -> int:
         return self.length()
 

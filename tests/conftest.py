@@ -33,7 +33,7 @@ def scripting(request: pytest.FixtureRequest) -> bool:
 
 
 #: Modules whose queue contract tests also run on keyqueue.aio.Queue (through SyncFace).
-FACE_MODULES = {"test_queue", "test_errors", "test_timing", "test_model", "test_self_healing"}
+FACE_MODULES = {"test_queue", "test_errors", "test_timing", "test_model", "test_self_healing", "test_counters"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -121,6 +121,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             self.held: list[Message] = []  # every delivery ever handed out (most go stale)
             self.purges = 0
             self.seen: Counter[str] = Counter()  # paths taken (also hypothesis events)
+            self.counts: Counter[str] = Counter()  # what the counters hash must hold
             self.max_receives: int | None = None
             self.bucket_ms = 1
             self.visibility_ms = 1
@@ -188,6 +189,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                 self.note("enqueue: chunked body" if len(body) <= 6400 else "enqueue: huge body")
             mid = str(self.next_id)
             self.next_id += 1
+            self.counts["enqueued"] += 1
             if delay_ms > 0:
                 self.msgs[mid] = Model(mid, body, self.now, DELAYED, timer=self.now + delay_ms)
             else:
@@ -201,6 +203,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
 
         def _to_dead(self, m: Model, error: Any = None) -> None:
             m.state, m.receipt, m.timer = DEAD, None, None
+            self.counts["dead_lettered"] += 1
             if error is not None:
                 m.error = error
             self.dead.append(m.id)
@@ -297,6 +300,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             self.note(f"ack: current={want}")
             assert self.q.ack(msg) is want
             if want:
+                self.counts["acked"] += 1
                 self._delete(msg.id)
 
         def _extend(self, msg: Message, seconds_ms: int) -> None:
@@ -374,6 +378,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             if len(want) < len([m for m in batch if self.current(m)]):
                 self.note("ack_many: a current delivery listed twice")
             assert self.q.ack_many(batch) == len(want)
+            self.counts["acked"] += len(want)
             for mid in want:
                 self._delete(mid)
 
@@ -433,6 +438,8 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             self.note(f"reap: moved {min(res.total, 3)}{'+' if res.total >= 3 else ''}")
             assert (res.requeued, res.dead_lettered, res.delayed_released) == (
                 len(to_waiting) - released, len(to_dead), released)
+            self.counts["redelivered"] += len(to_waiting) - released
+            self.counts["dead_lettered"] += len(to_dead)
             self._adopt_tail(BASE + "queue", self.waiting, to_waiting)
             self._adopt_tail(BASE + "dead", self.dead, to_dead)
 
@@ -620,11 +627,19 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                 earliest = min(self.msgs[i].timer for i, bb in where.items() if bb == b)
                 assert score <= earliest, (b, score, earliest)
 
+            # The counters moved by exactly what happened (a dedup hit, a delayed message
+            # becoming visible, a stale ack count nothing).
+            counters = {k.decode(): int(v) for k, v in self.r.hgetall(BASE + "counters").items()}
+            assert counters == {k: v for k, v in self.counts.items() if v}
+            assert self.q is not None and self.q.counters() == {
+                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered")}
+
             # Nothing but the documented keys.
             expected = {BASE + "config"} | set(timer_keys) | set(item_keys) | set(dedup_keys)
             for key, present in (("seq", self.next_id > 1), ("queue", self.waiting),
                                  ("items", self.waiting), ("processing", proc),
-                                 ("dead", self.dead), ("timers", timers), ("signal", signal)):
+                                 ("dead", self.dead), ("timers", timers), ("signal", signal),
+                                 ("counters", counters)):
                 if present:
                     expected.add(BASE + key)
             assert keys == expected, keys ^ expected

@@ -239,8 +239,9 @@ def test_purge_empties_its_source_only(make_queue, r: redis.Redis, source: str) 
     items = [k for k in r.keys("kq:{q}:item:*")]
     assert len(items) == 7 - counts[source]
     if source == "all":
-        # only the id counter (and a spare wake-up token) survive: no message, timer or set
-        assert set(r.keys("kq:{q}:*")) - {b"kq:{q}:signal"} == {b"kq:{q}:seq"}
+        # only the id counter, the totals (and a spare wake-up token) survive: no message,
+        # timer or set
+        assert set(r.keys("kq:{q}:*")) - {b"kq:{q}:signal"} == {b"kq:{q}:seq", b"kq:{q}:counters"}
 
 
 def test_purge_in_batches(make_queue, r: redis.Redis) -> None:

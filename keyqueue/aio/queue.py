@@ -141,6 +141,10 @@ class Queue(QueueFace):
     async def length(self) -> int:
         return await self._run(self._core.length())
 
+    async def counters(self) -> dict[str, int]:
+        """Totals since the queue was made: see ``keyqueue.Queue.counters``."""
+        return await self._run(self._core.counters())
+
     async def stats(self) -> QueueStats:
         return await self._run(self._core.stats())
 

@@ -20,6 +20,9 @@ from .replies import error_for, fields_of, hash_reply, item_fields, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
 from .roundtrip import Command, Op
 
+#: The exact totals of the counters hash, kept by the operations in the change they count.
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
+
 log = logging.getLogger("keyqueue.queue")
 
 #: Ids examined per script call by reap and purge, so Redis is never blocked long.
@@ -455,6 +458,16 @@ class QueueCore:
         if isinstance(n, Exception):
             raise error_for(n, self.keys.items)
         return int(n)
+
+    def counters(self) -> Op[dict[str, int]]:
+        """The totals the operations keep in Redis (0 for one never counted)."""
+        (reply,) = yield [("HMGET", self.keys.counters, *COUNTER_NAMES)]
+        if isinstance(reply, Exception):
+            raise error_for(reply, self.keys.counters)
+        try:
+            return {name: int(v or 0) for name, v in zip(COUNTER_NAMES, reply)}
+        except ValueError:
+            raise CorruptQueue(self.keys.counters, "holds a counter that is not a number") from None
 
     def stats(self) -> Op[QueueStats]:
         c = yield from self.ops.stats()

@@ -37,6 +37,16 @@ end
 
 local function corrupt(key) return redis.error_reply('KQCORRUPT ' .. key) end
 
+-- The error of a failed write (a redis.pcall reply) as the operation's: KQCORRUPT `key` when
+-- the key holds the wrong type or a counter that is not a number, else Redis' own (OOM, ...).
+local function write_error(reply, key)
+  local e = reply.err
+  if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
+    return corrupt(key)
+  end
+  return redis.error_reply(e)
+end
+
 -- Record that `id` has a timer at `t`; the index is scored by the earliest timer a bucket
 -- may hold (ZADD LT only lowers), so the reaper skips buckets with nothing due.
 local function timer_add(timers, id, t, bucket_ms)

@@ -4,7 +4,7 @@
   there yet) and out of items (still there); list entries failing it are stale and
   dropped. A message out of receives goes to dead letters instead of being delivered.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  KEYS[7] config
+  KEYS[7] config  KEYS[8] counters (dead_lettered)
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   Returns {dead_lettered, config_missing (1/0), next_timer, id, b, t, r, d, c, e, id, b, ...}:
   next_timer is ms from now to the earliest timer in the index (nil: none), so the client
@@ -15,7 +15,7 @@ local bucket_ms = tonumber(ARGV[5])
 local max_receives = tonumber(ARGV[6])
 
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
-                        KEYS[5], 'list', KEYS[6], 'list'})
+                        KEYS[5], 'list', KEYS[6], 'list', KEYS[8], 'hash'})
 if bad then return corrupt(bad) end
 local now = now_ms()
 local deadline = now + tonumber(ARGV[4])
@@ -76,6 +76,7 @@ while claimed < count do
   end
   if #dead > 0 then
     rcall('RPUSH', KEYS[5], unpack(dead))
+    rcall('HINCRBY', KEYS[8], 'dead_lettered', #dead)
     out[1] = out[1] + #dead
   end
 end

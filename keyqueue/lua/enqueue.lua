@@ -1,7 +1,7 @@
 --[[
   Enqueue one or more messages (one round trip for a whole batch).
   KEYS[1] seq  KEYS[2] queue  KEYS[3] items  KEYS[4] timers  KEYS[5] signal  KEYS[6] config
-  KEYS[7] dedup key (optional; single message only)
+  KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = visible now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
   ARGV[6..] bodies
   Returns {first_id, count, config_missing}: ids first_id .. first_id+count-1; {existing_id, 0,
@@ -11,38 +11,62 @@
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
 local n = #ARGV - 5
-local dedup = KEYS[7]
+local dedup = KEYS[8]
 local lost = rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
 
--- Every key is type-checked (by the reads below or TYPE) before the first write.
+if n == 1 and delay == 0 then
+  -- The hot path, kept to the calls the layout needs: the writes check the types themselves
+  -- (redis.pcall), in an order where each one that can fail is undone with those before it,
+  -- so a corrupt key still changes nothing without a read of every key first.
+  local bad = {}
+  local tokens = checked(bad, 'LLEN', KEYS[5])
+  local existing = dedup and checked(bad, 'GET', dedup)
+  if #bad > 0 then return corrupt(bad[1]) end
+  if existing then return {existing, 0, lost} end
+  local id = redis.pcall('INCR', KEYS[1])
+  if type(id) == 'table' then return write_error(id, KEYS[1]) end
+  id = fmt(id)
+  local ik = BASE .. 'item:' .. id
+  -- Undo the writes before step `step` (2: the item, 3: the list entry, 4: the set entry).
+  local function undo(step, err)
+    if step > 3 then rcall('SREM', KEYS[3], id) end
+    if step > 2 then rcall('RPOP', KEYS[2]) end
+    if step > 1 then rcall('DEL', ik) end
+    if id == '1' then rcall('DEL', KEYS[1]) else rcall('DECR', KEYS[1]) end
+    return err
+  end
+  -- Item keys are new by construction; one that exists means seq was overwritten.
+  if rcall('EXISTS', ik) == 1 then return undo(1, corrupt(KEYS[1])) end
+  local body = ARGV[6]
+  local now_s = fmt(now_ms())
+  if #body <= CHUNK then rcall('HSET', ik, 't', now_s, 'b', body)
+  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body))) end
+  local r = redis.pcall('RPUSH', KEYS[2], id)
+  if type(r) == 'table' then return undo(2, write_error(r, KEYS[2])) end
+  r = redis.pcall('SADD', KEYS[3], id)
+  if type(r) == 'table' then return undo(3, write_error(r, KEYS[3])) end
+  r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)
+  if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end
+  if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
+  if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
+  return {id, 1, lost}
+end
+
+-- Batches and delayed messages: every key is type-checked (by the reads below or TYPE)
+-- before the first write; the checks cost little next to the writes of a batch.
 local bad = {}
 local seq = checked(bad, 'GET', KEYS[1])
 local tokens = 1
 if delay == 0 then tokens = checked(bad, 'LLEN', KEYS[5]) end
 local existing = dedup and checked(bad, 'GET', dedup)
 if #bad > 0 then return corrupt(bad[1]) end
-local wrong = delay > 0 and wrong_type({KEYS[4], 'zset'}) or wrong_type({KEYS[2], 'list', KEYS[3], 'set'})
+local wrong = delay > 0 and wrong_type({KEYS[7], 'hash', KEYS[4], 'zset'})
+  or wrong_type({KEYS[7], 'hash', KEYS[2], 'list', KEYS[3], 'set'})
 if wrong then return corrupt(wrong) end
 if seq and not tonumber(seq) then return corrupt(KEYS[1]) end
 if existing then return {existing, 0, lost} end
 
 local first = (tonumber(seq) or 0) + 1
-if n == 1 and delay == 0 then
-  -- The common case, kept lean: Lua overhead, not Redis, dominates a one-message call.
-  local id = fmt(first)
-  local ik = BASE .. 'item:' .. id
-  if rcall('EXISTS', ik) == 1 then return corrupt(KEYS[1]) end
-  local body = ARGV[6]
-  local now_s = fmt(now_ms())
-  rcall('INCR', KEYS[1])
-  if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
-  if #body <= CHUNK then rcall('HSET', ik, 't', now_s, 'b', body)
-  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body))) end
-  rcall('RPUSH', KEYS[2], id)
-  rcall('SADD', KEYS[3], id)
-  if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
-  return {id, 1, lost}
-end
 -- Item keys are new by construction; one that exists means seq was overwritten.
 for i = 1, n, 1000 do
   local ks = {}
@@ -52,6 +76,7 @@ end
 
 local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
+rcall('HINCRBY', KEYS[7], 'enqueued', n)
 if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
   local at = tonumber(now_s) + delay

@@ -7,7 +7,7 @@
   A bucket of at most `limit` ids is examined in one call and rescored exactly; a larger
   one is scanned in chunks (SSCAN) and stays due until it shrinks.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  KEYS[7] config
+  KEYS[7] config  KEYS[8] counters (redelivered, dead_lettered)
   ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
@@ -19,7 +19,7 @@ local limit = tonumber(ARGV[5])
 local budget = limit
 local bucket, cursor, skip = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
-                        KEYS[5], 'list', KEYS[6], 'list'})
+                        KEYS[5], 'list', KEYS[6], 'list', KEYS[8], 'hash'})
 if bad then return corrupt(bad) end
 
 local now = now_ms()
@@ -160,6 +160,8 @@ while budget > 0 do
   end
 end
 if moved then signal(KEYS[6]) end
+if res[1] > 0 then rcall('HINCRBY', KEYS[8], 'redelivered', res[1]) end
+if res[2] > 0 then rcall('HINCRBY', KEYS[8], 'dead_lettered', res[2]) end
 local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0}
 for _, k in ipairs(broken) do out[#out + 1] = k end
 return out

@@ -60,7 +60,7 @@ class Consume(CommandBase):
             return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
-        typed = [*self.waking_keys[1:], tk]
+        typed = [*self.waking_keys[1:], k.counters, tk]
         # WATCH the hashes: dropping a stale list entry is only safe while its message has
         # not become waiting again (every way back to waiting writes the hash).
         got = (yield [("WATCH", *(k.item(i) for i in ids)), *(("TYPE", key) for key in typed),
@@ -94,6 +94,7 @@ class Consume(CommandBase):
         now_s, deadline_s = str(now), str(deadline)
         tx: list[Command] = []
         delivered: list[str] = []
+        dead = 0
         for i in owned:
             f = fields[i]
             r = _int(f.get(b"r"))
@@ -102,7 +103,7 @@ class Consume(CommandBase):
                     tx.append(("HSET", k.item(i), "e", f"exceeded max_receives ({max_receives})"))
                 tx += [("RPUSH", k.dead, i), ("SREM", k.processing, i), ("SREM", tk, i),
                        ("LREM", k.queue, 1, i)]
-                out.dead += 1
+                dead += 1
                 continue
             n = _int(f.get(b"n")) + 1
             f[b"r"], f[b"c"], f[b"d"] = str(r + 1).encode(), f"{n}-{now_s}".encode(), deadline_s.encode()
@@ -110,6 +111,8 @@ class Consume(CommandBase):
                    ("LREM", k.queue, 1, i)]
             delivered.append(i)
             out.messages.append(fields_of(i, f))
+        if dead:
+            tx.append(("HINCRBY", k.counters, "dead_lettered", dead))
         drops: list[Command] = []
         for i in stale:
             if i in won:
@@ -126,6 +129,7 @@ class Consume(CommandBase):
             (yield from one(("UNWATCH",)))
         elif (yield from self._commit([*tx, *drops])) is None and tx:
             yield from self._commit(tx)
+        out.dead += dead
         return delivered, deadline, busy
 
     def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,

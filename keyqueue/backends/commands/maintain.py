@@ -26,7 +26,7 @@ class Maintain(Consume):
         bucket, cursor, skip = position
         res = [0, 0, 0]
         broken: list[str] = []
-        now, (config,) = yield from self._open(self.waking_keys, [("EXISTS", k.config)])
+        now, (config,) = yield from self._open((*self.waking_keys, k.counters), [("EXISTS", k.config)])
         missing = config == 0
         if bucket == "":
             due = (yield from one(("ZRANGEBYSCORE", k.timers, "-inf", now, "LIMIT", skip, 1,)))
@@ -128,6 +128,8 @@ class Maintain(Consume):
                     tx.append(("HDEL", ik, "c", "d"))
             if moved:
                 tx += _signal(k.signal)
+            tx += [("HINCRBY", k.counters, field, n)
+                   for field, n in (("redelivered", counts[0]), ("dead_lettered", counts[1])) if n]
             if broken and earliest is None:
                 earliest = now  # a corrupt item stays due, like reap.lua
             if not tx:

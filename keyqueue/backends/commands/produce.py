@@ -36,7 +36,7 @@ class Produce(CommandBase):
     def _enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
                  dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]:
         k = self.keys
-        typed = [k.seq, k.queue, k.items, k.signal, *([k.timers] if delay_ms else [])]
+        typed = [k.seq, k.queue, k.items, k.signal, k.counters, *([k.timers] if delay_ms else [])]
         dedup = None if dedup_key is None else k.dedup(dedup_key)
         # WATCH the dedup key before reading it: a second producer with the same key
         # between our read and our EXEC makes the EXEC fail, and we return its id.
@@ -68,6 +68,7 @@ class Produce(CommandBase):
             tx += [("SADD", tk, *ids), ("ZADD", k.timers, "LT", at, b)]
         else:
             tx += [("RPUSH", k.queue, *ids), ("SADD", k.items, *ids), *_signal(k.signal)]
+        tx.append(("HINCRBY", k.counters, "enqueued", len(ids)))
         if (yield from self._commit(tx)) is None:  # the dedup key was set meanwhile
             return Enqueued([_text((yield from one(("GET", dedup,))))], missing)
         return Enqueued(ids, missing)

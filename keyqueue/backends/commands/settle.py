@@ -13,14 +13,14 @@ class Settle(CommandBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
         k = self.keys
         for _ in range(ATTEMPTS):
-            _, current = yield from self._current([k.processing, k.timers], pairs)
+            _, current = yield from self._current([k.processing, k.timers, k.counters], pairs)
             if not current:
                 (yield from one(("UNWATCH",)))
                 return 0
             tx: list[Command] = [("SREM", k.processing, *(mid for mid, _ in current))]
             for mid, d in current:
                 tx += self._drop_timer(mid, d, bucket_ms)
-            tx.append(("DEL", *(k.item(mid) for mid, _ in current)))
+            tx += [("DEL", *(k.item(mid) for mid, _ in current)), ("HINCRBY", k.counters, "acked", len(current))]
             if (yield from self._commit(tx)) is not None:
                 return len(current)
         return 0
@@ -59,9 +59,9 @@ class Settle(CommandBase):
 
         def change(now: int, d: int) -> Op[list[Command]]:
             tx: list[Command] = [("SREM", k.processing, msg_id), ("HDEL", ik, "c", "d"),
-                                 ("RPUSH", k.dead, msg_id)]
+                                 ("RPUSH", k.dead, msg_id), ("HINCRBY", k.counters, "dead_lettered", 1)]
             return [*tx, ("HSET", ik, "e", reason)] if reason else tx
             yield  # a generator, as change() must be
 
-        return (yield from self._one(msg_id, receipt, [k.processing, k.timers, k.dead], bucket_ms,
+        return (yield from self._one(msg_id, receipt, [k.processing, k.timers, k.dead, k.counters], bucket_ms,
                                      change)) is not None

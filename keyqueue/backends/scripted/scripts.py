@@ -88,12 +88,13 @@ class ScriptBase:
         self.clock = clock
         k = keys
         # Key lists built once: they are on the hot path of every call.
-        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config)
+        self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
+        self.ack_keys = (k.processing, k.timers, k.counters)
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         # the states plus the wake-up signal: scripts that may make messages visible
         self.waking_keys = (*self.state_keys, k.signal)
-        # claim and reap also report a missing config hash
-        self.claim_keys = (*self.waking_keys, k.config)
+        # claim and reap also report a missing config hash, and count what they dead-letter
+        self.claim_keys = (*self.waking_keys, k.config, k.counters)
         self._static_head = (k.base, "")
 
     def _head(self) -> tuple[str, str]:

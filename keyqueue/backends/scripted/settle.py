@@ -15,12 +15,9 @@ class Settle(ScriptBase):
         calls = []
         for i in range(0, len(pairs), CHUNK):
             chunk = pairs[i : i + CHUNK]
-            calls.append(([*self.owner_keys(), *(item(mid) for mid, _ in chunk)],
+            calls.append(([*self.ack_keys, *(item(mid) for mid, _ in chunk)],
                           [bucket_ms, *(x for pair in chunk for x in pair)]))
         return sum((yield from self.call_many("ack", calls)))
-
-    def owner_keys(self) -> tuple[str, str]:
-        return (self.keys.processing, self.keys.timers)
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
         """The new deadline in ms, None when the delivery is not current."""
@@ -38,5 +35,5 @@ class Settle(ScriptBase):
 
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
         k = self.keys
-        return (yield from self.call("dead_letter", [k.processing, k.timers, k.item(msg_id), k.dead],
+        return (yield from self.call("dead_letter", [k.processing, k.timers, k.item(msg_id), k.dead, k.counters],
                                      [bucket_ms, msg_id, receipt, reason])) == 1
