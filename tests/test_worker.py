@@ -115,9 +115,10 @@ def test_heartbeat_keeps_a_long_handler_s_message(make_queue) -> None:
         time.sleep(3.0)  # 10x the visibility timeout
 
     thief = Worker(q, lambda m: other.append(m.id))
-    with Running(Worker(q, slow)), Running(thief):  # the thief also reaps every second
-        wait_until(lambda: calls)
-        wait_until(lambda: q.stats().processing == 0, timeout=15)
+    with Running(Worker(q, slow)):
+        wait_until(lambda: calls)  # the thief starts once the slow handler holds the message
+        with Running(thief):  # and it reaps every second
+            wait_until(lambda: q.stats().processing == 0, timeout=15)
     assert calls == ["1"] and other == []
     assert q.stats() .waiting == 0 and q.peek(source="dead") == []
 

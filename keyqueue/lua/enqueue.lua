@@ -12,7 +12,6 @@ local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
 local n = #ARGV - 5
 local dedup = KEYS[8]
-local lost = rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
 
 if n == 1 and delay == 0 then
   -- The hot path, kept to the calls the layout needs: the writes check the types themselves
@@ -22,7 +21,7 @@ if n == 1 and delay == 0 then
   local tokens = checked(bad, 'LLEN', KEYS[5])
   local existing = dedup and checked(bad, 'GET', dedup)
   if #bad > 0 then return corrupt(bad[1]) end
-  if existing then return {existing, 0, lost} end
+  if existing then return {existing, 0, rcall('EXISTS', KEYS[6]) == 0 and 1 or 0} end
   local id = redis.pcall('INCR', KEYS[1])
   if type(id) == 'table' then return write_error(id, KEYS[1]) end
   id = fmt(id)
@@ -40,6 +39,8 @@ if n == 1 and delay == 0 then
   local body = ARGV[6]
   local now_s = fmt(now_ms())
   if #body <= CHUNK then rcall('HSET', ik, 't', now_s, 'b', body)
+  elseif #body <= 2 * CHUNK then
+    rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, CHUNK), 'b1', string.sub(body, CHUNK + 1))
   else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body))) end
   local r = redis.pcall('RPUSH', KEYS[2], id)
   if type(r) == 'table' then return undo(2, write_error(r, KEYS[2])) end
@@ -49,11 +50,14 @@ if n == 1 and delay == 0 then
   if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end
   if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
   if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
-  return {id, 1, lost}
+  -- The config hash is looked for only when the counters were absent too: both go when
+  -- Redis loses its data (a config deleted alone is found by the next claim or reap).
+  return {id, 1, r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0}
 end
 
 -- Batches and delayed messages: every key is type-checked (by the reads below or TYPE)
 -- before the first write; the checks cost little next to the writes of a batch.
+local lost = rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
 local bad = {}
 local seq = checked(bad, 'GET', KEYS[1])
 local tokens = 1

@@ -117,6 +117,65 @@ local function examine(tk, id, bucket_end)
   return nil
 end
 
+-- Examine `ids` of timer set tk: the common case, a delivery whose visibility timeout passed
+-- and whose timer is in tk, in bulk (one HMGET and one HDEL per id, the set and list writes
+-- once for the group); every other id by examine(). Returns the earliest timer that stays.
+local function examine_many(tk, ids, bucket_end)
+  local min = nil
+  local function keep(d) if d and (not min or d < min) then min = d end end
+  if #ids == 0 then return nil end
+  -- (kept lean: this loop runs once per message of a reap, so Lua's own time shows)
+  local first, last = bucket_end - bucket_ms, bucket_end  -- the timers this bucket holds
+  local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
+  local expired, keys, fields, seen = {}, {}, {}, {}
+  local pcall_ = redis.pcall
+  for i = 1, #ids do
+    local id = ids[i]
+    if not seen[id] then  -- (SSCAN may return an id twice: it is examined once)
+      seen[id] = true
+      local ik = BASE .. 'item:' .. id
+      local f = held[i] == 1 and pcall_('HMGET', ik, 'd', 'r', 'e', 'c')
+      local d = f and not f.err and f[4] and tonumber(f[1])
+      if d and d >= first and d < last then
+        if d > now then keep(d) else
+          local n = #expired + 1
+          expired[n] = id; keys[n] = ik; fields[n] = f
+        end
+      else
+        keep(examine(tk, id, bucket_end))
+      end
+    end
+  end
+  if #expired == 0 then return min end
+  rcall('SREM', tk, unpack(expired))
+  rcall('SREM', KEYS[3], unpack(expired))
+  local back, dead = {}, {}
+  for i = 1, #expired do
+    local id, ik, f = expired[i], keys[i], fields[i]
+    rcall('HDEL', ik, 'c', 'd')
+    local r = tonumber(f[2] or '0')
+    if max_receives and r >= max_receives then
+      if not f[3] then
+        rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
+      end
+      dead[#dead + 1] = id
+    else
+      back[#back + 1] = id
+    end
+  end
+  if #back > 0 then
+    rcall('RPUSH', KEYS[1], unpack(back))
+    rcall('SADD', KEYS[2], unpack(back))
+    res[1] = res[1] + #back
+    moved = true
+  end
+  if #dead > 0 then
+    rcall('RPUSH', KEYS[5], unpack(dead))
+    res[2] = res[2] + #dead
+  end
+  return min
+end
+
 local done = 0
 while budget > 0 do
   if bucket == '' then
@@ -134,11 +193,7 @@ while budget > 0 do
     local card = rcall('SCARD', tk)
     if cursor == '0' and card <= limit then
       if card > budget then break end  -- the next call takes it whole
-      local min = nil
-      for _, id in ipairs(rcall('SMEMBERS', tk)) do
-        local d = examine(tk, id, (tonumber(bucket) + 1) * bucket_ms)
-        if d and (not min or d < min) then min = d end
-      end
+      local min = examine_many(tk, rcall('SMEMBERS', tk), (tonumber(bucket) + 1) * bucket_ms)
       budget = budget - math.max(card, 1)
       if min then
         rcall('ZADD', KEYS[4], min, bucket)
@@ -150,7 +205,7 @@ while budget > 0 do
     else
       local r = rcall('SSCAN', tk, cursor, 'COUNT', budget)
       cursor = r[1]
-      for _, id in ipairs(r[2]) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms) end
+      examine_many(tk, r[2], (tonumber(bucket) + 1) * bucket_ms)
       budget = budget - math.max(#r[2], 1)
       if cursor == '0' then
         if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end

@@ -11,12 +11,12 @@ from redis.exceptions import ResponseError
 
 from ..core.roundtrip import (CLUSTER_ATTEMPTS, CLUSTER_RETRY_PAUSE, Command, Op, Plan, Sleep, Stepper, T,
                               must_resend, node_groups, routing_key)
-from .sync import is_cluster
+from .sync import is_cluster, pack
 
 
 async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one write; their replies in order, an error reply in its place."""
-    await conn.send_packed_command(conn.pack_commands(commands))
+    await conn.send_packed_command(pack(conn, commands))
     out: list[Any] = []
     for _ in commands:
         try:
