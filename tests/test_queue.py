@@ -398,3 +398,21 @@ def test_get_reads_messages_by_id_without_claiming(q: Queue) -> None:
     got = q.get([ids[1], "999", ids[0]])
     assert [(m.id, m.text, m.receipt) for m in got] == [(ids[1], "b", None), (ids[0], "a", None)]
     assert q.stats().waiting == 2 and q.get([]) == []
+
+
+def test_body_fields_follow_the_servers_listpack_limit(make_queue, r: redis.Redis) -> None:
+    """With hash-max-listpack-value 128, a 100-byte body is one field (32 bytes less per
+    message: the hash fits jemalloc's 128-byte class); longer ones are split at 128."""
+    r.config_set("hash-max-listpack-value", 128)
+    try:
+        q = make_queue("q")  # reads the limit when it loads
+        bodies = [b"a" * 100, bytes(range(256)) + b"z" * 44, b"b" * 128, b"c" * 256]
+        ids = [q.enqueue(b) for b in bodies] + q.enqueue_many(bodies)
+        assert r.hkeys(f"kq:{{q}}:item:{ids[0]}") == [b"t", b"b"]
+        assert r.object("encoding", f"kq:{{q}}:item:{ids[0]}") == b"listpack"
+        assert r.hkeys(f"kq:{{q}}:item:{ids[1]}") == [b"t", b"b", b"b1", b"b2"]
+        assert [len(r.hget(f"kq:{{q}}:item:{ids[1]}", f)) for f in (b"b", b"b1", b"b2")] == [128, 128, 44]
+        assert [m.body for m in q.peek(8)] == bodies * 2
+        assert [m.body for m in q.claim_many(8)] == bodies * 2
+    finally:
+        r.config_set("hash-max-listpack-value", 64)

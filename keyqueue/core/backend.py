@@ -10,6 +10,9 @@ from .roundtrip import Op
 
 
 class Backend(Protocol):
+    #: Bytes per body field in the item hash (the server's hash-max-listpack-value).
+    field_bytes: int
+
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
                     dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]: ...
 

@@ -16,7 +16,7 @@ from ..keys import QueueKeys, validate_name, validate_prefix
 from ..message import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
-from .replies import error_for, fields_of, hash_reply, item_fields, text
+from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
 from .roundtrip import Command, Op
 
@@ -46,6 +46,16 @@ def not_one(values: object, what: str, instead: str) -> None:
     if isinstance(values, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"{what} must be an iterable (a list), not one {type(values).__name__}; "
                         f"for one value use {instead}")
+
+
+def field_bytes(limits: Any) -> int:
+    """Bytes per body field: the server's hash-max-listpack-value (CONFIG GET reply, RESP2 or
+    RESP3), so a body kept in a few fields leaves its hash compact; FIELD when the server
+    does not say (CONFIG not allowed, as on managed Redis) or says something unusable."""
+    values = hash_reply(limits).values() if not isinstance(limits, Exception) else ()
+    sizes = [int(v) for v in values if text(v).isdigit()]
+    size = min(sizes, default=FIELD)
+    return size if 16 <= size <= 65536 else FIELD
 
 
 def to_bytes(body: object) -> bytes:
@@ -112,9 +122,11 @@ class QueueCore:
         """Read the config hash and write the values this Queue was given (last writer
         wins); log which values in force the given ones changed."""
         k = self.keys
-        stored_raw, registered = yield [("HGETALL", k.config), ("SISMEMBER", k.registry, self.name)]
+        stored_raw, registered, limits = yield [("HGETALL", k.config), ("SISMEMBER", k.registry, self.name),
+                                                ("CONFIG", "GET", "hash-max-*-value")]
         if isinstance(stored_raw, Exception):
             raise error_for(stored_raw, k.config)
+        self.ops.field_bytes = field_bytes(limits)
         stored = hash_reply(stored_raw)
         self.registered = self.registry_ok(registered) and registered == 1
         current = parse_settings(k.config, stored)

@@ -9,10 +9,10 @@ from redis.exceptions import NoPermissionError, ResponseError
 from ..errors import CorruptQueue
 from .results import Fields
 
-#: A body up to this size is stored in 64-byte fields b, b1, b2, ... (as _lib.lua does), so
-#: the item hash stays a compact listpack; a larger body is one field b.
+#: Bytes per body field unless the server says otherwise (its hash-max-listpack-value):
+#: a body of up to 100 fields is stored in fields b, b1, b2, ... (as _lib.lua does), so the
+#: item hash stays a compact listpack; a larger body is one field b.
 FIELD = 64
-SPLIT_UP_TO = FIELD * 100
 
 
 def text(v: Any) -> str:
@@ -31,13 +31,13 @@ def int_or(v: Any, default: int = 0) -> int:
         return default
 
 
-def body_fields(body: bytes) -> list[bytes]:
+def body_fields(body: bytes, size: int = FIELD) -> list[bytes]:
     """HSET arguments for a body, split like ``_lib.lua``'s body_fields."""
-    if len(body) <= FIELD or len(body) > SPLIT_UP_TO:
+    if len(body) <= size or len(body) > size * 100:
         return [b"b", body]
-    out = [b"b", body[:FIELD]]
-    for k, i in enumerate(range(FIELD, len(body), FIELD), start=1):
-        out += [b"b%d" % k, body[i : i + FIELD]]
+    out = [b"b", body[:size]]
+    for k, i in enumerate(range(size, len(body), size), start=1):
+        out += [b"b%d" % k, body[i : i + size]]
     return out
 
 

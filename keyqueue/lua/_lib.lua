@@ -72,22 +72,21 @@ local function make_waiting(queue, items, id)
   rcall('SADD', items, id)
 end
 
--- Bodies up to 6,400 bytes are split into 64-byte fields b, b1, b2, ... so the item hash
--- stays a compact listpack under Redis' default hash-max-listpack-value (64); a larger body
--- is one field b (its hash is large anyway).
-local CHUNK = 64
+-- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the
+-- server's hash-max-listpack-value, which the client reads: 64 by default), so the item hash
+-- stays a compact listpack; a larger body is one field b (its hash is large anyway).
 
 -- Append the field/value pairs of a body to `out` (for HSET).
-local function body_fields(out, body)
+local function body_fields(out, body, chunk)
   local len = #body
-  if len <= CHUNK or len > CHUNK * 100 then
+  if len <= chunk or len > chunk * 100 then
     out[#out + 1] = 'b'; out[#out + 1] = body
     return out
   end
-  out[#out + 1] = 'b'; out[#out + 1] = string.sub(body, 1, CHUNK)
+  out[#out + 1] = 'b'; out[#out + 1] = string.sub(body, 1, chunk)
   local k = 1
-  for i = CHUNK + 1, len, CHUNK do
-    out[#out + 1] = 'b' .. k; out[#out + 1] = string.sub(body, i, i + CHUNK - 1)
+  for i = chunk + 1, len, chunk do
+    out[#out + 1] = 'b' .. k; out[#out + 1] = string.sub(body, i, i + chunk - 1)
     k = k + 1
   end
   return out

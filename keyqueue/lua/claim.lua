@@ -10,14 +10,14 @@
   next_timer is ms from now to the earliest timer in the index (nil: none), so the client
   knows when a reap may find something, at no extra round trip.
 ]]
--- The fields a claim needs, by one HMGET for a body of up to two chunks (the common case:
+-- The fields a claim needs, by one HMGET for a body of up to two fields (the common case:
 -- no table of every field, no concatenation of many), else read_item. nil when absent,
 -- false when the key holds the wrong type (the read fails, nothing is written).
 local function read_for_claim(ik)
   local v = redis.pcall('HMGET', ik, 'b', 'b1', 't', 'r', 'n', 'e')
   if v.err then return false end
   -- maybe b2, b3, ...; or no t (not written by an enqueue): read as before, whole
-  if not v[3] or (v[2] and #v[2] == CHUNK) then return read_item(ik) end
+  if not v[3] or (v[2] and #v[2] == #v[1]) then return read_item(ik) end
   return {b = v[2] and v[1] .. v[2] or v[1], t = v[3], r = v[4], n = v[5], e = v[6]}
 end
 

@@ -3,14 +3,15 @@
   KEYS[1] seq  KEYS[2] queue  KEYS[3] items  KEYS[4] timers  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = visible now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
-  ARGV[6..] bodies
+  ARGV[6] bytes per body field (body_fields)  ARGV[7..] bodies
   Returns {first_id, count, config_missing}: ids first_id .. first_id+count-1; {existing_id, 0,
   config_missing} on a dedup hit. config_missing (1/0) tells the client its config hash is
   gone (Redis lost its data), so it can restore its settings and registration: no extra trip.
 ]]
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
-local n = #ARGV - 5
+local n = #ARGV - 6
+local chunk = tonumber(ARGV[6])
 local dedup = KEYS[8]
 
 if n == 1 and delay == 0 then
@@ -36,12 +37,12 @@ if n == 1 and delay == 0 then
   end
   -- Item keys are new by construction; one that exists means seq was overwritten.
   if rcall('EXISTS', ik) == 1 then return undo(1, corrupt(KEYS[1])) end
-  local body = ARGV[6]
+  local body = ARGV[7]
   local now_s = fmt(now_ms())
-  if #body <= CHUNK then rcall('HSET', ik, 't', now_s, 'b', body)
-  elseif #body <= 2 * CHUNK then
-    rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, CHUNK), 'b1', string.sub(body, CHUNK + 1))
-  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body))) end
+  if #body <= chunk then rcall('HSET', ik, 't', now_s, 'b', body)
+  elseif #body <= 2 * chunk then
+    rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1))
+  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body, chunk))) end
   local r = redis.pcall('RPUSH', KEYS[2], id)
   if type(r) == 'table' then return undo(2, write_error(r, KEYS[2])) end
   r = redis.pcall('SADD', KEYS[3], id)
@@ -86,7 +87,7 @@ if delay > 0 then
   local at = tonumber(now_s) + delay
   for i = 1, n do
     local id = fmt(first + i - 1)
-    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[5 + i])))
+    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[6 + i], chunk)))
     timer_add(KEYS[4], id, at, bucket_ms)
   end
   return {fmt(first), n, lost}
@@ -96,7 +97,7 @@ for i = 1, n, 1000 do
   for j = i, math.min(i + 999, n) do
     local id = fmt(first + j - 1)
     ids[#ids + 1] = id
-    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s}, ARGV[5 + j])))
+    rcall('HSET', item_key(id), unpack(body_fields({'t', now_s}, ARGV[6 + j], chunk)))
   end
   rcall('RPUSH', KEYS[2], unpack(ids))
   rcall('SADD', KEYS[3], unpack(ids))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 
-from ...core.replies import fields_of, item_fields, raise_errors
+from ...core.replies import FIELD, fields_of, item_fields, raise_errors
 from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Fields
@@ -47,6 +47,7 @@ class CommandBase:
     def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
         self.keys = keys
         self.clock = clock
+        self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)

@@ -63,7 +63,7 @@ class Produce(CommandBase):
             tx.append(("SET", dedup, ids[0], "PX", dedup_ms))
         for mid, body in zip(ids, bodies):
             extra = ["d", str(at)] if delay_ms else []
-            tx.append(("HSET", k.item(mid), "t", now_s, *extra, *body_fields(body)))
+            tx.append(("HSET", k.item(mid), "t", now_s, *extra, *body_fields(body, self.field_bytes)))
         if delay_ms:
             tx += [("SADD", tk, *ids), ("ZADD", k.timers, "LT", at, b)]
         else:

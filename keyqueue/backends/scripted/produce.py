@@ -15,11 +15,11 @@ class Produce(ScriptBase):
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
                     dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
-        reply = yield from self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, body))
+        reply = yield from self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, self.field_bytes, body))
         return Enqueued([text(reply[0])], reply[2] == 1)
 
     def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> Op[Enqueued]:
-        calls = [(self.enqueue_keys, [delay_ms, bucket_ms, 0, *bodies[i : i + CHUNK]])
+        calls = [(self.enqueue_keys, [delay_ms, bucket_ms, 0, self.field_bytes, *bodies[i : i + CHUNK]])
                  for i in range(0, len(bodies), CHUNK)]
         replies = yield from self.call_many("enqueue", calls)
         ids: list[str] = []
@@ -31,7 +31,8 @@ class Produce(ScriptBase):
                      dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> Op[Enqueued]:
         """One script call per message (each its own delay and dedup key), all pipelined."""
         base = self.enqueue_keys
-        calls = [(base if key is None else (*base, self.keys.dedup(key)), (delay, bucket_ms, dedup_ms, body))
+        calls = [(base if key is None else (*base, self.keys.dedup(key)),
+                  (delay, bucket_ms, dedup_ms, self.field_bytes, body))
                  for body, delay, key in zip(bodies, delays_ms, dedup_keys)]
         ids: list[str] = []
         missing = False

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...core.replies import error_for, flat_fields
+from ...core.replies import FIELD, error_for, flat_fields
 from ...core.results import Claimed
 from ...core.roundtrip import Command, Op
 from ...keys import QueueKeys
@@ -86,6 +86,7 @@ class ScriptBase:
     def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
         self.keys = keys
         self.clock = clock
+        self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
         k = keys
         # Key lists built once: they are on the hot path of every call.
         self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
