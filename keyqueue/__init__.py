@@ -11,6 +11,7 @@ from .errors import (
     MessageNotJSON,
     MessageTooLarge,
     MissingDependency,
+    NotReplicated,
 )
 from .message import Message, QueueStats, ReapResult
 from .queue import Queue
@@ -37,5 +38,6 @@ __all__ = [
     "ConfigurationError",
     "CorruptQueue",
     "MissingDependency",
+    "NotReplicated",
     "__version__",
 ]

@@ -37,3 +37,14 @@ class CorruptQueue(KeyQueueError):
 
 class MissingDependency(KeyQueueError, ImportError):
     """An optional part of keyqueue was used without its extra installed."""
+
+
+class NotReplicated(KeyQueueError):
+    """A write was done on the primary, but fewer replicas than ``min_replicas`` acknowledged
+    it within ``replica_timeout``: it may be lost if the primary fails over now. Workers and
+    reapers treat it as transient."""
+
+    def __init__(self, acknowledged: int, wanted: int, timeout_ms: int) -> None:
+        self.acknowledged, self.wanted = acknowledged, wanted
+        super().__init__(f"done on the primary, but {acknowledged} of {wanted} replicas acknowledged it "
+                         f"within {timeout_ms} ms: it may be lost on a failover")

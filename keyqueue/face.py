@@ -12,6 +12,7 @@ import redis
 from .connection import connection_kwargs, resolve_client
 from .core.backend import Backend
 from .core.queue_core import QueueCore
+from .core.replication import Replication
 from .core.results import Fields
 from .errors import ConfigurationError
 from .keys import QueueKeys
@@ -60,16 +61,20 @@ class QueueFace:
         dedup_window: float | Unset = UNSET,
         scripting: bool = True,
         clock: Callable[[], float] | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         given = dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
                      bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes, dedup_window=dedup_window)
         core = QueueCore(name, prefix, {k: v for k, v in given.items() if v is not UNSET}, None)
         self._core = core  # the name and settings are validated before any connection is made
+        core.replication = Replication.of(min_replicas, replica_timeout)
         self.scripting = scripting
         self._owns_client = client is None
         self.client = resolve_client(client, url, self.client_class)
         core.socket_timeout = socket_timeout(self.client)
         core.ops = backend(self.client, core.keys, scripting, clock)
+        core.ops.replication = core.replication
         self._made()
 
     def _made(self) -> None:

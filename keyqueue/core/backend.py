@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, ReapStep, Requeued
+from .replication import Replication
 from .roundtrip import Op
 
 
 class Backend(Protocol):
     #: Bytes per body field in the item hash (the server's hash-max-listpack-value).
     field_bytes: int
+    #: The WAIT that follows every write (min_replicas).
+    replication: Replication
 
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
                     dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]: ...

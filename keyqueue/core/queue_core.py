@@ -16,6 +16,7 @@ from ..keys import QueueKeys, validate_name, validate_prefix
 from ..message import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
+from .replication import Replication
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
 from .roundtrip import Command, Op
@@ -85,6 +86,8 @@ class QueueCore:
         self.given = validate(QueueSettings(), given).to_hash(set(given))
         self._ops = ops
         self.socket_timeout = socket_timeout
+        #: WAIT after writes (min_replicas); the backend holds the same object.
+        self.replication = Replication()
         self.settings: QueueSettings | None = None
         #: The config fields this Queue restores if the hash vanishes: those it was given or
         #: found when it loaded (never defaults it merely fell back to).
@@ -132,9 +135,11 @@ class QueueCore:
         current = parse_settings(k.config, stored)
         if self.given:
             flat = [x for pair in self.given.items() for x in pair]
-            (reply,) = yield [("HSET", k.config, *flat)]
+            reply, *waited = yield [("HSET", k.config, *flat), *self.replication.tail()]
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
+            for w in waited:
+                self.replication.check(w)
             yield from self.register()
             changed = [f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
                        for name, value in self.given.items()

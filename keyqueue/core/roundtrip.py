@@ -41,12 +41,16 @@ def one(command: Command) -> Op[Any]:
     return (yield [command])[0]
 
 
-def transaction(commands: Sequence[Command]) -> Op[list[Any] | None]:
-    """MULTI ... EXEC: the replies, or None when a watched key changed (nothing applied)."""
-    replies = yield [("MULTI",), *commands, ("EXEC",)]
-    result = replies[-1]
+def transaction(commands: Sequence[Command], replication: Any = None) -> Op[list[Any] | None]:
+    """MULTI ... EXEC: the replies, or None when a watched key changed (nothing applied).
+    With a ``core.replication.Replication``, its WAIT follows the EXEC in the same round trip."""
+    tail = replication.tail() if replication is not None else []
+    replies = yield [("MULTI",), *commands, ("EXEC",), *tail]
+    result = replies[len(commands) + 1]
     if isinstance(result, Exception):
         raise result
+    if tail and result is not None:
+        replication.check(replies[-1])
     return result
 
 

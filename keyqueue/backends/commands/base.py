@@ -10,6 +10,7 @@ from ...core.replies import FIELD, fields_of, item_fields, raise_errors
 from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Fields
+from ...core.replication import Replication
 from ...core.roundtrip import Command, Op, one, transaction
 from ...errors import CorruptQueue
 from ...keys import QueueKeys
@@ -48,6 +49,7 @@ class CommandBase:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
+        self.replication = Replication()  # the face sets the queue's min_replicas
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)
@@ -95,7 +97,7 @@ class CommandBase:
         timer_prefix = self.keys.base + "timer:"
         emptied = list(dict.fromkeys(str(c[1]) for c in cmds
                                      if c[0] == "SREM" and str(c[1]).startswith(timer_prefix)))
-        res = yield from transaction([*cmds, *(("SCARD", tk) for tk in emptied)])
+        res = yield from transaction([*cmds, *(("SCARD", tk) for tk in emptied)], self.replication)
         if res is None:
             return None
         self._raise_errors(cmds, res)

@@ -24,8 +24,9 @@ class Consume(ScriptBase):
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         claim = self._evalsha("claim", self.claim_keys,
                               (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
-        woken, reply = yield [("BLPOP", *signals, timeout), claim]
+        tail = self.replication.tail()
+        woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]
         if isinstance(woken, ResponseError):
             raise error_for(woken, signals[0])
-        (reply,) = yield from self.loaded("claim", [claim], [reply])
+        (reply,) = yield from self.loaded("claim", [claim], replies, tail)
         return claimed(reply)

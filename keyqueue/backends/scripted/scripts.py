@@ -13,6 +13,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ...core.replies import FIELD, error_for, flat_fields
 from ...core.results import Claimed
+from ...core.replication import Replication
 from ...core.roundtrip import Command, Op
 from ...keys import QueueKeys
 
@@ -20,6 +21,8 @@ SCRIPT_NAMES = (
     "enqueue", "claim", "ack", "extend", "release", "dead_letter",
     "reap", "requeue", "purge", "peek", "stats",
 )
+#: Scripts that never write: no WAIT after them.
+READ_ONLY = frozenset({"peek", "stats"})
 #: Most messages or ids in one script call (Lua's unpack() stops near 8,000 values).
 CHUNK = 1000
 
@@ -87,6 +90,7 @@ class ScriptBase:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
+        self.replication = Replication()  # the face sets the queue's min_replicas
         k = keys
         # Key lists built once: they are on the hot path of every call.
         self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
@@ -111,20 +115,28 @@ class ScriptBase:
         return (yield from self.call_many(name, [(keys, args)]))[0]
 
     def call_many(self, name: str, calls: Sequence[tuple[Sequence[str], Iterable[Any]]]) -> Op[list[Any]]:
-        """Several calls of one script in one round trip (each call atomic on its own)."""
+        """Several calls of one script in one round trip (each call atomic on its own),
+        followed by a WAIT when the queue wants replicated writes and the script writes."""
         commands = [self._evalsha(name, keys, args) for keys, args in calls]
-        return (yield from self.loaded(name, commands, (yield commands)))
+        tail = [] if name in READ_ONLY else self.replication.tail()
+        return (yield from self.loaded(name, commands, (yield [*commands, *tail]), tail))
 
-    def loaded(self, name: str, commands: Sequence[Command], replies: list[Any]) -> Op[list[Any]]:
-        """The replies of calls of script ``name``: calls the server answered NOSCRIPT (it is
-        new or restarted) are sent again after a SCRIPT LOAD in one round trip; an error
-        reply is raised. The one place a script gets loaded."""
+    def loaded(self, name: str, commands: Sequence[Command], replies: list[Any],
+               tail: Sequence[Command] = ()) -> Op[list[Any]]:
+        """The replies of calls of script ``name`` (``replies`` ends with those of ``tail``,
+        the WAIT that followed them): calls the server answered NOSCRIPT (it is new or
+        restarted) are sent again after a SCRIPT LOAD in one round trip, with the WAIT again;
+        an error reply is raised, then too few replicas. The one place a script gets loaded."""
+        replies, waited = replies[: len(commands)], replies[len(commands):]
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
-            again = yield [("SCRIPT LOAD", script_source(name)), *(commands[i] for i in retry)]
+            again = yield [("SCRIPT LOAD", script_source(name)), *(commands[i] for i in retry), *tail]
             for i, r in zip(retry, again[1:]):
                 replies[i] = r
+            waited = again[1 + len(retry):]
         for r in replies:
             if isinstance(r, ResponseError):
                 raise error_for(r, self.keys.base)
+        for w in waited:
+            self.replication.check(w)
         return replies
