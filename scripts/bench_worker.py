@@ -1,17 +1,23 @@
 """Worker benchmark: how fast keyqueue workers drain a queue, and how soon an idle worker
-starts on a new message.
+starts on a new message, each against a raw baseline measured in the same run.
 
-1. Drain rate with a no-op handler, in 1 and 2 worker processes, beside the classic
-   reliable-queue loop on raw redis-py in the same run (LMOVE queue -> processing, handle,
-   LREM processing): ratio target >= 2.
-2. Wake-up latency of an idle worker process, until its handler starts: from the moment
-   ``enqueue`` returns (the message is in the queue) and, more strictly, from the moment
-   ``enqueue`` is called (both processes read CLOCK_MONOTONIC, shared on Linux):
-   targets 0.5 ms median, 2 ms p99.
+1. Drain rate, 1 and 2 worker processes, default ``Worker`` settings, with a handler that
+   does one Redis round trip of its own (INCR), against two raw loops doing the same handler
+   work: a Redis Streams consumer (XREADGROUP COUNT 100, the handler per entry, one XACK of
+   the batch) and the classic reliable-list loop (LMOVE queue -> processing, handler, LREM).
+   Interleaved rounds (Streams, keyqueue, LMOVE, ...), per-round ratios min / median / max;
+   every run is checked to have handled each message once. Targets: >= 1.0x the Streams
+   consumer, >= 2x the LMOVE loop.
+2. Wake-up latency of an idle worker process until its handler starts: from the moment
+   ``enqueue`` returns (the message is in the queue) and from the moment ``enqueue`` is
+   called (both processes read CLOCK_MONOTONIC, shared on Linux). The producer waits for
+   each message to be handled, then pauses 1-5 ms, so the worker is idle in its long-poll
+   every time. The same is measured for a raw LPUSH -> BLPOP consumer, the machine's floor.
+   Targets: from the call, 0.5 ms median, 2 ms p99.
 
 It starts its own redis-server on a free loopback port. Run from the repository root:
 
-    .venv/bin/python scripts/bench_worker.py [--messages N] [--quick] [--json]
+    .venv/bin/python scripts/bench_worker.py [--messages N] [--rounds R] [--samples S] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -19,67 +25,148 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
+import random
 import statistics
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import redis
 
 from keyqueue import Message, Queue, Worker
 from keyqueue.server import RedisServer
 
+QUEUE = "bench"
 RAW_QUEUE, RAW_PROCESSING = "raw:queue", "raw:processing"
-STARTS, CALLED, RETURNED = "bench:starts", "bench:called", "bench:returned"
+STREAM, GROUP = "raw:stream", "g"
+HANDLED = "bench:handled"
+STARTS = "bench:starts"
+BODY = b"x" * 100
+
+_handler_client: redis.Redis | None = None
 
 
-def noop(message: Message) -> None:
-    pass
+def handle() -> None:
+    """The handler's own work: one Redis round trip (the same on every side)."""
+    global _handler_client
+    if _handler_client is None:
+        _handler_client = redis.Redis.from_url(os.environ["BENCH_URL"])
+    _handler_client.incr(HANDLED)
+
+
+# -- the three ways to drain -----------------------------------------------------------
 
 
 def keyqueue_drain(url: str) -> None:
-    Worker(Queue("bench", url=url), noop).run(burst=True)
+    Worker(Queue(QUEUE, url=url), lambda m: handle()).run(burst=True)
 
 
-def raw_drain(url: str) -> None:
-    """The BLMOVE/LREM pattern, draining until the list is empty."""
+def streams_drain(url: str) -> None:
+    r = redis.Redis.from_url(url)
+    consumer = f"c{os.getpid()}"
+    while got := r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=100):
+        ids = []
+        for _, entries in got:
+            for entry_id, _fields in entries:
+                handle()
+                ids.append(entry_id)
+        r.xack(STREAM, GROUP, *ids)
+
+
+def lmove_drain(url: str) -> None:
     r = redis.Redis.from_url(url)
     while (body := r.lmove(RAW_QUEUE, RAW_PROCESSING, "RIGHT", "LEFT")) is not None:
+        handle()
         r.lrem(RAW_PROCESSING, 1, body)
 
 
-def _process(target: Callable[[str], None], url: str, ready, go, finished) -> None:  # type: ignore[no-untyped-def]
+def fill(r: redis.Redis, side: str, n: int) -> None:
+    """Only this side's data, on a flushed server."""
+    r.flushall()
+    for i in range(0, n, 1000):
+        k = min(1000, n - i)
+        if side == "keyqueue":
+            Queue(QUEUE, client=r).enqueue_many([BODY] * k)
+        elif side == "streams":
+            pipe = r.pipeline(transaction=False)
+            for _ in range(k):
+                pipe.xadd(STREAM, {"b": BODY})
+            pipe.execute()
+        else:
+            r.lpush(RAW_QUEUE, *([BODY] * k))
+    if side == "streams":
+        r.xgroup_create(STREAM, GROUP, id="0")
+
+
+def drained(r: redis.Redis, side: str, n: int) -> None:
+    """Every message handled once and none left: a broken side cannot look fast."""
+    handled = int(r.get(HANDLED) or 0)
+    if side == "keyqueue":
+        s = Queue(QUEUE, client=r).stats()
+        left = s.waiting + s.processing
+    elif side == "streams":
+        left = r.xpending(STREAM, GROUP)["pending"]
+    else:
+        left = r.llen(RAW_QUEUE) + r.llen(RAW_PROCESSING)
+    if handled != n or left:
+        raise RuntimeError(f"{side}: handled {handled} of {n}, {left} left")
+
+
+SIDES: dict[str, Callable[[str], None]] = {"streams": streams_drain, "keyqueue": keyqueue_drain,
+                                           "lmove": lmove_drain}
+
+
+def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
+    os.environ["BENCH_URL"] = url
+    handle()  # the handler's connection is made before the clock starts
     ready.release()
     go.wait()
-    target(url)
+    SIDES[side](url)
     finished.put(time.monotonic())
 
 
-def drain_rate(url: str, target: Callable[[str], None], processes: int, n: int) -> float:
-    """Messages per second for `processes` processes draining n pre-filled messages."""
+def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> float:
+    """Messages per second for ``processes`` processes draining n pre-filled messages."""
+    fill(r, side, n)
     ctx = mp.get_context("spawn")
     ready, go, finished = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_process, args=(target, url, ready, go, finished)) for _ in range(processes)]
+    procs = [ctx.Process(target=_process, args=(side, url, ready, go, finished)) for _ in range(processes)]
     for p in procs:
         p.start()
     for _ in procs:
         ready.acquire()
-    time.sleep(0.2)  # imports done, connections idle
+    r.delete(HANDLED)  # the warm-up INCRs
     start = time.monotonic()
     go.set()
     ends = [finished.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
+    drained(r, side, n)
     return n / (max(ends) - start)
 
 
-def fill(r: redis.Redis, n: int) -> None:
-    r.flushall()
-    q = Queue("bench", client=r)
-    body = b"x" * 100
-    for i in range(0, n, 1000):
-        q.enqueue_many([body] * min(1000, n - i))
-        r.lpush(RAW_QUEUE, *([body] * min(1000, n - i)))
+def ratios(a: list[float], b: list[float]) -> dict[str, float]:
+    rs = [x / y for x, y in zip(a, b)]
+    return {"min": round(min(rs), 2), "median": round(statistics.median(rs), 2), "max": round(max(rs), 2)}
+
+
+def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, Any]]:
+    rows = []
+    for processes in (1, 2):
+        runs: dict[str, list[float]] = {side: [] for side in SIDES}
+        for _ in range(rounds):
+            for side in SIDES:  # baseline, keyqueue, baseline: neighbours in time
+                runs[side].append(drain_rate(r, url, side, processes, n))
+        rows.append({"processes": processes, "messages": n,
+                     **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in runs.items()},
+                     "vs_streams": ratios(runs["keyqueue"], runs["streams"]),
+                     "vs_lmove": ratios(runs["keyqueue"], runs["lmove"])})
+        print(f"  drained with {processes} process(es)", file=sys.stderr)
+    return rows
+
+
+# -- wake-up latency -----------------------------------------------------------------------
 
 
 def record_start(message: Message) -> None:
@@ -92,25 +179,46 @@ def latency_worker(url: str) -> None:
     Worker(Queue("lat", url=url), record_start).run()
 
 
-def wake_latency(url: str, samples: int) -> tuple[list[float], list[float]]:
-    """Sorted latencies in ms (from enqueue's return, from enqueue's call)."""
+def raw_latency_worker(url: str) -> None:
+    """The floor: a consumer blocked in BLPOP, recording when it got each message."""
     r = redis.Redis.from_url(url)
+    while True:
+        _, mid = r.blpop(["raw:lat"])
+        started = time.monotonic()
+        r.hset(STARTS, mid, repr(started))
+
+
+def wake_latency(url: str, samples: int, raw: bool) -> tuple[list[float], list[float]]:
+    """Sorted latencies in ms (from enqueue's return, from its call), each message handled
+    before the next is sent, after a 1-5 ms pause: the worker is idle every time."""
+    r = redis.Redis.from_url(url)
+    r.delete(STARTS)
     q = Queue("lat", client=r)
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=latency_worker, args=(url,), daemon=True)
+    p = ctx.Process(target=raw_latency_worker if raw else latency_worker, args=(url,), daemon=True)
     p.start()
-    q.enqueue("warm-up")  # wait until the worker handles one
+    counter = iter(range(10**9))
+
+    def send() -> str:
+        if raw:
+            mid = str(next(counter))
+            r.lpush("raw:lat", mid)
+            return mid
+        return q.enqueue(b"")
+
+    send()  # warm-up: wait until the consumer handled one
     while r.hlen(STARTS) < 1:
-        time.sleep(0.01)
+        time.sleep(0.001)
     r.delete(STARTS)
     called, returned = {}, {}
+    rng = random.Random(7)
     for _ in range(samples):
-        time.sleep(0.02)  # the worker is idle, blocked in its long-poll
+        time.sleep(rng.uniform(0.001, 0.005))  # idle: blocked in its long-poll
         t0 = time.monotonic()
-        mid = q.enqueue(b"")
+        mid = send()
         returned[mid], called[mid] = time.monotonic(), t0
-    while r.hlen(STARTS) < samples:
-        time.sleep(0.01)
+        while not r.hexists(STARTS, mid):
+            pass  # a tight poll: the next message goes out as soon as this one started
     p.terminate()
     p.join()
     starts = {k.decode(): float(v) for k, v in r.hgetall(STARTS).items()}
@@ -121,50 +229,49 @@ def wake_latency(url: str, samples: int) -> tuple[list[float], list[float]]:
 
 def summary(lat: list[float]) -> dict[str, float]:
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    return {"median_ms": round(statistics.median(lat), 3), "p99_ms": round(p99, 3),
-            "max_ms": round(lat[-1], 3)}
+    return {"median_ms": round(statistics.median(lat), 3), "p99_ms": round(p99, 3), "max_ms": round(lat[-1], 3)}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=60_000)
-    ap.add_argument("--samples", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="small counts, a smoke test")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    n, samples = (3000, 50) if args.quick else (args.messages, args.samples)
-    rows, ok = [], True
+    n, samples = (5000, 100) if args.quick else (args.messages, args.samples)
     with RedisServer() as server:
         r = redis.Redis(port=server.port)
-        for processes in (1, 2):
-            kq_best = raw_best = 0.0
-            for _ in range(2):  # alternate, keep each side's best
-                fill(r, n)
-                kq_best = max(kq_best, drain_rate(server.url, keyqueue_drain, processes, n))
-                raw_best = max(raw_best, drain_rate(server.url, raw_drain, processes, n))
-            ratio = kq_best / raw_best
-            ok &= ratio >= 2
-            rows.append({"processes": processes, "messages": n, "keyqueue_msgs_per_s": round(kq_best),
-                         "blmove_lrem_msgs_per_s": round(raw_best), "ratio": round(ratio, 2)})
-            print(f"  drained with {processes} process(es)", file=sys.stderr)
-        from_return, from_call = wake_latency(server.url, samples)
-    latency = {name: summary(lat) for name, lat in (("from_return", from_return), ("from_call", from_call))}
-    ok &= latency["from_return"]["median_ms"] <= 0.5 and latency["from_return"]["p99_ms"] <= 2.0
+        rows = drain_rows(r, server.url, n, max(3, args.rounds))
+        latency = {}
+        for raw in (False, True):
+            from_return, from_call = wake_latency(server.url, samples, raw)
+            who = "raw" if raw else "keyqueue"
+            latency[f"{who}_from_return"], latency[f"{who}_from_call"] = summary(from_return), summary(from_call)
+    ok = all(row["vs_streams"]["median"] >= 1.0 and row["vs_lmove"]["median"] >= 2 for row in rows)
+    ok &= latency["keyqueue_from_call"]["median_ms"] <= 0.5 and latency["keyqueue_from_call"]["p99_ms"] <= 2.0
     if args.json:
         print(json.dumps({"drain": rows, "latency": latency}, indent=2))
-    else:
-        print("| worker processes | messages | keyqueue msg/s | BLMOVE/LREM loop msg/s | ratio (target >= 2) |")
-        print("|---:|---:|---:|---:|---:|")
-        for row in rows:
-            print(f"| {row['processes']} | {row['messages']:,} | {row['keyqueue_msgs_per_s']:,} | "
-                  f"{row['blmove_lrem_msgs_per_s']:,} | {row['ratio']:.2f} |")
-        print()
-        print(f"| idle worker, until the handler starts ({samples} samples) | median ms (target 0.5) "
-              "| p99 ms (target 2) | max ms |")
-        print("|---|---:|---:|---:|")
-        for name, label in (("from_return", "from enqueue's return"), ("from_call", "from enqueue's call")):
-            x = latency[name]
-            print(f"| {label} | {x['median_ms']:.3f} | {x['p99_ms']:.3f} | {x['max_ms']:.3f} |")
+        return 0 if ok else 1
+    print("| worker processes | messages | keyqueue msg/s | Streams consumer msg/s | LMOVE loop msg/s | "
+          "vs Streams min / median / max (target >= 1) | vs LMOVE (target >= 2) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        s, lm = row["vs_streams"], row["vs_lmove"]
+        print(f"| {row['processes']} | {row['messages']:,} | {row['keyqueue_msgs_per_s']:,} | "
+              f"{row['streams_msgs_per_s']:,} | {row['lmove_msgs_per_s']:,} | "
+              f"{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f} | {lm['min']:.2f} / {lm['median']:.2f} / "
+              f"{lm['max']:.2f} |")
+    print()
+    print(f"| idle consumer, until its handler starts ({samples} samples) | median ms | p99 ms | max ms |")
+    print("|---|---:|---:|---:|")
+    for key, label in (("keyqueue_from_call", "keyqueue worker, from enqueue's call (target 0.5 / 2)"),
+                       ("keyqueue_from_return", "keyqueue worker, from enqueue's return"),
+                       ("raw_from_call", "raw BLPOP consumer, from LPUSH's call (the floor)"),
+                       ("raw_from_return", "raw BLPOP consumer, from LPUSH's return")):
+        x = latency[key]
+        print(f"| {label} | {x['median_ms']:.3f} | {x['p99_ms']:.3f} | {x['max_ms']:.3f} |")
     return 0 if ok else 1
 
 
