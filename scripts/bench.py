@@ -387,11 +387,11 @@ def throughput(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
 
 
 def flatness(r: redis.Redis, sizes: Sequence[int], rounds: int, claims: int = 5_000) -> list[Row]:
-    """Single claim + ack of ``claims`` messages with ``size`` waiting: each size against
-    the smallest, in interleaved rounds (each round refills the queue)."""
+    """Single claim + ack of ``claims`` messages with at least ``size`` waiting: each size
+    against the smallest, in interleaved rounds (each round refills the queue)."""
 
     def side(size: int) -> Prepare:
-        data = bodies(size)
+        data = bodies(size + claims)  # `size` still wait behind the last claim
 
         def prepare() -> Callable[[], None]:
             q = kq_prefill(r, data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Callable
 
 import pytest
@@ -132,14 +134,15 @@ USERS = {
     "items": ALL_BUT(*MESSAGE_OPS - {"release"}),
     "processing": ALL_BUT("enqueue", "enqueue_many", "enqueue_delayed", "length"),
     "timers": ALL_BUT("length", "enqueue", "enqueue_many"),
-    "dead": {"claim", "dead_letter", "reap", "requeue_dead", "requeue_processing", "purge_waiting",
+    "dead": {"dead_letter", "reap", "requeue_dead", "requeue_processing", "purge_waiting",
              "purge_all", "peek_waiting", "peek_delayed", "stats"},
     "seq": {"enqueue", "enqueue_many", "enqueue_delayed"},
     "signal": {"enqueue", "enqueue_many", "claim", "release", "release_delayed",
                "reap", "requeue_dead", "requeue_processing"},
     "item:3": MESSAGE_OPS | {"requeue_processing"},
     # the counters are written by what they count (a claim and a reap may dead-letter)
-    "counters": {"enqueue", "enqueue_many", "enqueue_delayed", "claim", "ack", "dead_letter", "reap"},
+    # (a claim writes the dead letters and the counters only with max_receives: see below)
+    "counters": {"enqueue", "enqueue_many", "enqueue_delayed", "ack", "dead_letter", "reap"},
 }
 
 
@@ -173,6 +176,21 @@ def test_overwritten_key_raises_corrupt_queue_and_changes_nothing(make_queue, r:
             OPS[name](q, state)
         assert full in str(info.value), f"{name}: {info.value}"
         assert snapshot(r) == before, f"{name} changed data on a corrupt {key}"
+
+
+@pytest.mark.parametrize("key", ["dead", "counters", "timers", "signal", "queue", "items", "processing"])
+def test_a_claim_that_may_dead_letter_refuses_every_corrupt_key(make_queue, r: redis.Redis, key: str) -> None:
+    q = make_queue("q", max_receives=1)
+    q.enqueue_many(["a", "b"])
+    m = q.claim()
+    assert m is not None and q.release(m)  # "a" is out of receives: the next claim dead-letters it
+    full = f"kq:{{q}}:{key}"
+    r.delete(full)
+    r.set(full, "overwritten")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=re.escape(full)):
+        q.claim()
+    assert snapshot(r) == before
 
 
 def test_overwritten_item_of_a_waiting_message_blocks_claim_without_loss(q: Queue, r: redis.Redis) -> None:

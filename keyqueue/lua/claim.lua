@@ -25,27 +25,37 @@ local count = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[5])
 local max_receives = tonumber(ARGV[6])
 
-local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
-                        KEYS[5], 'list', KEYS[6], 'list', KEYS[8], 'hash'})
-if bad then return corrupt(bad) end
+-- Every key's type is known before the first write, at few extra calls: the index and the
+-- signal by the reads this script makes anyway (redis.pcall), the queue and the sets by the
+-- first round's reads, the timer set by its SADD (the first write of a round), and the two
+-- keys written only for a dead letter by TYPE, when dead letters are possible at all.
+local bad = {}
+local first = checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+local tokens = checked(bad, 'LLEN', KEYS[6])
+if #bad > 0 then return corrupt(bad[1]) end
+if max_receives then
+  local wrong = wrong_type({KEYS[5], 'list', KEYS[8], 'hash'})
+  if wrong then return corrupt(wrong) end
+end
 local now = now_ms()
 local deadline = now + tonumber(ARGV[4])
 local deadline_s, now_s = fmt(deadline), fmt(now)
 local tk = timer_key(bucket_of(deadline, bucket_ms))
-if wrong_type({tk, 'set'}) then return corrupt(tk) end
 
 local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false}
 local claimed = 0
+local written = false  -- once true, a failing read ends the claim with what it took
 while claimed < count do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
-  local heads = rcall('LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
+  local heads = checked(bad, 'LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
+  if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
   -- Read every item of this round before the first write; a wrong type fails the read.
   local items = {}
   for i = 1, #heads do
     local f = read_for_claim(item_key(heads[i]))
     if f == false then
-      if #out == 3 and out[1] == 0 then return corrupt(item_key(heads[i])) end
+      if not written then return corrupt(item_key(heads[i])) end
       heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
       count = 0
       break
@@ -53,10 +63,10 @@ while claimed < count do
     items[i] = f
   end
   if #heads == 0 then break end
-  rcall('LTRIM', KEYS[1], #heads, -1)
-  local waiting = rcall('SMISMEMBER', KEYS[2], unpack(heads))
-  local held = rcall('SMISMEMBER', KEYS[3], unpack(heads))
-  local leaving, taken, dead, seen = {}, {}, {}, {}
+  local waiting = checked(bad, 'SMISMEMBER', KEYS[2], unpack(heads))
+  local held = checked(bad, 'SMISMEMBER', KEYS[3], unpack(heads))
+  if #bad > 0 then return corrupt(bad[1]) end  -- (only the first round can fail)
+  local leaving, taken, fields, dead, gone, seen = {}, {}, {}, {}, {}, {}
   for i, id in ipairs(heads) do
     if waiting[i] == 1 and held[i] == 0 and not seen[id] then
       seen[id] = true
@@ -66,23 +76,37 @@ while claimed < count do
         local r = tonumber(f.r or '0')
         if max_receives and r >= max_receives then
           dead[#dead + 1] = id
-          if not f.e then
-            rcall('HSET', item_key(id), 'e', 'exceeded max_receives (' .. ARGV[6] .. ')')
-          end
+          gone[#gone + 1] = f
         else
-          local n = tonumber(f.n or '0') + 1
-          f.r, f.c, f.d = fmt(r + 1), fmt(n) .. '-' .. now_s, deadline_s
-          rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s)
           taken[#taken + 1] = id
-          push_message(out, id, f)
+          fields[#fields + 1] = f
         end
       end
     end
   end
+  -- The writes of this round; the timer set's SADD first, as its type check.
+  if #taken > 0 then
+    local added = redis.pcall('SADD', tk, unpack(taken))
+    if type(added) == 'table' and added.err then
+      if not written then return write_error(added, tk) end
+      break
+    end
+  end
+  written = true
+  rcall('LTRIM', KEYS[1], #heads, -1)
+  for j, id in ipairs(taken) do
+    local f = fields[j]
+    local n = tonumber(f.n or '0') + 1
+    f.r, f.c, f.d = fmt(tonumber(f.r or '0') + 1), fmt(n) .. '-' .. now_s, deadline_s
+    rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s)
+    push_message(out, id, f)
+  end
+  for j, id in ipairs(dead) do
+    if not gone[j].e then rcall('HSET', item_key(id), 'e', 'exceeded max_receives (' .. ARGV[6] .. ')') end
+  end
   if #leaving > 0 then rcall('SREM', KEYS[2], unpack(leaving)) end
   if #taken > 0 then
     rcall('SADD', KEYS[3], unpack(taken))
-    rcall('SADD', tk, unpack(taken))
     claimed = claimed + #taken
   end
   if #dead > 0 then
@@ -91,10 +115,11 @@ while claimed < count do
     out[1] = out[1] + #dead
   end
 end
+local earliest = first[2] and tonumber(first[2])
 if claimed > 0 then
   rcall('ZADD', KEYS[4], 'LT', deadline, bucket_of(deadline, bucket_ms))
-  if rcall('LLEN', KEYS[1]) > 0 then signal(KEYS[6]) end
+  if tokens == 0 and rcall('LLEN', KEYS[1]) > 0 then rcall('RPUSH', KEYS[6], '1') end
+  if not earliest or deadline < earliest then earliest = deadline end
 end
-local first = rcall('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-if first[2] then out[3] = math.floor(tonumber(first[2]) - now) end
+if earliest then out[3] = math.floor(earliest - now) end
 return out
