@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote
 
 import redis
 
@@ -16,20 +16,101 @@ DEFAULT_URL = "redis://localhost:6379/0"
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
+_USERINFO_PASSWORD = re.compile(r"(://[^/@?#]*?:)[^/?#]*@")
+_QUERY_PASSWORD = re.compile(r"((?:^|[?&])[a-z_]*password=)[^&#]*", re.I)
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe to print or log."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    except ValueError:
-        return "<unparseable URL>"
+    """The URL with every password (in its user info, or a ``...password=`` query
+    parameter) replaced by ``***``: safe to print or log, whatever its scheme."""
+    if not isinstance(url, str):
+        return "<not a URL>"
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", url))
+
+
+#: Sentinel URLs: redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]
+SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
+SCHEMES = {"redis", "rediss", "unix", *SENTINEL_SCHEMES}
+SENTINEL_PORT = 26379
+#: Query parameters of a Sentinel URL: the sentinels' own credentials, and connection
+#: settings applied to the servers and the sentinels alike (redis-py's URL parsers).
+SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
+SENTINEL_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float, "socket_keepalive": str,
+                    "health_check_interval": int, "max_connections": int,
+                    "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str, "ssl_cert_reqs": str,
+                    "ssl_check_hostname": str}
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, Any], dict[str, Any]]:
+    """(sentinels, service, db, server kwargs, sentinel kwargs) of a Sentinel URL; ValueError
+    naming the first problem."""
+    scheme, _, rest = url.partition("://")
+    tls = SENTINEL_SCHEMES[scheme]
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    userinfo, _, hostlist = netloc.rpartition("@")
+    server: dict[str, Any] = {}
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            server["username"] = unquote(user)
+        if password:
+            server["password"] = unquote(password)
+    hosts = []
+    for item in hostlist.split(","):
+        m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]+)(?::(\d*))?", item)
+        if not item or m is None:
+            raise ValueError(f"bad sentinel address {item!r} (want host:port[,host:port...])")
+        port = int(m.group(2)) if m.group(2) else SENTINEL_PORT
+        if not 0 < port < 65536:
+            raise ValueError(f"bad port in sentinel address {item!r}")
+        hosts.append((m.group(1).strip("[]"), port))
+    names = [unquote(p) for p in path.split("/") if p] if path else []
+    if not names or len(names) > 2:
+        raise ValueError("the path must name the monitored service: /SERVICE or /SERVICE/DB")
+    if len(names) == 2 and not names[1].isdigit():
+        raise ValueError(f"the database must be a number, not {names[1]!r}")
+    db = int(names[1]) if len(names) == 2 else 0
+    sentinel: dict[str, Any] = {}
+    shared: dict[str, Any] = {"ssl": True} if tls else {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in SENTINEL_CREDENTIALS:
+            sentinel[name[len("sentinel_"):]] = value
+        elif name in SENTINEL_OPTIONS:
+            if name.startswith("ssl_") and not tls:
+                raise ValueError(f"{name} needs TLS: use rediss+sentinel://")
+            try:
+                parsed = SENTINEL_OPTIONS[name](value)
+            except ValueError:
+                raise ValueError(f"invalid value for {name!r}") from None
+            shared[name] = parsed if name not in ("socket_keepalive", "ssl_check_hostname") else value in (
+                "1", "true", "yes", "on", "True")
+        else:
+            raise ValueError(f"unknown query parameter {name!r}")
+    server.update(shared, db=db)
+    sentinel.update({k: v for k, v in shared.items() if k != "max_connections"})
+    return hosts, names[0], db, server, sentinel
+
+
+def sentinels_of(client: Any) -> list[Any]:
+    """The clients of the sentinels behind a client made from a Sentinel URL (none for
+    another client): whoever closes the client closes these too."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(getattr(manager, "sentinels", None) or [])
+
+
+def sentinel_client(url: str, cls: Any) -> Any:
+    """A client of the master of a Sentinel URL's service, by redis-py's own Sentinel
+    support (sync or asyncio after ``cls``): it asks the sentinels for the master on each
+    new connection, so it follows a failover. No I/O."""
+    hosts, service, _db, server, sentinel_kwargs = _sentinel_parts(url)
+    if cls.__module__.startswith("redis.asyncio"):
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+        manager: Any = AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
+    else:
+        from redis.sentinel import Sentinel
+        manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
+    return manager.master_for(service, redis_class=cls)
 
 
 def from_url(url: str, cls: Any = redis.Redis) -> Any:
@@ -37,6 +118,12 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
     if not isinstance(url, str) or not url:
         raise ConfigurationError("a Redis URL must be a non-empty string")
     try:
+        scheme = url.partition("://")[0] if "://" in url else ""
+        if scheme not in SCHEMES:
+            raise ValueError("the scheme must be redis://, rediss://, unix://, redis+sentinel:// "
+                             "or rediss+sentinel://")
+        if scheme in SENTINEL_SCHEMES:
+            return sentinel_client(url, cls)
         client = cls.from_url(url)
         # redis-py checks unknown query parameters only when it first connects: make one
         # connection object (no I/O) so a typo in the URL fails here, as a bad URL.

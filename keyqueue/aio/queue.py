@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
 
 import redis.asyncio
 
+from ..connection import sentinels_of
 from ..core import multi
 from ..core.queue_core import list_queues_op
 from ..core.roundtrip import Op, T
@@ -47,6 +48,8 @@ class Queue(QueueFace):
         """Close the client this queue made from a URL (a client you gave stays open)."""
         if self._owns_client:
             await self.client.aclose()
+            for sentinel in sentinels_of(self.client):  # a Sentinel URL's: closed with it
+                await sentinel.aclose()
 
     # -- settings -------------------------------------------------------------------------
 
