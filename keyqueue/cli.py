@@ -49,8 +49,16 @@ class Config:
     url_given: bool = False
     prefix_given: bool = False
     scripting_given: bool = False
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
+    replicas_given: bool = False
 
     _client: redis.Redis | None = None
+
+    def options(self) -> dict[str, Any]:
+        """How every Queue the CLI builds talks to Redis."""
+        return dict(scripting=self.scripting, min_replicas=self.min_replicas,
+                    replica_timeout=self.replica_timeout)
 
     def client(self) -> redis.Redis:
         if self._client is None:
@@ -58,7 +66,7 @@ class Config:
         return self._client
 
     def queue(self, name: str) -> Queue:
-        return Queue(name, client=self.client(), prefix=self.prefix, scripting=self.scripting)
+        return Queue(name, client=self.client(), prefix=self.prefix, **self.options())
 
     def existing(self, name: str) -> Queue:
         """The queue, or a one-line error naming the closest registered names (a typo must
@@ -96,9 +104,14 @@ pass_config = click.make_pass_decorator(Config)
               help=f"Redis URL (env KEYQUEUE_URL; default {DEFAULT_URL}).")
 @click.option("--prefix", default="kq", show_default=True, help="Key prefix of the queues.")
 @click.option("--no-scripting", is_flag=True, help="Use the script-free protocol (no EVAL).")
+@click.option("--min-replicas", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Replicas that must acknowledge every write (WAIT), else NotReplicated.")
+@click.option("--replica-timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=1.0,
+              show_default=True, help="Seconds a write waits for --min-replicas.")
 @click.version_option(__version__, "--version", prog_name="keyqueue", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str, no_scripting: bool) -> None:
+def cli(ctx: click.Context, url: str | None, prefix: str, no_scripting: bool, min_replicas: int,
+        replica_timeout: float) -> None:
     """keyqueue: a reliable, SQS-like work queue on plain Redis."""
     if url is not None and not url.strip():
         raise ConfigurationError("--url is empty: give a Redis URL such as redis://HOST:6379/0")
@@ -108,7 +121,10 @@ def cli(ctx: click.Context, url: str | None, prefix: str, no_scripting: bool) ->
     ctx.obj = Config(url, prefix, not no_scripting,
                      url_given=ctx.get_parameter_source("url") in GIVEN,
                      prefix_given=ctx.get_parameter_source("prefix") in GIVEN,
-                     scripting_given=ctx.get_parameter_source("no_scripting") in GIVEN)
+                     scripting_given=ctx.get_parameter_source("no_scripting") in GIVEN,
+                     min_replicas=min_replicas, replica_timeout=replica_timeout,
+                     replicas_given=any(ctx.get_parameter_source(p) in GIVEN
+                                        for p in ("min_replicas", "replica_timeout")))
 
 
 @cli.command()
@@ -446,7 +462,7 @@ def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_jso
     validate(QueueSettings(), values)  # every value checked before anything is written
     q = cfg.existing(queue)
     if values:
-        q = Queue(queue, client=cfg.client(), prefix=cfg.prefix, scripting=cfg.scripting, **values)
+        q = Queue(queue, client=cfg.client(), prefix=cfg.prefix, **cfg.options(), **values)
     settings = asdict(q.settings)
     if as_json:
         click.echo(json.dumps(settings))
@@ -501,7 +517,7 @@ def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str
 
     setup_logging(log_level)
     r = Reaper(list(queues) or None, url=cfg.url or DEFAULT_URL, prefix=cfg.prefix,
-               interval=interval, scripting=cfg.scripting)
+               interval=interval, **cfg.options())
     logging.getLogger("keyqueue.reaper").info(
         "reaping %s every %.3gs at %s", ", ".join(queues) or "every queue", interval, cfg.shown_url)
     r.run()
@@ -605,11 +621,14 @@ def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrenc
         def rebuilt(name: str, like: Any) -> Any:
             return queue_class(name, client=client() if cfg.url_given else like.client,
                                prefix=cfg.prefix if cfg.prefix_given else like.prefix,
-                               scripting=cfg.scripting if cfg.scripting_given else like.scripting)
+                               scripting=cfg.scripting if cfg.scripting_given else like.scripting,
+                               min_replicas=cfg.min_replicas if cfg.replicas_given else like.min_replicas,
+                               replica_timeout=(cfg.replica_timeout if cfg.replicas_given
+                                                else like.replica_timeout))
 
         if queues:
             qs = [rebuilt(name, target.queues[0]) for name in queues]
-        elif cfg.url_given or cfg.prefix_given or cfg.scripting_given:
+        elif cfg.url_given or cfg.prefix_given or cfg.scripting_given or cfg.replicas_given:
             qs = [rebuilt(q.name, q) for q in target.queues]
         else:
             qs = list(target.queues)
@@ -624,7 +643,7 @@ def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrenc
         if not queues:
             raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
                                    "so name the queues it serves", ctx)
-        w = kind([queue_class(name, client=client(), prefix=cfg.prefix, scripting=cfg.scripting)
+        w = kind([queue_class(name, client=client(), prefix=cfg.prefix, **cfg.options())
                   for name in queues], target, concurrency=concurrency, grace_period=grace,
                  visibility_timeout=visibility_timeout)
     setup_logging(log_level)

@@ -86,6 +86,14 @@ class QueueFace:
         return self._core.name
 
     @property
+    def min_replicas(self) -> int:
+        return self._core.replication.replicas
+
+    @property
+    def replica_timeout(self) -> float:
+        return self._core.replication.timeout_ms / 1000
+
+    @property
     def prefix(self) -> str:
         return self._core.prefix
 

@@ -13,11 +13,12 @@ import signal
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Any, Iterable
 
 import redis
 
 from .connection import TRANSIENT, resolve_client
+from .core.replication import Replication
 from .errors import KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
 from .keys import validate_prefix
@@ -94,10 +95,14 @@ class Reaper:
         prefix: str = "kq",
         interval: float = 1.0,
         scripting: bool = True,
+        min_replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         self.interval = check_seconds("interval", interval, allow_zero=False)
         self.prefix = validate_prefix(prefix)
         self.scripting = scripting
+        self.replication: dict[str, Any] = dict(min_replicas=min_replicas, replica_timeout=replica_timeout)
+        Replication.of(min_replicas, replica_timeout)  # checked now, before any I/O
         given = None if queues is None else (
             [queues] if isinstance(queues, (Queue, str)) else list(queues))
         needs_client = given is None or any(isinstance(q, str) for q in given)
@@ -133,7 +138,7 @@ class Reaper:
             if q is None:
                 try:
                     q = self._cache[name] = Queue(name, client=self.client, prefix=self.prefix,
-                                                  scripting=self.scripting)
+                                                  scripting=self.scripting, **self.replication)
                 except KeyQueueError as exc:  # one corrupt queue must not stop the others
                     log.error("cannot reap queue=%s: %s", name, exc)
                     continue

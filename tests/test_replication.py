@@ -127,3 +127,37 @@ def test_a_worker_treats_not_replicated_as_transient(clients: Any, pair: Any) ->
 def test_bad_replication_options_fail_before_any_io(kw: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument, match=next(iter(kw))):
         Queue("q", url="redis://127.0.0.1:1/0", **kw)
+
+
+def test_the_cli_reaper_and_spark_options_carry_min_replicas(clients: Any, pair: Any) -> None:
+    import subprocess
+    import sys
+
+    from keyqueue import Reaper
+    from keyqueue.spark.options import Options
+
+    p, replica = clients
+    url = f"redis://127.0.0.1:{pair[0].port}/0"
+    run = [sys.executable, "-m", "keyqueue", "--url", url]
+    ok = subprocess.run([*run, "--min-replicas", "1", "enqueue", "c", "x"], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert replica.scard("kq:{c}:items") == 1
+    refused = subprocess.run([*run, "--min-replicas", "2", "--replica-timeout", "0.2", "enqueue", "c", "y"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "1 of 2 replicas" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    bad = subprocess.run([*run, "--min-replicas", "-1", "stats", "c"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--min-replicas" in bad.stderr
+
+    reaper = Reaper(["c"], url=url, min_replicas=2, replica_timeout=0.2)
+    (q,) = reaper.queues()
+    assert (q.min_replicas, q.replica_timeout) == (2, 0.2)
+    with pytest.raises(InvalidArgument, match="min_replicas"):
+        Reaper(["c"], url=url, min_replicas=-1)
+
+    opts = Options.parse({"url": url, "queue": "c", "minReplicas": "1", "replicaTimeout": "0.5"})
+    q = opts.open()
+    assert (q.min_replicas, q.replica_timeout) == (1, 0.5)
+    with pytest.raises(InvalidArgument, match="minReplicas"):
+        Options.parse({"url": url, "queue": "c", "minReplicas": "many"})

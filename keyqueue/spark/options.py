@@ -19,6 +19,9 @@ class Options:
     queue: str
     prefix: str = "kq"
     scripting: bool = True
+    #: replicated writes (Queue's min_replicas, replica_timeout)
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
     body_column: str = "value"
     delay_column: str = "delay"
     dedup_column: str = "dedupKey"
@@ -45,6 +48,8 @@ class Options:
         parsed = cls(
             url=url, queue=o["queue"], prefix=o.get("prefix", "kq"),
             scripting=o.get("scripting", "true").lower() in TRUE,
+            min_replicas=_whole("minReplicas", o.get("minreplicas", "0")),
+            replica_timeout=_seconds("replicaTimeout", o.get("replicatimeout", "1")),
             body_column=o.get("bodycolumn", "value"),
             delay_column=o.get("delaycolumn", "delay"),
             dedup_column=o.get("dedupkeycolumn", "dedupKey"),
@@ -57,7 +62,21 @@ class Options:
 
     def open(self) -> Queue:
         """A Queue with a client of its own (call it where the work runs)."""
-        return Queue(self.queue, url=self.url, prefix=self.prefix, scripting=self.scripting)
+        return Queue(self.queue, url=self.url, prefix=self.prefix, scripting=self.scripting,
+                     min_replicas=self.min_replicas, replica_timeout=self.replica_timeout)
+
+
+def _whole(name: str, value: str) -> int:
+    if not value.isdigit():
+        raise InvalidArgument(f"option {name} must be a whole number >= 0, not {value!r}")
+    return int(value)
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be seconds, not {value!r}") from None
 
 
 def _positive(name: str, value: str) -> int:

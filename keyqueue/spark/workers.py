@@ -31,9 +31,11 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     handler calls, rounds run and failed Spark jobs."""
     target = url or _url_of(queue)
     name, prefix, scripting = queue.name, queue.prefix, queue.scripting
+    replicas, replica_timeout = queue.min_replicas, queue.replica_timeout
 
     def task(index: int, _: Iterable[int]) -> Iterable[tuple[int, int]]:
-        q = Queue(name, url=target, prefix=prefix, scripting=scripting)
+        q = Queue(name, url=target, prefix=prefix, scripting=scripting, min_replicas=replicas,
+                  replica_timeout=replica_timeout)
         w = Worker(q, handler, **worker_options)
         t = threading.Thread(target=w.run, kwargs={"burst": True})  # not the main thread: no signal handlers
         t.start()
