@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 import redis
 
-from keyqueue import NotReplicated, Queue, Worker, aio
+from keyqueue import NotReplicated, Queue, Reaper, Worker, aio
 
 from .conftest import wait_until
 from .ha_servers import SentinelSet
@@ -62,6 +62,7 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     primary is SIGKILLed mid-run; every enqueue that returned an id is processed."""
     acked: list[str] = []
     handled: list[str] = []
+    by_async: list[str] = []
     failures: list[str] = []
     stop = threading.Event()
 
@@ -78,6 +79,19 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
 
     worker_q = Queue("fo", url=ha.url, visibility_timeout=2)
     producer = threading.Thread(target=produce, daemon=True)
+    # beside the sync worker: an asyncio worker and a reaper, all through the sentinel URL
+    loop = asyncio.new_event_loop()
+    aq = aio.Queue("fo", url=ha.url)
+
+    async def on_message(m: aio.Message) -> None:
+        handled.append(m.id)
+        by_async.append(m.id)
+
+    async_worker = aio.Worker(aq, on_message, concurrency=4)
+    async_thread = threading.Thread(target=loop.run_until_complete, args=(async_worker.run(),), daemon=True)
+    reaper = Reaper(["fo"], url=ha.url, interval=0.5)
+    reaper.start()
+    async_thread.start()
     with Running(Worker(worker_q, lambda m: handled.append(m.id))):
         producer.start()
         wait_until(lambda: len(handled) >= 200, timeout=30)
@@ -86,11 +100,20 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
         new = ha.wait_for_failover(old)
         assert new != old
         count = len(acked)
-        wait_until(lambda: len(acked) >= count + 200, timeout=60)  # producing again, on the new primary
+        async_before = len(by_async)
+        # producing again on the new primary, and the asyncio worker taking part again (after
+        # its outage backoff)
+        wait_until(lambda: len(acked) >= count + 200 and len(by_async) > async_before, timeout=60)
         stop.set()
         producer.join(30)
         wanted = set(acked)
         wait_until(lambda: wanted <= set(handled), timeout=60)
+    loop.call_soon_threadsafe(async_worker.stop)
+    async_thread.join(30)
+    reaper.shutdown()
+    assert not async_thread.is_alive() and reaper.passes > 0
+    loop.run_until_complete(aq.aclose())
+    loop.close()
     lost = wanted - set(handled)
     duplicates = len(handled) - len(set(handled))
     print(f"failover: {len(wanted)} acknowledged, {len(lost)} lost, {duplicates} duplicates, "
