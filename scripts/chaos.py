@@ -4,7 +4,9 @@
         [--seconds-between-kills 1.0] [--rate 500] [--no-scripting] [--json]
 
 It starts its own redis-server (``--appendonly yes --appendfsync always``, a free port,
-never 6379), producer threads that enqueue ``--messages`` unique JSON payloads in small
+never 6379; with ``--failover [--min-replicas N]`` a primary, two replicas and three
+sentinels instead, everyone connecting through a ``redis+sentinel://`` URL, and the one
+crash a SIGKILL of the primary that the sentinels fail over), producer threads that enqueue ``--messages`` unique JSON payloads in small
 batches, ``--workers`` ``keyqueue worker`` processes (``-c 2``, handler
 ``scripts/chaos_handler.py``) and a ``keyqueue reaper``. About every
 ``--seconds-between-kills`` a random worker (now and then the reaper) is SIGKILLed and
@@ -52,7 +54,8 @@ from chaos_handler import DELIVERIES, DONE, LOG  # noqa: E402  (scripts/ is sys.
 
 from keyqueue import Queue  # noqa: E402
 from keyqueue.connection import TRANSIENT  # noqa: E402
-from keyqueue.errors import KeyQueueError  # noqa: E402
+from keyqueue.connection import from_url  # noqa: E402
+from keyqueue.errors import KeyQueueError, NotReplicated  # noqa: E402
 from keyqueue.server import RedisServer  # noqa: E402
 
 QUEUE = "chaos"
@@ -122,7 +125,7 @@ class Producer(threading.Thread):
                     ids = (self.queue.enqueue_many(bodies) if len(bodies) > 1
                            else [self.queue.enqueue(bodies[0])])
                     break
-                except TRANSIENT:
+                except (*TRANSIENT, NotReplicated):  # not acknowledged: the batch is sent again
                     failures += 1
                     with self.ledger.lock:
                         self.ledger.retried_batches += 1
@@ -330,25 +333,70 @@ def monitor_client(port: int) -> redis.Redis:
     return redis.Redis(port=port, socket_timeout=5, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
 
 
+class FailoverTarget:
+    """The Redis of ``--failover``: a primary, two replicas and three sentinels (no
+    persistence: the failover is what keeps the data). Everyone connects through the
+    sentinel URL; a crash SIGKILLs the current primary and waits for the sentinels to
+    promote a replica (one failover per soak: the killed server stays down)."""
+
+    def __init__(self) -> None:
+        self.ha: Any = None
+        self.killed: RedisServer | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.ha is None:
+            from tests.ha_servers import SentinelSet  # the test suite's servers (ROOT is on sys.path)
+
+            self.ha = SentinelSet(replicas=2)
+        # A killed primary stays down: brought back without persistence it would be an empty
+        # server until the sentinels make it a replica, a hazard of its own.
+
+    @property
+    def url(self) -> str:
+        return str(self.ha.url)
+
+    @property
+    def dir(self) -> str:
+        return "a primary, two replicas and three sentinels on loopback"
+
+    def kill(self) -> None:
+        old = self.ha.current_primary_port()
+        self.killed = next(s for s in self.ha.servers() if s.port == old)
+        self.killed.kill()
+        self.ha.wait_for_failover(old)
+
+    def monitor(self) -> redis.Redis:
+        return from_url(self.url)
+
+    def cleanup(self) -> None:
+        if self.ha is not None:
+            self.ha.stop()
+
+
 def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]:
     rng = random.Random(args.seed)
     run_id = uuid.uuid4().hex[:8]
     logdir = Path(tempfile.mkdtemp(prefix="keyqueue-chaos-"))
-    server = RedisServer(REDIS_EXTRA)
+    server: Any = FailoverTarget() if args.failover else RedisServer(REDIS_EXTRA)
     fleet: Fleet | None = None
     stop = threading.Event()
     producers: list[Producer] = []
     ok = False
     try:
         server.start()
-        out(f"redis-server on 127.0.0.1:{server.port} ({' '.join(REDIS_EXTRA)}), data in {server.dir}")
-        mon = monitor_client(server.port)
+        if args.failover:
+            out(f"Redis: {server.dir}, through {server.url}; min_replicas={args.min_replicas}")
+            mon = server.monitor()
+        else:
+            out(f"redis-server on 127.0.0.1:{server.port} ({' '.join(REDIS_EXTRA)}), data in {server.dir}")
+            mon = monitor_client(server.port)
         setup = Queue(QUEUE, url=server.url, visibility_timeout=VISIBILITY, bucket_seconds=1,
                       scripting=args.scripting)
         ledger = Ledger()
         n_all = list(range(args.messages))
         for i in range(args.producers):
-            q = Queue(QUEUE, url=server.url, scripting=args.scripting)
+            q = Queue(QUEUE, url=server.url, scripting=args.scripting, min_replicas=args.min_replicas)
             producers.append(Producer(i, n_all[i :: args.producers], q, ledger, args.batch,
                                       args.rate / args.producers, run_id, stop))
         fleet = Fleet(server.url, args.workers, args.scripting, logdir, args.work_ms)
@@ -372,15 +420,19 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
             now = time.monotonic()
             acked = ledger.count()
             # Redis: SIGKILL and restart at about 1/3 and 2/3 of production.
-            if len(crashes) < 2 and acked >= args.messages * (len(crashes) + 1) / 3:
+            # (--failover: one failover, at about half of production)
+            planned = 1 if args.failover else 2
+            if len(crashes) < planned and acked >= args.messages * (len(crashes) + 1) / (planned + 1):
                 down = time.time()
                 server.kill()
-                out(f"t={now - t0:6.1f}s  SIGKILLed redis-server at {acked}/{args.messages} acknowledged")
+                what = "the primary (failed over)" if args.failover else "redis-server"
+                out(f"t={now - t0:6.1f}s  SIGKILLed {what} at {acked}/{args.messages} acknowledged")
                 time.sleep(args.redis_down)  # the outage itself, not a wait for something
                 server.start(timeout=120)
                 crashes.append((down, time.time()))
-                out(f"t={time.monotonic() - t0:6.1f}s  redis-server restarted from its AOF "
-                    f"({time.time() - down:.1f}s down)")
+                out(f"t={time.monotonic() - t0:6.1f}s  " + (
+                    "a replica was promoted; the killed primary stays down" if args.failover
+                    else f"redis-server restarted from its AOF ({time.time() - down:.1f}s down)"))
                 continue
             if now >= next_kill:
                 ev = fleet.kill_one(rng, tick)
@@ -447,7 +499,8 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
         lost = sorted(acked_set - done_set)
         worker_kills = sum(e.kind == "worker" for e in fleet.kills)
         result: dict[str, Any] = {
-            "mode": "scripted" if args.scripting else "script-free",
+            "mode": ("scripted" if args.scripting else "script-free")
+                + (f", failover, min_replicas={args.min_replicas}" if args.failover else ""),
             "messages": args.messages,
             "acknowledged": len(acked_set),
             "unacknowledged": args.messages - len(acked_set),
@@ -543,6 +596,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--progress", type=float, default=2.0, help="seconds between progress lines")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-scripting", dest="scripting", action="store_false")
+    ap.add_argument("--failover", action="store_true",
+                    help="Redis is a primary, two replicas and three sentinels; a crash is a SIGKILL "
+                         "of the current primary, and everyone follows the sentinels")
+    ap.add_argument("--min-replicas", type=int, default=0, help="producers' min_replicas (default 0)")
     ap.add_argument("--json", action="store_true", help="report JSON on stdout (progress on stderr)")
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per process kill")
