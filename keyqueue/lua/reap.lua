@@ -134,8 +134,10 @@ local function examine_many(tk, ids, bucket_end)
     if not seen[id] then  -- (SSCAN may return an id twice: it is examined once)
       seen[id] = true
       local ik = BASE .. 'item:' .. id
-      local f = held[i] == 1 and pcall_('HMGET', ik, 'd', 'r', 'e', 'c')
-      local d = f and not f.err and f[4] and tonumber(f[1])
+      -- (receives and last error only matter with a receive limit)
+      local f = held[i] == 1 and (max_receives and pcall_('HMGET', ik, 'd', 'c', 'r', 'e')
+                                  or pcall_('HMGET', ik, 'd', 'c'))
+      local d = f and not f.err and f[2] and tonumber(f[1])
       if d and d >= first and d < last then
         if d > now then keep(d) else
           local n = #expired + 1
@@ -149,18 +151,21 @@ local function examine_many(tk, ids, bucket_end)
   if #expired == 0 then return min end
   rcall('SREM', tk, unpack(expired))
   rcall('SREM', KEYS[3], unpack(expired))
-  local back, dead = {}, {}
+  local back, dead = max_receives and {} or expired, {}
   for i = 1, #expired do
-    local id, ik, f = expired[i], keys[i], fields[i]
+    local ik = keys[i]
     rcall('HDEL', ik, 'c', 'd')
-    local r = tonumber(f[2] or '0')
-    if max_receives and r >= max_receives then
-      if not f[3] then
-        rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
+    if max_receives then
+      local f = fields[i]
+      local r = tonumber(f[3] or '0')
+      if r >= max_receives then
+        if not f[4] then
+          rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
+        end
+        dead[#dead + 1] = expired[i]
+      else
+        back[#back + 1] = expired[i]
       end
-      dead[#dead + 1] = id
-    else
-      back[#back + 1] = id
     end
   end
   if #back > 0 then
