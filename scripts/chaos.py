@@ -6,7 +6,8 @@
 It starts its own redis-server (``--appendonly yes --appendfsync always``, a free port,
 never 6379; with ``--failover [--min-replicas N]`` a primary, two replicas and three
 sentinels instead, everyone connecting through a ``redis+sentinel://`` URL, and the one
-crash a SIGKILL of the primary that the sentinels fail over), producer threads that enqueue ``--messages`` unique JSON payloads in small
+crash a SIGKILL of the primary that the sentinels fail over; ``--cut-replication S``
+first cuts its replication link for S seconds, as a partition would), producer threads that enqueue ``--messages`` unique JSON payloads in small
 batches, ``--workers`` ``keyqueue worker`` processes (``-c 2``, handler
 ``scripts/chaos_handler.py``) and a ``keyqueue reaper``. About every
 ``--seconds-between-kills`` a random worker (now and then the reaper) is SIGKILLed and
@@ -339,7 +340,8 @@ class FailoverTarget:
     sentinel URL; a crash SIGKILLs the current primary and waits for the sentinels to
     promote a replica (one failover per soak: the killed server stays down)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cut: float = 0.0) -> None:
+        self.cut = cut
         self.ha: Any = None
         self.killed: RedisServer | None = None
         self.port = 0
@@ -362,6 +364,9 @@ class FailoverTarget:
 
     def kill(self) -> None:
         old = self.ha.current_primary_port()
+        if self.cut:  # a partition first: the primary takes writes its replicas never get
+            self.ha.cut_replication()
+            time.sleep(self.cut)
         self.killed = next(s for s in self.ha.servers() if s.port == old)
         self.killed.kill()
         self.ha.wait_for_failover(old)
@@ -378,7 +383,7 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
     rng = random.Random(args.seed)
     run_id = uuid.uuid4().hex[:8]
     logdir = Path(tempfile.mkdtemp(prefix="keyqueue-chaos-"))
-    server: Any = FailoverTarget() if args.failover else RedisServer(REDIS_EXTRA)
+    server: Any = FailoverTarget(args.cut_replication) if args.failover else RedisServer(REDIS_EXTRA)
     fleet: Fleet | None = None
     stop = threading.Event()
     producers: list[Producer] = []
@@ -600,6 +605,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="Redis is a primary, two replicas and three sentinels; a crash is a SIGKILL "
                          "of the current primary, and everyone follows the sentinels")
     ap.add_argument("--min-replicas", type=int, default=0, help="producers' min_replicas (default 0)")
+    ap.add_argument("--cut-replication", type=float, default=0.0, metavar="S",
+                    help="--failover: cut the primary's replication link S seconds before it is "
+                         "killed (a partition: with --min-replicas 0 the writes of those seconds "
+                         "are acknowledged and lost, so the soak reports them and exits 1)")
     ap.add_argument("--json", action="store_true", help="report JSON on stdout (progress on stderr)")
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per process kill")

@@ -16,6 +16,11 @@ from keyqueue.server import RedisServer, free_port
 from .conftest import wait_until
 
 SERVICE = "mymaster"
+#: Replicas sync as this ACL user (on every server, as a promoted replica must accept the
+#: others), so a test can cut a primary's replication link while its clients carry on.
+REPL_USER, REPL_PASSWORD = "repl", "repl-secret"
+REPL_ARGS = ["--user", REPL_USER, "on", f">{REPL_PASSWORD}", "~*", "&*", "+@all",
+             "--masteruser", REPL_USER, "--masterauth", REPL_PASSWORD]
 
 
 class Sentinel:
@@ -68,8 +73,8 @@ class SentinelSet:
     """A primary, ``replicas`` replicas of it and three sentinels (quorum 2)."""
 
     def __init__(self, replicas: int = 2) -> None:
-        self.primary = RedisServer().start()
-        self.replicas = [RedisServer(["--replicaof", "127.0.0.1", str(self.primary.port)]).start()
+        self.primary = RedisServer(REPL_ARGS).start()
+        self.replicas = [RedisServer([*REPL_ARGS, "--replicaof", "127.0.0.1", str(self.primary.port)]).start()
                          for _ in range(replicas)]
         for replica in self.replicas:  # synced: a WAIT counts it
             c = redis.Redis(port=replica.port)
@@ -107,6 +112,21 @@ class SentinelSet:
                 return port
             time.sleep(0.05)
         raise AssertionError(f"no failover away from port {old_port} within {timeout}s")
+
+    def cut_replication(self) -> None:
+        """A partition between the primary and its replicas: the replication user is
+        disabled on the primary and the replicas' links killed, so they cannot resync, while
+        the primary goes on taking writes from its clients (a lagging or broken link, as a
+        network failure would make it; SIGSTOPped replicas would still receive the stream
+        into their socket buffers on loopback)."""
+        port = self.current_primary_port()
+        c = redis.Redis(port=port)
+        try:
+            c.acl_setuser(REPL_USER, enabled=False)
+            c.client_kill_filter(_type="replica")
+            wait_until(lambda: c.info("replication")["connected_slaves"] == 0, timeout=10)
+        finally:
+            c.close()
 
     def stop(self) -> None:
         for s in self.sentinels:

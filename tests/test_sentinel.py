@@ -119,3 +119,49 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     print(f"failover: {len(wanted)} acknowledged, {len(lost)} lost, {duplicates} duplicates, "
           f"{len(failures)} enqueues refused meanwhile ({sorted(set(failures))})")
     assert not lost
+
+
+def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> None:
+    """Why min_replicas exists (SPEC 9): the replication link is cut while two producers go
+    on writing, one with min_replicas=0, one with 1; then the primary dies and a replica is
+    promoted. The first lost what it was told was enqueued; the second was told nothing
+    it did not keep (its enqueues raised NotReplicated)."""
+    ha = SentinelSet(replicas=2)
+    try:
+        q0 = Queue("r0", url=ha.url)
+        q1 = Queue("r1", url=ha.url, min_replicas=1, replica_timeout=0.2)
+        before = [q0.enqueue("before"), q1.enqueue("before")]  # replicated: survive
+        ha.cut_replication()
+        acked0 = [q0.enqueue(f"m{i}") for i in range(50)]
+        acked1: list[str] = []
+        refused1 = 0
+        for i in range(5):
+            try:
+                acked1.append(q1.enqueue(f"m{i}"))
+            except NotReplicated as exc:
+                assert exc.acknowledged == 0 and exc.wanted == 1
+                refused1 += 1
+        old = ha.primary.port
+        ha.primary.kill()
+        ha.wait_for_failover(old)
+
+        def survivors(q: Queue, ids: list[str]) -> set[str]:
+            return {m.id for m in q.get(ids)}
+
+        wait_until(lambda: _answers(q0), timeout=30)
+        assert survivors(q0, before[:1]) == {before[0]} and survivors(q1, before[1:]) == {before[1]}
+        lost0 = set(acked0) - survivors(q0, acked0)
+        assert lost0 == set(acked0)  # every write made during the partition was acknowledged, then lost
+        assert refused1 == 5 and not acked1  # with min_replicas=1 none was acknowledged
+        print(f"min_replicas=0: {len(lost0)} of {len(acked0)} acknowledged enqueues lost in the failover; "
+              f"min_replicas=1: {refused1} refused with NotReplicated, 0 acknowledged, 0 lost")
+    finally:
+        ha.stop()
+
+
+def _answers(q: Queue) -> bool:
+    try:
+        q.length()
+        return True
+    except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+        return False
