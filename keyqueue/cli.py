@@ -3,7 +3,6 @@ are turned into one line and an exit code in one place (``main``)."""
 
 from __future__ import annotations
 
-import base64
 import difflib
 import importlib
 import json
@@ -22,6 +21,7 @@ from click.core import ParameterSource
 from . import __version__
 from .connection import DEFAULT_URL, connection_kwargs, from_url, redact
 from .errors import ConfigurationError, InvalidArgument, KeyQueueError, MessageTooLarge
+from .message import json_body
 from .queue import BATCH, Queue, list_queues
 from .settings import QueueSettings, check_seconds, validate
 
@@ -273,14 +273,6 @@ def shown_body(body: bytes) -> str:
     """A body for a human on one line: bytes that are not UTF-8 and control characters
     are escaped (\\xff, \\n)."""
     return body.decode("utf-8", "backslashreplace").translate(_ESCAPES)
-
-
-def json_body(body: bytes) -> tuple[str, bool]:
-    """A body for JSON: its text if it is UTF-8, else base64 (and True)."""
-    try:
-        return body.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return base64.b64encode(body).decode("ascii"), True
 
 
 @cli.command()

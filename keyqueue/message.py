@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json as _json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -119,3 +120,12 @@ class QueueStats:
     delayed: int
     dead: int
     oldest_age: float | None
+
+
+def json_body(body: bytes) -> tuple[str, bool]:
+    """A body for JSON (``peek --json``, the web API): its text if it is UTF-8, else base64
+    (and True)."""
+    try:
+        return body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii"), True

@@ -1,0 +1,75 @@
+"""The JSON API of SPEC section 8, and /healthz."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..queue import PeekSource
+from .store import Store
+
+SOURCES: tuple[PeekSource, ...] = ("waiting", "processing", "delayed", "dead")
+#: Most messages one request returns.
+MAX_COUNT = 1000
+
+
+class BadRequest(ValueError):
+    """A query parameter the API cannot use: a 400 naming it."""
+
+
+def store_of(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def source_and_count(request: Request, default_count: int) -> tuple[PeekSource, int]:
+    source = request.query_params.get("source", "waiting")
+    if source not in SOURCES:
+        raise BadRequest(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    raw = request.query_params.get("count", str(default_count))
+    if not raw.isdigit() or not 0 <= int(raw) <= MAX_COUNT:
+        raise BadRequest(f"count must be a whole number from 0 to {MAX_COUNT}, not {raw!r}")
+    return source, int(raw)
+
+
+async def queues(request: Request) -> Response:
+    return JSONResponse([v.api() for v in await store_of(request).overview()])
+
+
+async def queue(request: Request) -> Response:
+    return JSONResponse((await store_of(request).view(request.path_params["name"])).api())
+
+
+async def messages(request: Request) -> Response:
+    from .present import api_message
+
+    store = store_of(request)
+    q = await store.existing(request.path_params["name"])
+    source, count = source_and_count(request, 10)
+    return JSONResponse([api_message(m) for m in await q.peek(count, source=source)])
+
+
+async def overview(request: Request) -> Response:
+    """What the overview shows, with counters and rates (not in the SPEC's API: the
+    dashboard's own, documented in the README)."""
+    out: list[dict[str, Any]] = []
+    for v in await store_of(request).overview():
+        out.append({**v.api(), "counters": dict(v.counters), "rates": dict(v.rates)})
+    return JSONResponse(out)
+
+
+async def healthz(request: Request) -> Response:
+    ok = await store_of(request).ping()
+    return JSONResponse({"redis": "ok" if ok else "unreachable"}, status_code=200 if ok else 503)
+
+
+routes = [
+    Route("/healthz", healthz),
+    Route("/api/queues", queues),
+    Route("/api/overview", overview),
+    Route("/api/queues/{name}", queue),
+    Route("/api/queues/{name}/messages", messages),
+]

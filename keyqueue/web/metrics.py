@@ -1,0 +1,62 @@
+"""``GET /metrics``: the queues' gauges and their Redis counters in Prometheus' text format,
+read from Redis at each scrape (so every replica of the app says the same)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .store import QueueView, Store
+
+STATES = ("waiting", "processing", "delayed", "dead")
+#: Counter name in Redis -> metric name (without ``_total``) and help.
+COUNTERS = {
+    "enqueued": ("keyqueue_enqueued", "Messages enqueued (a deduplicated enqueue is none)."),
+    "acked": ("keyqueue_acked", "Deliveries acknowledged."),
+    "redelivered": ("keyqueue_redelivered", "Messages made visible again after their visibility timeout."),
+    "dead_lettered": ("keyqueue_dead_lettered", "Messages moved to the dead letters."),
+}
+
+
+class Snapshot(Collector):
+    """The metric families of views read for one scrape."""
+
+    def __init__(self, views: Sequence[QueueView]) -> None:
+        self.views = views
+
+    def collect(self) -> Iterable[Metric]:
+        messages = GaugeMetricFamily("keyqueue_messages", "Messages per state.", labels=["queue", "state"])
+        oldest = GaugeMetricFamily("keyqueue_oldest_message_age_seconds",
+                                   "Age of the oldest waiting message (absent while none waits).",
+                                   labels=["queue"])
+        counters = {k: CounterMetricFamily(name, text, labels=["queue"]) for k, (name, text) in COUNTERS.items()}
+        for v in self.views:
+            for state in STATES:
+                messages.add_metric([v.name, state], getattr(v.stats, state))
+            if v.stats.oldest_age is not None:
+                oldest.add_metric([v.name], v.stats.oldest_age)
+            for k, family in counters.items():
+                family.add_metric([v.name], v.counters.get(k, 0))
+        yield messages
+        yield oldest
+        yield from counters.values()
+
+
+def exposition(views: Sequence[QueueView]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshot(views))
+    return generate_latest(registry)
+
+
+async def metrics(request: Request) -> Response:
+    store: Store = request.app.state.store
+    return Response(exposition(await store.overview()), media_type=CONTENT_TYPE_LATEST)
+
+
+routes = [Route("/metrics", metrics)]

@@ -1,0 +1,191 @@
+"""The dashboard's HTML: the overview, a page per queue, the fragments the page's script
+swaps in to refresh itself, the actions behind a confirmation, and the login form."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from .api import MAX_COUNT, SOURCES, BadRequest, source_and_count, store_of
+from .auth import Session, Sessions, set_cookie_header
+from .present import body_view
+
+PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
+#: Messages a queue page lists per source unless ?count= says otherwise.
+PAGE_COUNT = 50
+NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}."}
+
+
+def templates(request: Request) -> Jinja2Templates:
+    t: Jinja2Templates = request.app.state.templates
+    return t
+
+
+def sessions(request: Request) -> Sessions:
+    s: Sessions = request.app.state.sessions
+    return s
+
+
+def session(request: Request) -> Session:
+    s: Session = request.state.session
+    return s
+
+
+def base(request: Request) -> str:
+    """Where the app is mounted: every link and form starts with it."""
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    store = store_of(request)
+    context.update(base=base(request), read_only=request.app.state.read_only, csrf=session(request).csrf,
+                   shown_url=store.shown_url, prefix=store.prefix,
+                   logged_in=session(request).authenticated, now=time.time())
+    return templates(request).TemplateResponse(request, name, context, status_code=status)
+
+
+async def overview(request: Request) -> Response:
+    return render(request, "overview.html", views=await store_of(request).overview())
+
+
+async def overview_rows(request: Request) -> Response:
+    return render(request, "_overview_rows.html", views=await store_of(request).overview())
+
+
+async def queue_page(request: Request) -> Response:
+    store = store_of(request)
+    view = await store.view(request.path_params["name"])
+    source, count = source_and_count(request, PAGE_COUNT)
+    q = store.queue(view.name)
+    messages = await q.peek(count, source=source)
+    notice = request.query_params.get("notice")
+    text = None
+    if notice in NOTICES:
+        n = request.query_params.get("n", "0")
+        src = request.query_params.get("purged", "")
+        text = NOTICES[notice].format(n=n if n.isdigit() else "?", s="" if n == "1" else "s",
+                                      source=src if src in PURGE_SOURCES else "")
+    return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
+                  messages=[(m, body_view(m.body)) for m in messages], notice=text,
+                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT)
+
+
+async def queue_tiles(request: Request) -> Response:
+    view = await store_of(request).view(request.path_params["name"])
+    return render(request, "_queue_tiles.html", view=view)
+
+
+# -- actions ----------------------------------------------------------------------------
+
+
+async def refused(request: Request) -> Response | None:
+    """403 in read-only mode or without this session's CSRF token (nothing is changed)."""
+    if request.app.state.read_only:
+        return render(request, "error.html", 403, title="Read-only",
+                      detail="This dashboard runs with --read-only: actions are disabled.")
+    form = await request.form()
+    given = form.get("csrf")
+    if not sessions(request).csrf_ok(session(request), given if isinstance(given, str) else None):
+        return render(request, "error.html", 403, title="Action refused",
+                      detail="The form's CSRF token is missing or stale: reload the page and try again.")
+    return None
+
+
+def back(request: Request, name: str, **query: str) -> Response:
+    return RedirectResponse(f"{base(request)}/queues/{name}?{urlencode(query)}", status_code=303)
+
+
+async def requeue(request: Request) -> Response:
+    bad = await refused(request)
+    if bad is not None:
+        return bad
+    store = store_of(request)
+    q = await store.existing(request.path_params["name"])
+    form = await request.form()
+    one = str(form.get("id") or "").strip()
+    if form.get("confirm") != "1":
+        total = (await q.stats()).dead
+        what = f"dead letter {one}" if one else f"all {total} dead letters"
+        return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/requeue",
+                      fields={"id": one}, title=f"Requeue {what} of {q.name}?",
+                      detail="They go to the tail of the queue with receives reset to 0.", button="Requeue")
+    n = await q.requeue([one] if one else None, source="dead")
+    return back(request, q.name, source="dead", notice="requeue", n=str(n))
+
+
+async def purge(request: Request) -> Response:
+    bad = await refused(request)
+    if bad is not None:
+        return bad
+    store = store_of(request)
+    q = await store.existing(request.path_params["name"])
+    form = await request.form()
+    source = str(form.get("source") or "")
+    if source not in PURGE_SOURCES:
+        raise BadRequest(f"source must be one of {', '.join(PURGE_SOURCES)}, not {source!r}")
+    if form.get("confirm") != "1":
+        s = await q.stats()
+        total = {"waiting": s.waiting, "delayed": s.delayed, "dead": s.dead,
+                 "all": s.waiting + s.processing + s.delayed + s.dead}[source]
+        what = "every message" if source == "all" else f"the {source} messages"
+        return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/purge",
+                      fields={"source": source}, title=f"Delete {what} of {q.name} ({total})?",
+                      detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
+    n = await q.purge(source=source)  # type: ignore[arg-type]
+    return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",
+                n=str(n), purged=source)
+
+
+# -- login ------------------------------------------------------------------------------
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path inside the app (no other host, no scheme)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+async def login(request: Request) -> Response:
+    if request.method == "GET":
+        return render(request, "login.html", next=safe_next(request.query_params.get("next")), failed=False)
+    form = await request.form()
+    given = form.get("token")
+    target = safe_next(str(form.get("next") or "/"))
+    if not sessions(request).token_ok(given if isinstance(given, str) else None):
+        return render(request, "login.html", 401, next=target, failed=True)
+    fresh = sessions(request).new(authenticated=True)  # a new id: no session fixation
+    response = RedirectResponse(base(request) + target, status_code=303)
+    response.raw_headers.append(set_cookie_header(sessions(request), fresh, request.scope))
+    request.state.session_set = True
+    return response
+
+
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    given = form.get("csrf")
+    if not sessions(request).csrf_ok(session(request), given if isinstance(given, str) else None):
+        return render(request, "error.html", 403, title="Action refused", detail="Missing or stale CSRF token.")
+    response = RedirectResponse(base(request) + "/login", status_code=303)
+    response.raw_headers.append(set_cookie_header(sessions(request), None, request.scope))
+    request.state.session_set = True
+    return response
+
+
+routes = [
+    Route("/", overview),
+    Route("/partials/overview", overview_rows),
+    Route("/queues/{name}", queue_page),
+    Route("/partials/queues/{name}", queue_tiles),
+    Route("/queues/{name}/requeue", requeue, methods=["POST"]),
+    Route("/queues/{name}/purge", purge, methods=["POST"]),
+    Route("/login", login, methods=["GET", "POST"]),
+    Route("/logout", logout, methods=["POST"]),
+]

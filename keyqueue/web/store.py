@@ -1,0 +1,140 @@
+"""What the dashboard reads and changes in Redis, through ``keyqueue.aio`` only: the
+queue names under the prefix, each queue's stats and counters, messages, and the actions
+(requeue, purge). It owns the client it made from a URL, never one it was given."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Mapping, TypeVar
+
+import redis
+import redis.asyncio
+
+from ..aio.queue import Queue, list_queues
+from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
+from ..keys import validate_prefix
+from ..message import QueueStats
+from .rates import RATE_COUNTERS, RateHistory
+
+T = TypeVar("T")
+
+#: Seconds a read may take before the page says Redis does not answer (a blackholed
+#: host would otherwise hold the request for the kernel's connect timeout).
+READ_TIMEOUT = 10.0
+#: Seconds /healthz waits for PING.
+HEALTH_TIMEOUT = 2.0
+#: Queues read at once for the overview and /metrics (each read pins a connection).
+PARALLEL_READS = 8
+
+
+class UnknownQueue(LookupError):
+    """A name that is not registered under the prefix: a 404 on every route."""
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """One queue as the dashboard shows it: stats, counters and rates."""
+
+    name: str
+    stats: QueueStats
+    counters: Mapping[str, int]
+    rates: Mapping[str, float | None] = field(default_factory=dict)
+    series: Mapping[str, list[float]] = field(default_factory=dict)
+
+    def api(self) -> dict[str, Any]:
+        """The object of ``GET /api/queues`` (SPEC section 8)."""
+        s = self.stats
+        return {"name": self.name, "waiting": s.waiting, "processing": s.processing, "delayed": s.delayed,
+                "dead": s.dead, "oldest_age": s.oldest_age}
+
+
+async def bounded(aw: Awaitable[T], seconds: float = READ_TIMEOUT) -> T:
+    """``aw``, or redis' TimeoutError after ``seconds`` (a cancelled keyqueue operation
+    drops its connection and changes nothing more)."""
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError:
+        raise redis.TimeoutError(f"Redis did not answer within {seconds:g}s") from None
+
+
+def where(url: str | None, client: Any) -> str:
+    """Where the client connects, for the page's header: never a password."""
+    if url is not None:
+        return redact(url)
+    kw = connection_kwargs(client)
+    if sentinels_of(client):
+        return f"sentinel service {getattr(client.connection_pool, 'service_name', '?')}"
+    if kw.get("path"):
+        return f"unix://{kw['path']}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+class Store:
+    """The app's Redis side. ``queue_options`` go to every ``keyqueue.aio.Queue`` it builds
+    (``scripting``, ``min_replicas``, ``replica_timeout``)."""
+
+    def __init__(self, url: str | None, client: Any, prefix: str,
+                 queue_options: Mapping[str, Any] | None = None) -> None:
+        self.prefix = validate_prefix(prefix)
+        self.owns_client = client is None
+        if client is None and url is None:
+            url = default_url()
+        self.client = resolve_client(client, url, redis.asyncio.Redis)  # no I/O yet
+        self.shown_url = where(url, self.client)
+        self.queue_options = dict(queue_options or {})
+        self.rates = RateHistory()
+        self._queues: dict[str, Queue] = {}
+
+    async def aclose(self) -> None:
+        """Close the client made from the URL (a client passed in is the caller's)."""
+        if self.owns_client:
+            await self.client.aclose()
+            for sentinel in sentinels_of(self.client):
+                await sentinel.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await bounded(self.client.ping(), HEALTH_TIMEOUT))
+        except (redis.RedisError, OSError):
+            return False
+
+    def queue(self, name: str) -> Queue:
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = Queue(name, client=self.client, prefix=self.prefix, **self.queue_options)
+        return q
+
+    async def names(self) -> list[str]:
+        return sorted(await bounded(list_queues(self.client, self.prefix)))
+
+    async def existing(self, name: str) -> Queue:
+        if name not in await self.names():
+            raise UnknownQueue(name)
+        return self.queue(name)
+
+    async def _view(self, name: str) -> QueueView:
+        q = self.queue(name)
+        stats, counters = await bounded(asyncio.gather(q.stats(), q.counters()))
+        self.rates.record(name, counters)
+        return QueueView(name, stats, counters,
+                         {c: self.rates.rate(name, c) for c in RATE_COUNTERS},
+                         {c: self.rates.series(name, c) for c in RATE_COUNTERS})
+
+    async def overview(self) -> list[QueueView]:
+        """Every queue under the prefix, by name."""
+        names = await self.names()
+        for gone in set(self._queues) - set(names):
+            del self._queues[gone]
+        self.rates.keep_only(set(names))
+        limit = asyncio.Semaphore(PARALLEL_READS)
+
+        async def one(name: str) -> QueueView:
+            async with limit:
+                return await self._view(name)
+
+        return list(await asyncio.gather(*(one(n) for n in names)))
+
+    async def view(self, name: str) -> QueueView:
+        await self.existing(name)
+        return await self._view(name)
