@@ -579,10 +579,14 @@ def warn_missing(queues: list[Any], log: logging.Logger,
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds in-flight messages get to finish on SIGTERM/SIGINT.")
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="Serve the worker's Prometheus metrics on this port (needs keyqueue[web]).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of --metrics-port.")
 @LOG_LEVEL
 @click.pass_context
 def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, burst: bool,
-           grace: float, visibility_timeout: float | None, log_level: str) -> None:
+           grace: float, visibility_timeout: float | None, metrics_port: int | None, metrics_host: str,
+           log_level: str) -> None:
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
     override them. An `async def` HANDLER (or one decorated on a keyqueue.aio.Queue) runs
@@ -630,14 +634,18 @@ def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrenc
                                      else target.visibility_timeout),
                  heartbeat=target.heartbeat, retry_backoff=target.retry_backoff,
                  reap_on_start=target.reap_on_start,
-                 grace_period=grace if given("grace") else target.grace_period)
+                 grace_period=grace if given("grace") else target.grace_period,
+                 metrics_port=metrics_port if metrics_port is not None or target.metrics is None
+                 else target.metrics.port,
+                 metrics_host=metrics_host if given("metrics_host") or target.metrics is None
+                 else target.metrics.host)
     else:
         if not queues:
             raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
                                    "so name the queues it serves", ctx)
         w = kind([queue_class(name, client=client(), prefix=cfg.prefix, **cfg.options())
                   for name in queues], target, concurrency=concurrency, grace_period=grace,
-                 visibility_timeout=visibility_timeout)
+                 visibility_timeout=visibility_timeout, metrics_port=metrics_port, metrics_host=metrics_host)
     setup_logging(log_level)
     log = logging.getLogger("keyqueue.worker")
     url = cfg.shown_url if cfg.url_given or not decorated else client_url(w.queues[0].client)
@@ -688,6 +696,39 @@ def run_async_worker(w: Any, burst: bool, handler: str, url: str, clients: list[
 
     asyncio.run(main())
     signals.reraise()
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; any but loopback needs --token-env.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="Refuse every action (requeue, purge).")
+@click.option("--token-env", metavar="VAR", default=None,
+              help="Environment variable holding the access token (Bearer header or login form).")
+@click.option("--sqs", is_flag=True, help="Serve the SQS wire API on the same port too (keys from "
+              "KEYQUEUE_SQS_ACCESS_KEY_ID and KEYQUEUE_SQS_SECRET_ACCESS_KEY).")
+@LOG_LEVEL
+@pass_config
+def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | None, sqs: bool,
+          log_level: str) -> None:
+    """Run the web dashboard, the JSON API and /metrics (and with --sqs the SQS API)."""
+    from .serve import serve_app
+
+    token = None
+    if token_env is not None:
+        token = os.environ.get(token_env) or None
+        if token is None:
+            raise ConfigurationError(f"--token-env {token_env}: that variable is unset or empty")
+    keys = None
+    if sqs:
+        names = ("KEYQUEUE_SQS_ACCESS_KEY_ID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY")
+        missing = [n for n in names if not os.environ.get(n)]
+        if missing:
+            raise ConfigurationError(f"--sqs needs {' and '.join(missing)} set (and not empty)")
+        keys = (os.environ[names[0]], os.environ[names[1]])
+    setup_logging(log_level)
+    serve_app(url=cfg.url or DEFAULT_URL, shown_url=cfg.shown_url, prefix=cfg.prefix, host=host, port=port,
+              read_only=read_only, token=token, sqs=keys, queue_options=cfg.options(), log_level=log_level)
 
 
 @cli.command()

@@ -112,6 +112,7 @@ class Worker(WorkerBase[Queue, Handler]):
         finally:
             self._stopping.set()
             restore()
+            self._stop_metrics()
         self._signals.reraise()
         if self._fatal is not None:
             raise self._fatal

@@ -28,6 +28,7 @@ from .errors import InvalidArgument, KeyQueueError
 from .face import QueueFace
 from .message import Message
 from .settings import QueueSettings, check_seconds, whole_number
+from .worker_metrics import WorkerMetrics
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -51,6 +52,8 @@ MAX_PAUSE = 5.0
 RECOVERABLE = TRANSIENT + (KeyQueueError,)
 #: How a handler's own settlement reads in a log line.
 SETTLED_PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
+#: The worker-metrics outcome of a message its handler settled itself.
+SETTLED_OUTCOME = {"ack": "ok", "release": "retry", "dead_letter": "dead"}
 #: Exceptions from a handler that stop the worker (after failing the delivery).
 STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
 
@@ -206,18 +209,21 @@ def retrying(fn: Callable[[], Any], what: str, stopping: Callable[[], bool],
     return None
 
 
-def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[None]:
+def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[str]:
     """A handler raised: release the message with backoff and the error as last_error, or
-    dead-letter it when it is out of receives; a message the handler settled stays so."""
+    dead-letter it when it is out of receives; a message the handler settled stays so.
+    Returns the outcome for the worker's metrics: "retry" or "dead"."""
     m, q = h.message, h.queue
     error = describe(exc)
     if m.settled is not None:
         log.warning("failed queue=%s id=%s receives=%d: %s; the handler had %s it already, "
                     "so it is not released", q.name, m.id, m.receives, error, SETTLED_PAST[m.settled])
-        return
+        return SETTLED_OUTCOME[m.settled]
     limit = q.settings.max_receives
+    outcome = "retry"
     try:
         if limit is not None and m.receives >= limit:
+            outcome = "dead"
             ok = yield functools.partial(q.dead_letter, m, error)
             log.error("dead-lettered queue=%s id=%s receives=%d after %s", q.name, m.id, m.receives, error)
         else:
@@ -229,6 +235,7 @@ def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[None]:
             log.warning("queue=%s id=%s was redelivered meanwhile; its new delivery decides", q.name, m.id)
     except RECOVERABLE as exc2:
         log.error("could not release queue=%s id=%s (%s); it returns after its deadline", q.name, m.id, exc2)
+    return outcome
 
 
 def ack(done: list[Held], stopping: Callable[[], bool]) -> Steps[int]:
@@ -324,6 +331,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             seconds (at most 300), or dead-lettered when it is out of receives.
         reap_on_start: recover expired messages (by deadline) before the first claim.
         grace_period: seconds in-flight handlers get to finish after stop() or SIGTERM.
+        metrics_port: serve ``keyqueue_worker_handled_total{queue,outcome}`` and
+            ``keyqueue_worker_handler_seconds{queue}`` on this port (0: any free one) while
+            run() runs, on ``metrics_host`` (loopback by default); needs prometheus_client.
     """
 
     #: The queues it serves, and what it and they are called in error messages.
@@ -342,6 +352,8 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         retry_backoff: float = 1.0,
         reap_on_start: bool = True,
         grace_period: float = 30.0,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         many = isinstance(queues, Iterable) and not isinstance(queues, QueueFace)  # (a queue of the other kind)
         items: list[Any] = list(queues) if many else [queues]  # type: ignore[arg-type]
@@ -359,6 +371,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         self.retry_backoff = check_seconds("retry_backoff", retry_backoff)
         self.reap_on_start = reap_on_start
         self.grace_period = check_seconds("grace_period", grace_period)
+        self.metrics = None if metrics_port is None else WorkerMetrics(metrics_port, metrics_host)
 
         self._lock = threading.Lock()
         self._held: dict[int, Held] = {}  # every claimed, unfinished message, for heartbeats
@@ -406,7 +419,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     def _start_steps(self) -> Steps[bool]:
         """Check Redis' eviction policy, log the options and each queue's settings in force,
         reap if ``reap_on_start``; each retried through outages. False when the worker
-        was stopped before it could start."""
+        was stopped before it could start. Starts serving the metrics first, if asked."""
+        if self.metrics is not None:
+            self.metrics.start()
         for client in {id(q.client): q.client for q in self.queues}.values():
             yield from retrying(functools.partial(self._check_eviction, client), "check Redis",
                                 lambda: self.stopping)
@@ -496,25 +511,35 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         to the worker (the message is then to be acked with its batch)."""
         m, q = h.message, h.queue
         ok = False
+        handler_seconds = time.monotonic() - (h.started or time.monotonic())
+        result = "retry"  # what the message became, for the metrics
         if h.abandoned:  # given back meanwhile (grace period over, second signal)
             pass
         elif outcome is None:
             if m.settled is None:
-                ok = True
+                ok, result = True, "ok"
             else:  # the handler acked, released or dead-lettered it: taken at its word
+                result = SETTLED_OUTCOME[m.settled]
                 self.processed += 1
                 log.debug("handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled],
                           q.name, m.id, m.receives)
                 self._forget([h])
         else:  # the handler's failure, not ours: whatever it raised
             self.failed += 1
-            yield from fail(h, outcome, self.retry_backoff)
+            result = yield from fail(h, outcome, self.retry_backoff)
             self._forget([h])
             if isinstance(outcome, STOPPING_EXCEPTIONS):
                 self._stop_for(h, outcome)
+        if self.metrics is not None:
+            self.metrics.observe(q.name, result, handler_seconds)
         took = time.monotonic() - (h.started or time.monotonic())
         self._avg_seconds = took if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * took
         return ok
+
+    def _stop_metrics(self) -> None:
+        """Stop serving the metrics (run() is over); they are served again by the next run."""
+        if self.metrics is not None:
+            self.metrics.stop()
 
     def _stop_for(self, h: Held, exc: BaseException) -> None:
         """A handler raised SystemExit or KeyboardInterrupt: stop gracefully, and let run()

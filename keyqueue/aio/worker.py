@@ -143,6 +143,8 @@ class Worker(WorkerBase[Queue, Handler]):
             if left:
                 await asyncio.wait(left, timeout=CANCEL_WAIT)
             self._loop = None
+            if self.metrics is not None:  # (its shutdown waits for the server's poll)
+                await asyncio.to_thread(self._stop_metrics)
         if self._fatal is not None:
             raise self._fatal
 

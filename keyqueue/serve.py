@@ -1,0 +1,42 @@
+"""``keyqueue serve``: checks that the address is safe to bind, then runs ``keyqueue.web``
+with uvicorn (SIGINT/SIGTERM end it, exit 0)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Any, Mapping
+
+from .errors import ConfigurationError, MissingDependency
+
+log = logging.getLogger("keyqueue.serve")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def serve_app(*, url: str, shown_url: str, prefix: str, host: str, port: int, read_only: bool,
+              token: str | None, sqs: tuple[str, str] | None, queue_options: Mapping[str, Any],
+              log_level: str = "info") -> None:
+    if not is_loopback(host) and token is None:
+        raise ConfigurationError(f"refusing to serve on {host} without a token: set one with --token-env VAR "
+                                 "(or bind 127.0.0.1)")
+    try:
+        import uvicorn
+
+        from .web import create_app
+
+        app = create_app(url=url, prefix=prefix, read_only=read_only, token=token, sqs=sqs,
+                         queue_options=queue_options)
+    except ImportError as exc:
+        raise MissingDependency(f"keyqueue serve needs the web extra (pip install 'keyqueue[web]'): {exc}") from None
+    log.info("dashboard for %s (prefix %r) on http://%s:%d%s%s%s", shown_url, prefix,
+             f"[{host}]" if ":" in host else host, port, ", read-only" if read_only else "",
+             ", token required" if token else "", ", SQS API on the same port" if sqs else "")
+    uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
