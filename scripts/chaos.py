@@ -452,10 +452,13 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
                 done = int(mon.scard(DONE))
                 s = setup.stats()
                 last = {"done": done, **dataclasses.asdict(s)}
-                if produced_at is not None and done >= acked and s.waiting + s.processing + s.delayed == 0:
+                drained = produced_at is not None and s.waiting + s.processing + s.delayed == 0
+                if drained and done >= acked:
                     acked_set = set(ledger.acked)
                     done_set = {int(x) for x in mon.smembers(DONE)}
                     finished = acked_set <= done_set
+                elif drained and args.cut_replication:
+                    finished = True  # nothing left to deliver: what is missing was lost in the failover
             except TRANSIENT as exc:
                 last = {"error": str(exc)}
             if now >= next_line or finished:
