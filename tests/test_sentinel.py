@@ -5,16 +5,21 @@ under producers with min_replicas=1 and a worker loses nothing acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Iterator
 
 import pytest
 import redis
 
 from keyqueue import NotReplicated, Queue, Reaper, Worker, aio
+
+from keyqueue.server import free_port
 
 from .conftest import wait_until
 from .ha_servers import SentinelSet
@@ -92,6 +97,12 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     reaper = Reaper(["fo"], url=ha.url, interval=0.5)
     reaper.start()
     async_thread.start()
+    # and `keyqueue serve` on the same sentinel URL: it must follow the new primary too
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "keyqueue", "--url", ha.url, "serve", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _get(base + "/healthz")[0] == 200, timeout=30)
     with Running(Worker(worker_q, lambda m: handled.append(m.id))):
         producer.start()
         wait_until(lambda: len(handled) >= 200, timeout=30)
@@ -108,6 +119,15 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
         producer.join(30)
         wanted = set(acked)
         wait_until(lambda: wanted <= set(handled), timeout=60)
+    # serve, never restarted, answers from the new primary: a queue made after the failover
+    Queue("after-failover", url=ha.url).enqueue("x")
+    try:
+        wait_until(lambda: _get(base + "/api/queues/after-failover") == (200, {
+            "name": "after-failover", "waiting": 1}), timeout=30)
+        assert _get(base + "/healthz")[0] == 200
+    finally:
+        server.terminate()
+        server.wait(30)
     loop.call_soon_threadsafe(async_worker.stop)
     async_thread.join(30)
     reaper.shutdown()
@@ -165,3 +185,15 @@ def _answers(q: Queue) -> bool:
         return True
     except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
         return False
+
+
+def _get(url: str) -> tuple[int, dict[str, object] | None]:
+    """Status and the fields of a JSON answer that these tests look at (0: no answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = json.loads(resp.read())
+            return resp.status, {k: body[k] for k in ("name", "waiting") if k in body} or None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except OSError:
+        return 0, None
