@@ -8,6 +8,7 @@ import logging
 from typing import Any, Mapping
 
 from .errors import ConfigurationError, MissingDependency
+from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.serve")
 
@@ -39,4 +40,10 @@ def serve_app(*, url: str, shown_url: str, prefix: str, host: str, port: int, re
     log.info("dashboard for %s (prefix %r) on http://%s:%d%s%s%s", shown_url, prefix,
              f"[{host}]" if ":" in host else host, port, ", read-only" if read_only else "",
              ", token required" if token else "", ", SQS API on the same port" if sqs else "")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again under the
+    # handlers it found: let those be no-ops, so a stopped server exits 0 as workers do.
+    restore = on_stop_signals(lambda sig: None)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+    finally:
+        restore()

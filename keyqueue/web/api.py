@@ -49,7 +49,7 @@ async def messages(request: Request) -> Response:
     store = store_of(request)
     q = await store.existing(request.path_params["name"])
     source, count = source_and_count(request, 10)
-    return JSONResponse([api_message(m) for m in await q.peek(count, source=source)])
+    return JSONResponse([api_message(m) for m in await store.peek(q.name, count, source)])
 
 
 async def overview(request: Request) -> Response:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from typing import Any, AsyncIterator, Mapping
 
 import jinja2
@@ -114,11 +115,11 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
     app.state.templates = Jinja2Templates(env=environment())
     if sqs is None:
         return app
-    from keyqueue.sqs import create_sqs_app  # type: ignore[import-not-found,unused-ignore]
-
     from .dispatch import SqsDispatch
 
+    # keyqueue.sqs, imported by name: it is built beside this module and imports downward too
+    sqs_module: Any = importlib.import_module("keyqueue.sqs")
     access_key_id, secret_access_key = sqs
-    sqs_app = create_sqs_app(client=store.client, prefix=prefix, access_key_id=access_key_id,
+    sqs_app = sqs_module.create_sqs_app(client=store.client, prefix=prefix, access_key_id=access_key_id,
                              secret_access_key=secret_access_key)
     return SqsDispatch(app, sqs_app)

@@ -63,8 +63,7 @@ async def queue_page(request: Request) -> Response:
     store = store_of(request)
     view = await store.view(request.path_params["name"])
     source, count = source_and_count(request, PAGE_COUNT)
-    q = store.queue(view.name)
-    messages = await q.peek(count, source=source)
+    messages = await store.peek(view.name, count, source)
     notice = request.query_params.get("notice")
     text = None
     if notice in NOTICES:

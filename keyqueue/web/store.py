@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 import redis
 import redis.asyncio
@@ -14,7 +14,9 @@ import redis.asyncio
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
 from ..keys import validate_prefix
+from ..aio.message import Message
 from ..message import QueueStats
+from ..queue import PeekSource
 from .rates import RATE_COUNTERS, RateHistory
 
 T = TypeVar("T")
@@ -56,6 +58,16 @@ async def bounded(aw: Awaitable[T], seconds: float = READ_TIMEOUT) -> T:
         return await asyncio.wait_for(aw, seconds)
     except asyncio.TimeoutError:
         raise redis.TimeoutError(f"Redis did not answer within {seconds:g}s") from None
+
+
+async def read(make: Callable[[], Awaitable[T]]) -> T:
+    """A read, bounded in time and tried twice on a connection error: after Redis restarts
+    or fails over, each pooled connection fails once before a new one is made, and a read
+    is safe to repeat (actions, which write, are not repeated)."""
+    try:
+        return await bounded(make())
+    except redis.ConnectionError:
+        return await bounded(make())
 
 
 def where(url: str | None, client: Any) -> str:
@@ -106,7 +118,7 @@ class Store:
         return q
 
     async def names(self) -> list[str]:
-        return sorted(await bounded(list_queues(self.client, self.prefix)))
+        return sorted(await read(lambda: list_queues(self.client, self.prefix)))
 
     async def existing(self, name: str) -> Queue:
         if name not in await self.names():
@@ -115,7 +127,7 @@ class Store:
 
     async def _view(self, name: str) -> QueueView:
         q = self.queue(name)
-        stats, counters = await bounded(asyncio.gather(q.stats(), q.counters()))
+        stats, counters = await read(lambda: asyncio.gather(q.stats(), q.counters()))
         self.rates.record(name, counters)
         return QueueView(name, stats, counters,
                          {c: self.rates.rate(name, c) for c in RATE_COUNTERS},
@@ -138,3 +150,7 @@ class Store:
     async def view(self, name: str) -> QueueView:
         await self.existing(name)
         return await self._view(name)
+
+    async def peek(self, name: str, count: int, source: PeekSource) -> list[Message]:
+        q = self.queue(name)
+        return await read(lambda: q.peek(count, source=source))
