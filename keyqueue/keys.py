@@ -37,7 +37,7 @@ def validate_prefix(prefix: object) -> str:
 #: mode's type checks read this one table.
 FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
                "timers": "zset", "dead": "list", "signal": "list", "config": "hash",
-               "counters": "hash"}
+               "counters": "hash", "meta": "hash"}
 FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
 
 
@@ -94,6 +94,11 @@ class QueueKeys:
         """Exact totals kept by the operations themselves (enqueued, acked, redelivered,
         dead_lettered), for /metrics and rates across every producer and worker."""
         return self.base + "counters"
+
+    @property
+    def meta(self) -> str:
+        """A surface's own data about the queue (the SQS API's attributes and tags)."""
+        return self.base + "meta"
 
     @property
     def registry(self) -> str:

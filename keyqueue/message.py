@@ -42,6 +42,11 @@ class Message:
     last_error: str | None
     #: The keyqueue.Queue (or keyqueue.aio.Queue) it came from, None when unbound.
     queue: Any = field(default=None, repr=False)
+    #: Opaque bytes stored with the message at enqueue (``attributes=``), None when none:
+    #: the SQS API keeps a message's attributes here.
+    attributes: bytes | None = field(default=None, repr=False)
+    #: When the message was first delivered (epoch seconds), None before its first claim.
+    first_claimed_at: float | None = field(default=None, repr=False)
     #: What was last done to this delivery through its queue: "ack", "release" or
     #: "dead_letter" (None: nothing yet). A Worker reads it, so a handler that settled its
     #: own message is taken at its word.
@@ -73,7 +78,8 @@ class Message:
         return cls(id=f.id, body=f.body, receipt=f.receipt if with_receipt else None,
                    receives=f.receives, enqueued_at=f.enqueued_ms / 1000.0,
                    deadline=None if f.timer_ms is None else f.timer_ms / 1000.0,
-                   last_error=f.error, queue=queue)
+                   last_error=f.error, queue=queue, attributes=f.attributes,
+                   first_claimed_at=None if f.first_ms is None else f.first_ms / 1000.0)
 
     def _queue(self) -> Settler:
         if self.queue is None:

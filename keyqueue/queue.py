@@ -71,18 +71,21 @@ class Queue(QueueFace):
 
     # -- producing ------------------------------------------------------------------------
 
-    def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None) -> str:
-        """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id."""
-        return self._run(self._core.enqueue(body, delay, dedup_key))
+    def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None,
+                attributes: bytes | None = None) -> str:
+        """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id.
+        ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``."""
+        return self._run(self._core.enqueue(body, delay, dedup_key, attributes))
 
     def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
                      delays: Sequence[float] | None = None,
-                     dedup_keys: Sequence[str | None] | None = None) -> list[str]:
+                     dedup_keys: Sequence[str | None] | None = None,
+                     attributes: Sequence[bytes | None] | None = None) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
 
-        ``delays`` and ``dedup_keys`` (one per body, None = no key) give each message its
-        own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
-        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys))
+        ``delays``, ``dedup_keys`` and ``attributes`` (one per body, None = none) give each
+        message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
+        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
 
     def get(self, ids: Iterable[str]) -> list[Message]:
         """The messages with these ids, in order, without claiming them (no receipt); ids
@@ -148,9 +151,23 @@ class Queue(QueueFace):
         """Put dead (or in-flight) messages back at the tail with receives reset to 0."""
         return self._run(self._core.requeue(ids, source, progress))
 
-    def purge(self, *, source: PurgeSource = "waiting", progress: Callable[[int], None] | None = None) -> int:
-        """Delete every message of a source (``all``: every message); seq, config and dedup keys stay."""
-        return self._run(self._core.purge(source, progress))
+    def purge(self, *, source: PurgeSource = "waiting", progress: Callable[[int], None] | None = None,
+              ids: Iterable[str] | None = None) -> int:
+        """Delete every message of a source (``all``: every message); seq, config and dedup keys stay.
+        ``ids`` (with source="dead"): only these dead letters; returns how many were dead."""
+        return self._run(self._core.purge(source, progress, ids))
+
+    def exists(self) -> bool:
+        """Whether the queue is registered (``keyqueue ls`` lists it)."""
+        return self._run(self._core.exists())
+
+    def metadata(self) -> dict[str, str]:
+        """The queue's metadata hash (a surface's own data, e.g. the SQS API's attributes)."""
+        return self._run(self._core.metadata())
+
+    def set_metadata(self, values: dict[str, str], *, remove: Iterable[str] = ()) -> None:
+        """Write ``values`` and delete the fields ``remove`` of the metadata hash, atomically."""
+        self._run(self._core.set_metadata(values, remove))
 
     def destroy(self) -> None:
         """Delete every key of the queue and forget its name."""

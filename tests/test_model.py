@@ -91,6 +91,7 @@ class Model:
     state: str
     receives: int = 0
     deliveries: int = 0  # the item's 'n' field: never reset
+    first: int | None = None  # the item's 'f' field: the first delivery's time
     receipt: str | None = None
     timer: int | None = None  # deadline while in flight, visible-at while delayed
     error: Any = None  # None, a str, or AUTO
@@ -283,6 +284,8 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                     m.state, m.timer = PROCESSING, deadline
                     m.receives += 1
                     m.deliveries += 1
+                    if m.first is None:
+                        m.first = self.now
                     delivered.append(m)
             assert [g.id for g in got] == [m.id for m in delivered]
             for msg, m in zip(got, delivered):
@@ -592,12 +595,13 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                 parts = sorted(int(f[1:]) for f in fields if f[0] == "b" and f != "b")
                 assert parts == list(range(1, len(parts) + 1)), fields.keys()  # b, b1, b2, ...
                 others = set(fields) - {f"b{i}" for i in parts}
-                assert others <= {"b", "t", "r", "n", "c", "d", "e"}, others
+                assert others <= {"b", "t", "r", "n", "c", "d", "e", "f"}, others
                 body = fields["b"] + b"".join(fields[f"b{i}"] for i in parts)
                 assert body == m.body
                 assert int(fields["t"]) == m.t
                 assert int(fields.get("r", b"0")) == m.receives
                 assert int(fields.get("n", b"0")) == m.deliveries
+                assert (int(fields["f"]) if "f" in fields else None) == m.first
                 assert (fields["c"].decode() if "c" in fields else None) == m.receipt
                 assert (int(fields["d"]) if "d" in fields else None) == m.timer
                 e = fields.get("e")

@@ -416,3 +416,67 @@ def test_body_fields_follow_the_servers_listpack_limit(make_queue, r: redis.Redi
         assert [m.body for m in q.claim_many(8)] == bodies * 2
     finally:
         r.config_set("hash-max-listpack-value", 64)
+
+
+def test_attributes_are_kept_in_the_item_hash_and_returned(q: Queue, r: redis.Redis) -> None:
+    """Opaque per-message attributes (field a) ride with the message through every path:
+    single, batch (mixed with none), delayed, per-message delays; claim, peek and get."""
+    big = b"\x00\xff" * 300  # binary, longer than a body field
+    one = q.enqueue("x", attributes=b"A1")
+    batch = q.enqueue_many(["y", "z" * 200, "w"], attributes=[big, None, b""])
+    each = q.enqueue_many(["v"], delays=[0], dedup_keys=["k"], attributes=[b"A5"])
+    late = q.enqueue("d", delay=30, attributes=b"A6")
+    plain = q.enqueue("p")
+    assert r.hget(f"kq:{{q}}:item:{one}", "a") == b"A1"
+    assert not r.hexists(f"kq:{{q}}:item:{batch[1]}", "a") and not r.hexists(f"kq:{{q}}:item:{batch[2]}", "a")
+    peeked = {m.id: m.attributes for m in q.peek(10)}
+    assert peeked == {one: b"A1", batch[0]: big, batch[1]: None, batch[2]: None, each[0]: b"A5", plain: None}
+    assert [m.attributes for m in q.peek(1, source="delayed")] == [b"A6"]
+    assert [m.attributes for m in q.get([late, one])] == [b"A6", b"A1"]
+    got = {m.id: m.attributes for m in q.claim_many(10)}
+    assert got == peeked
+    with pytest.raises(TypeError, match="attributes must be bytes"):
+        q.enqueue("x", attributes="text")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="attributes has 1 entries for 2 bodies"):
+        q.enqueue_many(["x", "y"], attributes=[b"a"])
+
+
+def test_the_first_delivery_time_is_recorded_once(q: Queue, r: redis.Redis) -> None:
+    """Field f: the time of the first claim, kept through later deliveries (SQS's
+    ApproximateFirstReceiveTimestamp)."""
+    mid = q.enqueue("x")
+    assert q.peek(1)[0].first_claimed_at is None
+    m = q.claim(visibility_timeout=5)
+    assert m is not None and m.first_claimed_at is not None
+    first = m.first_claimed_at
+    assert r.hget(f"kq:{{q}}:item:{mid}", "f") == str(round(first * 1000)).encode()
+    assert m.release()
+    again = q.claim()
+    assert again is not None and again.receives == 2 and again.first_claimed_at == first
+    assert q.get([mid])[0].first_claimed_at == first
+
+
+def test_purge_by_id_deletes_only_those_dead_letters(q: Queue, r: redis.Redis) -> None:
+    ids = q.enqueue_many(["a", "b", "c", "d"])
+    for m in q.claim_many(3):
+        assert m.dead_letter("no")
+    assert q.purge(source="dead", ids=[ids[0], ids[2], ids[3], "999"]) == 2  # d waits, 999 is nothing
+    assert [m.id for m in q.peek(10, source="dead")] == [ids[1]]
+    assert not r.exists(f"kq:{{q}}:item:{ids[0]}") and r.exists(f"kq:{{q}}:item:{ids[3]}")
+    assert q.stats().waiting == 1
+    with pytest.raises(InvalidArgument, match="dead letters only"):
+        q.purge(source="waiting", ids=[ids[3]])
+
+
+def test_metadata_hash_and_existence(make_queue, r: redis.Redis) -> None:
+    q = make_queue("meta-q")
+    assert not q.exists() and q.metadata() == {}
+    q.enqueue("x")
+    assert q.exists()
+    q.set_metadata({"a": "1", "b": "2"})
+    q.set_metadata({"c": "3"}, remove=["a"])
+    assert q.metadata() == {"b": "2", "c": "3"}
+    assert r.hgetall("kq:{meta-q}:meta") == {b"b": b"2", b"c": b"3"}
+    assert q.check(settle=0).consistent
+    q.destroy()
+    assert not q.exists() and not r.exists("kq:{meta-q}:meta")

@@ -70,13 +70,15 @@ class Queue(QueueFace):
 
     # -- producing ------------------------------------------------------------------------
 
-    async def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None) -> str:
-        return await self._run(self._core.enqueue(body, delay, dedup_key))
+    async def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None,
+                      attributes: bytes | None = None) -> str:
+        return await self._run(self._core.enqueue(body, delay, dedup_key, attributes))
 
     async def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
                            delays: Sequence[float] | None = None,
-                           dedup_keys: Sequence[str | None] | None = None) -> list[str]:
-        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys))
+                           dedup_keys: Sequence[str | None] | None = None,
+                           attributes: Sequence[bytes | None] | None = None) -> list[str]:
+        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
         return self._bind(await self._run(self._core.get(ids)), with_receipt=False)
@@ -133,8 +135,17 @@ class Queue(QueueFace):
         return await self._run(self._core.requeue(ids, source, progress))
 
     async def purge(self, *, source: PurgeSource = "waiting",
-                    progress: Callable[[int], None] | None = None) -> int:
-        return await self._run(self._core.purge(source, progress))
+                    progress: Callable[[int], None] | None = None, ids: Iterable[str] | None = None) -> int:
+        return await self._run(self._core.purge(source, progress, ids))
+
+    async def exists(self) -> bool:
+        return await self._run(self._core.exists())
+
+    async def metadata(self) -> dict[str, str]:
+        return await self._run(self._core.metadata())
+
+    async def set_metadata(self, values: dict[str, str], *, remove: Iterable[str] = ()) -> None:
+        await self._run(self._core.set_metadata(values, remove))
 
     async def destroy(self) -> None:
         await self._run(self._core.destroy())

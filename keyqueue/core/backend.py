@@ -9,6 +9,9 @@ from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, Re
 from .replication import Replication
 from .roundtrip import Op
 
+#: Per-message attributes (item field a) of a batch, or None for a batch without any.
+Attributes = Sequence[bytes | None] | None
+
 
 class Backend(Protocol):
     #: Bytes per body field in the item hash (the server's hash-max-listpack-value).
@@ -17,12 +20,14 @@ class Backend(Protocol):
     replication: Replication
 
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]: ...
+                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]: ...
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> Op[Enqueued]: ...
+    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
+                attributes: Attributes = None) -> Op[Enqueued]: ...
 
     def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> Op[Enqueued]: ...
+                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
+                     attributes: Attributes = None) -> Op[Enqueued]: ...
 
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]: ...
 
@@ -45,6 +50,8 @@ class Backend(Protocol):
                 cursor: str = "0") -> Op[Requeued]: ...
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]: ...
+
+    def purge_dead(self, ids: Sequence[str]) -> Op[int]: ...
 
     def peek(self, source: str, count: int) -> Op[list[Fields]]: ...
 

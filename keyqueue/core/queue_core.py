@@ -17,9 +17,9 @@ from ..message import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
 from .replication import Replication
-from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, text
+from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
-from .roundtrip import Command, Op
+from .roundtrip import Command, Op, transaction
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
 COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
@@ -66,6 +66,13 @@ def to_bytes(body: object) -> bytes:
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
     raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+
+
+def check_attributes(values: Iterable[object]) -> None:
+    """Attributes are opaque bytes (or None): the core stores them, a surface reads them."""
+    for a in values:
+        if a is not None and not isinstance(a, bytes):
+            raise TypeError(f"message attributes must be bytes or None, not {type(a).__name__}")
 
 
 def check_dedup_key(what: str, key: object) -> None:
@@ -218,23 +225,30 @@ class QueueCore:
                 f"{settings.max_body_bytes} of queue {self.name!r}")
         return data
 
-    def enqueue(self, body: object, delay: float, dedup_key: str | None) -> Op[str]:
+    def enqueue(self, body: object, delay: float, dedup_key: str | None,
+                attributes: bytes | None = None) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
+        check_attributes([attributes])
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
-        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms)
+        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms,
+                                                         attributes)
         yield from self._after(done.config_missing)
         return done.ids[0]
 
     def enqueue_many(self, bodies: Iterable[object], delay: float, delays: Sequence[float] | None,
-                     dedup_keys: Sequence[str | None] | None) -> Op[list[str]]:
+                     dedup_keys: Sequence[str | None] | None,
+                     attributes: Sequence[bytes | None] | None = None) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
         delay_ms = seconds_arg("delay", delay)
-        for name, per in (("delays", delays), ("dedup_keys", dedup_keys)):
+        if attributes is not None:
+            not_one(attributes, "attributes", "enqueue(body, attributes=...)")
+            check_attributes(attributes)
+        for name, per in (("delays", delays), ("dedup_keys", dedup_keys), ("attributes", attributes)):
             if per is not None and len(per) != len(raw):
                 raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
@@ -246,11 +260,11 @@ class QueueCore:
             return []
         yield from self.register()
         if each_ms is None and dedup_keys is None:
-            done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms)
+            done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
             done = yield from self.ops.enqueue_each(data, each_ms or [delay_ms] * len(data),
                                                     list(dedup_keys or [None] * len(data)),
-                                                    s.bucket_ms, s.dedup_ms)
+                                                    s.bucket_ms, s.dedup_ms, attributes)
         yield from self._after(done.config_missing)
         return done.ids
 
@@ -436,9 +450,12 @@ class QueueCore:
                 break
         return done
 
-    def purge(self, source: str, progress: Callable[[int], None] | None) -> Op[int]:
+    def purge(self, source: str, progress: Callable[[int], None] | None,
+              ids: Iterable[object] | None = None) -> Op[int]:
         if source not in PURGE_SOURCES:
             raise InvalidArgument(f"purge source must be one of waiting, delayed, dead, all, not {source!r}")
+        if ids is not None:
+            return (yield from self.purge_dead(source, ids, progress))
         s = yield from self.ready()
         sources = ("waiting", "delayed", "dead", "processing") if source == "all" else (source,)
         total = 0
@@ -452,6 +469,52 @@ class QueueCore:
                 if progress and step.count:
                     progress(step.count)
         return total
+
+    def purge_dead(self, source: str, ids: Iterable[object],
+                   progress: Callable[[int], None] | None) -> Op[int]:
+        """Delete these dead letters (ids no longer dead are left alone): how a message
+        moved elsewhere (the SQS API's redrive to a dead-letter queue) leaves this queue."""
+        if source != "dead":
+            raise InvalidArgument(f"purge(ids=...) deletes dead letters only: source='dead', not {source!r}")
+        not_one(ids, "ids", "purge(ids=[id], source='dead')")
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        total = 0
+        for i in range(0, len(wanted), BATCH):
+            n = yield from self.ops.purge_dead(wanted[i : i + BATCH])
+            total += n
+            if progress and n:
+                progress(n)
+        return total
+
+    # -- a surface's own data about the queue ----------------------------------------------
+
+    def exists(self) -> Op[bool]:
+        """Whether the queue is registered (made with settings, or written to)."""
+        (reply,) = yield [("SISMEMBER", self.keys.registry, self.name)]
+        if isinstance(reply, Exception):
+            raise error_for(reply, self.keys.registry)
+        return bool(reply)
+
+    def metadata(self) -> Op[dict[str, str]]:
+        """The queue's metadata hash: values a surface keeps about the queue (the SQS API's
+        attributes and tags), which keyqueue itself never reads."""
+        (raw,) = yield [("HGETALL", self.keys.meta)]
+        if isinstance(raw, Exception):
+            raise error_for(raw, self.keys.meta)
+        return {text(k): text(v) for k, v in hash_reply(raw).items()}
+
+    def set_metadata(self, values: dict[str, str], remove: Iterable[str]) -> Op[None]:
+        """Write and remove metadata fields, atomically (one MULTI/EXEC)."""
+        gone = [str(f) for f in remove]
+        commands: list[Command] = []
+        if gone:
+            commands.append(("HDEL", self.keys.meta, *gone))
+        if values:
+            commands.append(("HSET", self.keys.meta, *(x for pair in values.items() for x in pair)))
+        if not commands:
+            return
+        replies = yield from transaction(commands, self.replication)
+        raise_errors(commands, replies or [], self.keys.meta)
 
     def destroy(self) -> Op[None]:
         """Delete every key of the queue (one SCAN pass, UNLINK in batches) and its name."""

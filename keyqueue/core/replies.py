@@ -62,17 +62,20 @@ def item_fields(raw: Sequence[Any] | dict[Any, Any] | None) -> dict[bytes, bytes
 def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
     d = f.get(b"d")
     c = f.get(b"c")
+    first = f.get(b"f")
     return Fields(msg_id, f.get(b"b", b""), int_or(f.get(b"t")), int_or(f.get(b"r")),
-                  None if d is None else int(d), None if c is None else text(c), maybe_text(f.get(b"e")))
+                  None if d is None else int(d), None if c is None else text(c), maybe_text(f.get(b"e")),
+                  f.get(b"a"), None if first is None else int(first))
 
 
 def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
-    """A script's flat reply, 7 values a message (id, b, t, r, d, c, e), as Fields."""
+    """A script's flat reply, 9 values a message (id, b, t, r, d, c, e, a, f), as Fields."""
     out = []
-    for i in range(start, len(reply), 7):
-        mid, body, t, r, d, c, e = reply[i : i + 7]
+    for i in range(start, len(reply), 9):
+        mid, body, t, r, d, c, e, a, f = reply[i : i + 9]
         out.append(Fields(text(mid), body if body is not None else b"", int_or(t), int_or(r),
-                          None if d is None else int(d), None if c is None else text(c), maybe_text(e)))
+                          None if d is None else int(d), None if c is None else text(c), maybe_text(e),
+                          a, None if f is None else int(f)))
     return out
 
 

@@ -19,6 +19,8 @@ class Fields(NamedTuple):
     timer_ms: int | None  # deadline in flight, due time when delayed
     receipt: str | None
     error: str | None
+    attributes: bytes | None = None  # field a: opaque to the core, written by a surface (SQS)
+    first_ms: int | None = None  # field f: when the first delivery was made
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@
     ARGV[2]  clock override in epoch ms ('' = the server's TIME); tests use it to control time
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
     c current receipt, d timer ms (visibility deadline while processing, visible-at while
-    delayed; absent while waiting or dead), e last error.
+    delayed; absent while waiting or dead), e last error, a attributes (opaque bytes a
+    surface such as the SQS API writes at enqueue), f first delivery ms (set by the first claim).
   Errors: redis.error_reply('KQCORRUPT <key>') when a key holds the wrong type; raised before
     any write, so a failing call changes nothing.
 ]]
@@ -116,7 +117,7 @@ local function read_item(ik)
   return f
 end
 
--- Append the reply shape of one message: id, b, t, r, d, c, e.
+-- Append the reply shape of one message: id, b, t, r, d, c, e, a, f.
 local function push_message(out, id, f)
   out[#out + 1] = id
   out[#out + 1] = f.b or ''
@@ -125,6 +126,8 @@ local function push_message(out, id, f)
   out[#out + 1] = f.d or false
   out[#out + 1] = f.c or false
   out[#out + 1] = f.e or false
+  out[#out + 1] = f.a or false
+  out[#out + 1] = f.f or false
 end
 
 -- The current timer of `id` when `receipt` is its current delivery and it is still owned, else nil.

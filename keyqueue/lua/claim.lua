@@ -6,7 +6,7 @@
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
   KEYS[7] config  KEYS[8] counters (dead_lettered)
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
-  Returns {dead_lettered, config_missing (1/0), next_timer, id, b, t, r, d, c, e, id, b, ...}:
+  Returns {dead_lettered, config_missing (1/0), next_timer, id, b, t, r, d, c, e, a, f, id, ...}:
   next_timer is ms from now to the earliest timer in the index (nil: none), so the client
   knows when a reap may find something, at no extra round trip.
 ]]
@@ -14,11 +14,11 @@
 -- no table of every field, no concatenation of many), else read_item. nil when absent,
 -- false when the key holds the wrong type (the read fails, nothing is written).
 local function read_for_claim(ik)
-  local v = redis.pcall('HMGET', ik, 'b', 'b1', 't', 'r', 'n', 'e')
+  local v = redis.pcall('HMGET', ik, 'b', 'b1', 't', 'r', 'n', 'e', 'a', 'f')
   if v.err then return false end
   -- maybe b2, b3, ...; or no t (not written by an enqueue): read as before, whole
   if not v[3] or (v[2] and #v[2] == #v[1]) then return read_item(ik) end
-  return {b = v[2] and v[1] .. v[2] or v[1], t = v[3], r = v[4], n = v[5], e = v[6]}
+  return {b = v[2] and v[1] .. v[2] or v[1], t = v[3], r = v[4], n = v[5], e = v[6], a = v[7], f = v[8]}
 end
 
 local count = tonumber(ARGV[3])
@@ -98,7 +98,11 @@ while claimed < count do
     local f = fields[j]
     local n = tonumber(f.n or '0') + 1
     f.r, f.c, f.d = fmt(tonumber(f.r or '0') + 1), fmt(n) .. '-' .. now_s, deadline_s
-    rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s)
+    if f.f then rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s)
+    else  -- the first delivery also records when it was made (SQS's ApproximateFirstReceiveTimestamp)
+      f.f = now_s
+      rcall('HSET', item_key(id), 'r', f.r, 'n', fmt(n), 'c', f.c, 'd', deadline_s, 'f', now_s)
+    end
     push_message(out, id, f)
   end
   for j, id in ipairs(dead) do

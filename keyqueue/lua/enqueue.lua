@@ -3,16 +3,27 @@
   KEYS[1] seq  KEYS[2] queue  KEYS[3] items  KEYS[4] timers  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = visible now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
-  ARGV[6] bytes per body field (body_fields)  ARGV[7..] bodies
+  ARGV[6] bytes per body field (body_fields)  ARGV[7] '1' when each body is followed by its
+  attributes (field a, opaque bytes; '' = none), else ''  ARGV[8..] bodies (or body, attributes pairs)
   Returns {first_id, count, config_missing}: ids first_id .. first_id+count-1; {existing_id, 0,
   config_missing} on a dedup hit. config_missing (1/0) tells the client its config hash is
   gone (Redis lost its data), so it can restore its settings and registration: no extra trip.
 ]]
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
-local n = #ARGV - 6
+local paired = ARGV[7] == '1'
+local step = paired and 2 or 1
+local n = (#ARGV - 7) / step
 local chunk = tonumber(ARGV[6])
 local dedup = KEYS[8]
+
+-- The attributes of message j (nil when none): written apart from the body, so a message
+-- without them costs nothing more.
+local function attributes(j)
+  local a = paired and ARGV[7 + 2 * j]
+  if a and a ~= '' then return a end
+  return nil
+end
 
 if n == 1 and delay == 0 then
   -- The hot path, kept to the calls the layout needs: the writes check the types themselves
@@ -37,12 +48,14 @@ if n == 1 and delay == 0 then
   end
   -- Item keys are new by construction; one that exists means seq was overwritten.
   if rcall('EXISTS', ik) == 1 then return undo(1, corrupt(KEYS[1])) end
-  local body = ARGV[7]
+  local body = ARGV[8]
   local now_s = fmt(now_ms())
   if #body <= chunk then rcall('HSET', ik, 't', now_s, 'b', body)
   elseif #body <= 2 * chunk then
     rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1))
   else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body, chunk))) end
+  local a = attributes(1)
+  if a then rcall('HSET', ik, 'a', a) end
   local r = redis.pcall('RPUSH', KEYS[2], id)
   if type(r) == 'table' then return undo(2, write_error(r, KEYS[2])) end
   r = redis.pcall('SADD', KEYS[3], id)
@@ -89,7 +102,9 @@ if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
   local at = tonumber(now_s) + delay
   for i = 1, n do
-    rcall('HSET', iks[i], unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[6 + i], chunk)))
+    rcall('HSET', iks[i], unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[7 + (i - 1) * step + 1], chunk)))
+    local a = attributes(i)
+    if a then rcall('HSET', iks[i], 'a', a) end
     timer_add(KEYS[4], ids[i], at, bucket_ms)
   end
   return {fmt(first), n, lost}
@@ -97,11 +112,15 @@ end
 -- (one message per iteration of a batch: no table unless a body takes more than two fields)
 local sub = string.sub
 for j = 1, n do
-  local body = ARGV[6 + j]
+  local body = ARGV[7 + (j - 1) * step + 1]
   local len = #body
   if len <= chunk then rcall('HSET', iks[j], 't', now_s, 'b', body)
   elseif len <= 2 * chunk then rcall('HSET', iks[j], 't', now_s, 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1))
   else rcall('HSET', iks[j], unpack(body_fields({'t', now_s}, body, chunk))) end
+  if paired then
+    local a = attributes(j)
+    if a then rcall('HSET', iks[j], 'a', a) end
+  end
 end
 for i = 1, n, 1000 do
   local last = math.min(i + 999, n)

@@ -5,6 +5,7 @@
   ARGV[3] bucket ms  ARGV[4] source ('waiting' | 'delayed' | 'dead' | 'processing')
   ARGV[5] limit  ARGV[6] bucket offset and ARGV[7] SSCAN cursor in it (delayed only: where
   the previous call stopped; buckets before the offset keep only ids in flight)
+  ARGV[8..] (dead only, optional) these dead letters only: those no longer dead are left alone
   Returns {deleted, next bucket offset, next cursor, done (1/0)}.
 ]]
 local bucket_ms = tonumber(ARGV[3])
@@ -15,6 +16,17 @@ local cursor = ARGV[7]
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list'})
 if bad then return corrupt(bad) end
+
+if source == 'dead' and #ARGV > 7 then
+  local n = 0
+  for i = 8, #ARGV do
+    if rcall('LREM', KEYS[5], 0, ARGV[i]) > 0 then
+      rcall('DEL', item_key(ARGV[i]))
+      n = n + 1
+    end
+  end
+  return {n, 0, '0', 1}
+end
 
 local function item_keys(ids)
   local ks = {}

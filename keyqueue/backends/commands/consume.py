@@ -107,7 +107,9 @@ class Consume(CommandBase):
                 continue
             n = _int(f.get(b"n")) + 1
             f[b"r"], f[b"c"], f[b"d"] = str(r + 1).encode(), f"{n}-{now_s}".encode(), deadline_s.encode()
-            tx += [("HSET", k.item(i), "r", r + 1, "n", n, "c", f[b"c"], "d", deadline_s),
+            first = () if b"f" in f else ("f", now_s)  # the first delivery's time, as claim.lua
+            f.setdefault(b"f", now_s.encode())
+            tx += [("HSET", k.item(i), "r", r + 1, "n", n, "c", f[b"c"], "d", deadline_s, *first),
                    ("LREM", k.queue, 1, i)]
             delivered.append(i)
             out.messages.append(fields_of(i, f))

@@ -207,6 +207,23 @@ class Maintain(Consume):
                 return result
         return Purged(0, position, False)
 
+    def purge_dead(self, ids: Sequence[str]) -> Op[int]:
+        """Delete the dead letters among ``ids``: the hashes WATCHed, so one requeued meanwhile
+        (requeue writes its hash) makes the EXEC fail and the look is made again."""
+        k = self.keys
+        for _ in range(ATTEMPTS):
+            _, found = yield from self._open(self.state_keys, [("LPOS", k.dead, i) for i in ids],
+                                             watch=[k.item(i) for i in ids])
+            gone = [i for i, pos in zip(ids, found) if pos is not None]
+            if not gone:
+                (yield from one(("UNWATCH",)))
+                return 0
+            done = yield from self._commit([*(("LREM", k.dead, 0, i) for i in gone),
+                                            ("DEL", *(k.item(i) for i in gone))])
+            if done is not None:
+                return sum(1 for n in done[: len(gone)] if int(n) > 0)
+        return 0
+
     def _purge_once(self, source: str, limit: int, position: tuple[int, str],
                     bucket_ms: int) -> Op[Purged | None]:
         k = self.keys

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from redis.exceptions import ResponseError
 
+from ...core.backend import Attributes
 from ...core.replies import body_fields
 from ...core.replies import text as _text
 from ...core.results import Enqueued
@@ -16,25 +17,29 @@ from .base import CommandBase, _signal
 
 class Produce(CommandBase):
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]:
-        return (yield from self._enqueue([body], delay_ms, bucket_ms, dedup_key, dedup_ms))
+                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]:
+        return (yield from self._enqueue([body], delay_ms, bucket_ms, dedup_key, dedup_ms,
+                                         None if attributes is None else [attributes]))
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> Op[Enqueued]:
-        return (yield from self._enqueue(bodies, delay_ms, bucket_ms, None, 0))
+    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
+                attributes: Attributes = None) -> Op[Enqueued]:
+        return (yield from self._enqueue(bodies, delay_ms, bucket_ms, None, 0, attributes))
 
     def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> Op[Enqueued]:
+                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
+                     attributes: Attributes = None) -> Op[Enqueued]:
         """Messages with their own delay and dedup key: one enqueue each."""
         ids: list[str] = []
         missing = False
-        for body, delay, key in zip(bodies, delays_ms, dedup_keys):
-            one_ = yield from self._enqueue([body], delay, bucket_ms, key, dedup_ms)
+        each = attributes if attributes is not None else [None] * len(bodies)
+        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, each):
+            one_ = yield from self._enqueue([body], delay, bucket_ms, key, dedup_ms, [a])
             ids += one_.ids
             missing = one_.config_missing
         return Enqueued(ids, missing)
 
     def _enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                 dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]:
+                 dedup_key: str | None, dedup_ms: int, attributes: Attributes = None) -> Op[Enqueued]:
         k = self.keys
         typed = [k.seq, k.queue, k.items, k.signal, k.counters, *([k.timers] if delay_ms else [])]
         dedup = None if dedup_key is None else k.dedup(dedup_key)
@@ -61,8 +66,11 @@ class Produce(CommandBase):
         tx: list[Command] = []
         if dedup is not None:
             tx.append(("SET", dedup, ids[0], "PX", dedup_ms))
-        for mid, body in zip(ids, bodies):
-            extra = ["d", str(at)] if delay_ms else []
+        each = attributes if attributes is not None else [None] * len(bodies)
+        for mid, body, a in zip(ids, bodies, each):
+            extra: list[str | bytes] = ["d", str(at)] if delay_ms else []
+            if a:
+                extra += ["a", a]
             tx.append(("HSET", k.item(mid), "t", now_s, *extra, *body_fields(body, self.field_bytes)))
         if delay_ms:
             tx += [("SADD", tk, *ids), ("ZADD", k.timers, "LT", at, b)]

@@ -30,3 +30,7 @@ class Maintain(ScriptBase):
         n, offset, cursor, done = yield from self.call("purge", self.state_keys,
                                                        [bucket_ms, source, limit, *position])
         return Purged(int(n), (int(offset), text(cursor)), bool(done))
+
+    def purge_dead(self, ids: Sequence[str]) -> Op[int]:
+        n, *_ = yield from self.call("purge", self.state_keys, [0, "dead", len(ids), 0, "0", *ids])
+        return int(n)

@@ -5,22 +5,35 @@ from __future__ import annotations
 from typing import Sequence
 
 
+from ...core.backend import Attributes
 from ...core.replies import text
 from ...core.results import Enqueued
 from ...core.roundtrip import Op
 from .scripts import ScriptBase, CHUNK
 
+def _values(bodies: Sequence[bytes], attributes: Attributes) -> tuple[str, list[bytes]]:
+    """enqueue.lua's ARGV[7] and the bodies after it: each followed by its attributes when
+    any message has them."""
+    if attributes is None:
+        return "", list(bodies)
+    return "1", [x for body, a in zip(bodies, attributes) for x in (body, a or b"")]
+
 
 class Produce(ScriptBase):
     def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int) -> Op[Enqueued]:
+                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
-        reply = yield from self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, self.field_bytes, body))
+        paired, values = _values([body], None if attributes is None else [attributes])
+        reply = yield from self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, self.field_bytes,
+                                                       paired, *values))
         return Enqueued([text(reply[0])], reply[2] == 1)
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int) -> Op[Enqueued]:
-        calls = [(self.enqueue_keys, [delay_ms, bucket_ms, 0, self.field_bytes, *bodies[i : i + CHUNK]])
-                 for i in range(0, len(bodies), CHUNK)]
+    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
+                attributes: Attributes = None) -> Op[Enqueued]:
+        calls = []
+        for i in range(0, len(bodies), CHUNK):
+            paired, values = _values(bodies[i : i + CHUNK], None if attributes is None else attributes[i : i + CHUNK])
+            calls.append((self.enqueue_keys, [delay_ms, bucket_ms, 0, self.field_bytes, paired, *values]))
         replies = yield from self.call_many("enqueue", calls)
         ids: list[str] = []
         for first, n, _ in replies:
@@ -28,12 +41,14 @@ class Produce(ScriptBase):
         return Enqueued(ids, replies[-1][2] == 1)
 
     def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int) -> Op[Enqueued]:
+                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
+                     attributes: Attributes = None) -> Op[Enqueued]:
         """One script call per message (each its own delay and dedup key), all pipelined."""
         base = self.enqueue_keys
+        each = attributes if attributes is not None else [None] * len(bodies)
         calls = [(base if key is None else (*base, self.keys.dedup(key)),
-                  (delay, bucket_ms, dedup_ms, self.field_bytes, body))
-                 for body, delay, key in zip(bodies, delays_ms, dedup_keys)]
+                  (delay, bucket_ms, dedup_ms, self.field_bytes, *_flat(body, a)))
+                 for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, each)]
         ids: list[str] = []
         missing = False
         for i in range(0, len(calls), CHUNK):
@@ -41,3 +56,7 @@ class Produce(ScriptBase):
             ids += [text(reply[0]) for reply in replies]
             missing = replies[-1][2] == 1
         return Enqueued(ids, missing)
+
+
+def _flat(body: bytes, attributes: bytes | None) -> tuple[str | bytes, ...]:
+    return ("", body) if attributes is None else ("1", body, attributes)
