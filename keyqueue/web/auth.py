@@ -24,7 +24,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "keyqueue_session"
 #: Paths anyone may open: the health check (load balancers), the login form, its assets.
-OPEN_PATHS = ("/healthz", "/login")
+OPEN_PATHS = ("/healthz", "/login", "/favicon.ico")
 OPEN_PREFIXES = ("/static/",)
 
 

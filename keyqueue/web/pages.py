@@ -178,8 +178,14 @@ async def logout(request: Request) -> Response:
     return response
 
 
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico on every page, JSON ones too: answer it, not a 404."""
+    return RedirectResponse(f"{base(request)}/static/favicon.svg", status_code=301)
+
+
 routes = [
     Route("/", overview),
+    Route("/favicon.ico", favicon),
     Route("/partials/overview", overview_rows),
     Route("/queues/{name}", queue_page),
     Route("/partials/queues/{name}", queue_tiles),

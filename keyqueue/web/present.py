@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..message import Message, json_body
-from .rates import KEEP
 
 #: Characters of a body shown in a message row; the whole (up to FULL_CHARS) unfolds.
 PREVIEW_CHARS = 160
@@ -16,7 +15,7 @@ FULL_CHARS = 20_000
 #: Bytes of a binary body shown as hex.
 HEX_BYTES = 48
 #: Sparkline size in CSS pixels.
-SPARK_W, SPARK_H = 120, 28
+SPARK_W, SPARK_H = 150, 28
 
 
 @dataclass(frozen=True)
@@ -96,17 +95,14 @@ def relative(epoch: float | None, now: float) -> str:
     return f"in {duration(delta)}" if delta >= 0 else f"{duration(delta)} ago"
 
 
-def points(series: Sequence[float], top: float, width: int = SPARK_W, height: int = SPARK_H,
-           slots: int = KEEP - 1) -> str:
-    """SVG polyline points of ``series`` scaled to ``top`` (the largest value drawn), the
-    newest at the right edge: a short history fills only the right of the chart."""
+def points(series: Sequence[float], top: float, width: int = SPARK_W, height: int = SPARK_H) -> str:
+    """SVG polyline points of ``series`` (oldest first) across the whole width, scaled to
+    ``top`` (the largest value drawn)."""
     if len(series) < 2:
         return ""
     top = top or 1.0
-    step = width / max(slots - 1, len(series) - 1, 1)
-    right = width - (len(series) - 1) * step
-    return " ".join(f"{right + i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}"
-                    for i, v in enumerate(series))
+    step = width / (len(series) - 1)
+    return " ".join(f"{i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}" for i, v in enumerate(series))
 
 
 def top(*series: Sequence[float]) -> float:
