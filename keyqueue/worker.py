@@ -63,8 +63,8 @@ class Worker(WorkerBase[Queue, Handler]):
     1; they share the queues' connection pools).
 
     ``Worker(queues, handler, *, concurrency=1, visibility_timeout=None, heartbeat=True,
-    retry_backoff=1.0, reap_on_start=True, grace_period=30.0)``: the options are those of
-    every worker (``keyqueue.worker_rules.WorkerBase``).
+    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
+    options are those of every worker (``keyqueue.worker_rules.WorkerBase``).
     """
 
     queue_class = Queue

@@ -90,6 +90,9 @@ def test_api_lists_every_queue_with_its_stats(web: httpx.Client, r: redis.Redis)
     assert set(rows[0]) == {"name", "waiting", "processing", "delayed", "dead", "oldest_age"}
     for row in rows:
         same_stats(row, qs[row["name"]])
+    overview = web.get("/api/overview").json()
+    assert [(o["name"], o["counters"]) for o in overview] == [(n, q.counters()) for n, q in qs.items()]
+    assert set(overview[0]["rates"]) == {"enqueued", "acked"}
     one = web.get("/api/queues/emails").json()
     assert one["name"] == "emails" and (one["waiting"], one["processing"], one["delayed"], one["dead"]) == (3, 1, 1, 2)
 
@@ -306,7 +309,10 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
                     assert "unreachable" in page.text and "hunter2secret" not in page.text
                 assert "Redis unreachable" in c.get("/").text
                 assert c.get("/api/queues").status_code == 503 and c.get("/metrics").status_code == 503
-                own.start()
+                own.start()  # without the ACL user: the URL's credentials are refused
+                refused = c.get("/")
+                assert refused.status_code == 503 and "refused the URL" in refused.text
+                assert "hunter2secret" not in refused.text and c.get("/healthz").status_code == 503
                 add_user()
                 wait_until(lambda: c.get("/healthz").status_code == 200, timeout=20, interval=0.1)
                 assert c.get("/api/queues").json() == []  # (no persistence: the restart lost it)

@@ -186,6 +186,31 @@ def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Re
     assert emails.stats().dead == 0 and emails.stats().waiting == 6
 
 
+def test_an_open_page_says_when_redis_goes_away_and_comes_back(browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    with RedisServer() as own:
+        Queue("jobs", client=redis.Redis(port=own.port)).enqueue("x")
+        served = Served(create_app(url=own.url))
+        try:
+            browser.get(served.url + "/")
+
+            def live() -> str:
+                text: str = browser.find_element(By.ID, "live").text
+                return text
+
+            assert live() == "live" and cell(browser, "jobs", "waiting") == "1"
+            own.stop()
+            wait_until(lambda: live() == "Redis unreachable", timeout=30, interval=0.2)
+            own.start()  # (empty: no persistence)
+            Queue("jobs", client=redis.Redis(port=own.port)).enqueue_many(["a", "b"])
+            wait_until(lambda: live() == "live" and cell(browser, "jobs", "waiting") == "2", timeout=30,
+                       interval=0.2)
+        finally:
+            served.stop()
+            browser.get_log("browser")  # the 503s fetched meanwhile are logged as errors: expected here
+
+
 def test_screenshots_for_the_readme(page: Any, site: Served, r: redis.Redis) -> None:
     """Live traffic for about 24 seconds (a sparkline's worth of samples), then the two
     pages as PNGs in docs/."""

@@ -62,8 +62,8 @@ class Worker(WorkerBase[Queue, Handler]):
     wins), ``concurrency`` handlers at once (default 10) as tasks on the running loop.
 
     ``Worker(queues, handler, *, concurrency=10, visibility_timeout=None, heartbeat=True,
-    retry_backoff=1.0, reap_on_start=True, grace_period=30.0)``: the options of
-    ``keyqueue.Worker`` (``keyqueue.worker_rules.WorkerBase``).
+    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
+    options of ``keyqueue.Worker`` (``keyqueue.worker_rules.WorkerBase``).
     """
 
     queue_class = Queue

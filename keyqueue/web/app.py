@@ -51,6 +51,12 @@ async def unreachable(request: Request, exc: Exception) -> Response:
                    f"Redis at {store.shown_url} {kind}; this page will work again once it answers.")
 
 
+async def refused_credentials(request: Request, exc: Exception) -> Response:
+    store = api.store_of(request)
+    return failure(request, 503, "Redis refused the credentials",
+                   f"Redis at {store.shown_url} refused the URL's credentials: {exc}")
+
+
 async def redis_error(request: Request, exc: Exception) -> Response:
     return failure(request, 502, "Redis error", f"Redis said: {exc}")
 
@@ -104,9 +110,9 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
         routes=[*pages.routes, *api.routes, *metrics.routes, Mount("/static", static, name="static")],
         middleware=[Middleware(Gate, sessions=sessions)],
         exception_handlers={UnknownQueue: unknown_queue, api.BadRequest: bad_request,
-                            redis.ConnectionError: unreachable, redis.TimeoutError: unreachable,
-                            redis.BusyLoadingError: unreachable, redis.RedisError: redis_error,
-                            KeyQueueError: keyqueue_error},
+                            redis.AuthenticationError: refused_credentials, redis.ConnectionError: unreachable,
+                            redis.TimeoutError: unreachable, redis.BusyLoadingError: unreachable,
+                            redis.RedisError: redis_error, KeyQueueError: keyqueue_error},
         lifespan=lifespan,
     )
     app.state.store = store
