@@ -13,18 +13,6 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
-# Debian's headless Chromium and its driver for the dashboard's browser tests
-if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1; }; then
-  if command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing chromium and chromium-driver with apt-get" >&2
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
-  else
-    echo "setup: chromium/chromium-driver missing and apt-get is not available" >&2
-    exit 1
-  fi
-fi
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true

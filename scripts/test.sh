@@ -4,6 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Debian's headless Chromium and its driver for the dashboard's browser tests
+if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1; }; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium and chromium-driver with apt-get" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "setup: chromium/chromium-driver missing and apt-get is not available" >&2
+    exit 1
+  fi
+fi
 .venv/bin/ruff check keyqueue tests scripts   # lint: unused imports and variables, undefined names
 .venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
