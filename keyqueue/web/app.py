@@ -19,17 +19,18 @@ from starlette.templating import Jinja2Templates
 
 from ..errors import KeyQueueError
 from . import api, metrics, pages, present
-from .auth import ASGIApp, Gate, Sessions
+from .auth import ASGIApp, Gate, Sessions, route_path
 from .store import Store, UnknownQueue
 
 
 def wants_json(request: Request) -> bool:
-    path = request.url.path[len(request.scope.get("root_path", "")):]
-    return path.startswith(("/api/", "/metrics", "/healthz"))
+    """The API, /metrics, /healthz and the fragments the page's script fetches answer
+    errors as JSON; the pages as a page."""
+    return route_path(request.scope).startswith(("/api/", "/metrics", "/healthz", "/partials/"))
 
 
 def failure(request: Request, status: int, title: str, detail: str) -> Response:
-    if wants_json(request) or "partials" in request.url.path:
+    if wants_json(request):
         return JSONResponse({"error": f"{title}: {detail}"}, status_code=status)
     return pages.render(request, "error.html", status, title=title, detail=detail)
 
