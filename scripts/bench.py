@@ -21,6 +21,10 @@ Rows (100-byte bodies):
    hash-max-listpack-value (64) and with 128, and where the bytes go.
 7. The long operations (purge, requeue) per call.
 
+``--replication`` measures instead what ``min_replicas=1`` costs: enqueue, enqueue_many,
+claim + ack one at a time and in batches, each against itself with ``min_replicas=0``, on a
+primary with one replica (issue 13).
+
 ``--profile`` prints instead where the time goes: Redis time per operation (INFO
 commandstats, the commands each script runs) and client time per message (cProfile).
 
@@ -83,12 +87,12 @@ def chunks(items: list[bytes], size: int) -> Iterator[list[bytes]]:
 # -- the work of each measurement ----------------------------------------------------
 
 
-def new_queue(r: redis.Redis) -> Queue:
-    return Queue(QUEUE_NAME, client=r)
+def new_queue(r: redis.Redis, **options: Any) -> Queue:
+    return Queue(QUEUE_NAME, client=r, **options)
 
 
-def kq_prefill(r: redis.Redis, data: list[bytes]) -> Queue:
-    q = new_queue(r)
+def kq_prefill(r: redis.Redis, data: list[bytes], **options: Any) -> Queue:
+    q = new_queue(r, **options)
     for chunk in chunks(data, 1000):
         q.enqueue_many(chunk)
     return q
@@ -99,9 +103,9 @@ def raw_prefill(r: redis.Redis, data: list[bytes]) -> None:
         r.lpush(RAW_QUEUE, *chunk)
 
 
-def kq_enqueue(r: redis.Redis, data: list[bytes]) -> Prepare:
+def kq_enqueue(r: redis.Redis, data: list[bytes], **options: Any) -> Prepare:
     def prepare() -> Callable[[], None]:
-        q = new_queue(r)
+        q = new_queue(r, **options)
 
         def work() -> None:
             for body in data:
@@ -149,9 +153,9 @@ def raw_layout_floor(r: redis.Redis, data: list[bytes]) -> Prepare:
     return prepare
 
 
-def kq_enqueue_many(r: redis.Redis, data: list[bytes], size: int) -> Prepare:
+def kq_enqueue_many(r: redis.Redis, data: list[bytes], size: int, **options: Any) -> Prepare:
     def prepare() -> Callable[[], None]:
-        q = new_queue(r)
+        q = new_queue(r, **options)
 
         def work() -> None:
             for chunk in chunks(data, size):
@@ -187,9 +191,9 @@ def without_claim_reaping(q: Queue) -> Queue:
     return q
 
 
-def kq_claim_ack(r: redis.Redis, data: list[bytes], reaping: bool = True) -> Prepare:
+def kq_claim_ack(r: redis.Redis, data: list[bytes], reaping: bool = True, **options: Any) -> Prepare:
     def prepare() -> Callable[[], None]:
-        q = kq_prefill(r, data)
+        q = kq_prefill(r, data, **options)
         if not reaping:
             without_claim_reaping(q)
 
@@ -219,9 +223,10 @@ def raw_claim_ack(r: redis.Redis, data: list[bytes]) -> Prepare:
     return prepare
 
 
-def kq_claim_ack_many(r: redis.Redis, data: list[bytes], size: int, reaping: bool = True) -> Prepare:
+def kq_claim_ack_many(r: redis.Redis, data: list[bytes], size: int, reaping: bool = True,
+                      **options: Any) -> Prepare:
     def prepare() -> Callable[[], None]:
-        q = kq_prefill(r, data)
+        q = kq_prefill(r, data, **options)
         if not reaping:
             without_claim_reaping(q)
 
@@ -380,6 +385,24 @@ def throughput(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
             row("claim_many(100) + ack_many with claim-time reaping vs without", counts.batch, runs, 1, 2,
                 min_ratio=0.95)]
     print("  done: claim + ack", file=sys.stderr)
+    return out
+
+
+def replication(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
+    """What replicated writes cost (SPEC 9): each operation with ``min_replicas=1`` against
+    the same with 0, on a primary with one replica on loopback (WAIT rides in the same round
+    trip as the write, so the difference is the replica's acknowledgement)."""
+    single, batch = bodies(counts.single), bodies(counts.batch // 4)
+    out: list[Row] = []
+    for name, n, make in (
+        ("enqueue (one at a time)", counts.single, lambda **o: kq_enqueue(r, single, **o)),
+        ("enqueue_many(100)", len(batch), lambda **o: kq_enqueue_many(r, batch, 100, **o)),
+        ("claim + ack (one at a time)", counts.single, lambda **o: kq_claim_ack(r, single, **o)),
+        ("claim_many(100) + ack_many", len(batch), lambda **o: kq_claim_ack_many(r, batch, 100, **o)),
+    ):
+        runs = rounds_of(r, [make(), make(min_replicas=1, replica_timeout=5.0)], n, rounds)
+        out.append(row(f"{name}, min_replicas=1 vs 0", n, runs, 1, 0))
+        print(f"  done: {name} replicated", file=sys.stderr)
     return out
 
 
@@ -667,6 +690,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per row (at least 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument("--profile", action="store_true", help="where the time goes, instead of the rows")
+    p.add_argument("--replication", action="store_true",
+                   help="only what min_replicas=1 costs, on a primary with a replica")
     args = p.parse_args(argv)
     if args.rounds < 3:
         p.error("--rounds must be at least 3")
@@ -676,6 +701,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     counts = QUICK if args.quick else FULL
+    if args.replication:
+        return replicated_main(args, counts)
     with RedisServer() as server:
         r = redis.Redis(port=server.port)
         try:
@@ -704,6 +731,28 @@ def main(argv: list[str] | None = None) -> int:
     failed = [t for t in rows if t.passed is False]
     failed += [x for x in reaps if x.seconds > 1.0 or x.max_call_ms > 10.0]
     return 1 if failed else 0
+
+
+def replicated_main(args: argparse.Namespace, counts: Counts) -> int:
+    with RedisServer() as primary, RedisServer(["--replicaof", "127.0.0.1", str(primary.port)]) as replica:
+        rr = redis.Redis(port=replica.port)
+        end = time.monotonic() + 30
+        while rr.info("replication")["master_link_status"] != "up":
+            if time.monotonic() > end:
+                raise RuntimeError("the replica did not sync")
+            time.sleep(0.05)
+        rr.close()
+        r = redis.Redis(port=primary.port)
+        try:
+            rows = replication(r, counts, args.rounds)
+        finally:
+            r.close()
+    if args.json:
+        print(json.dumps([{**asdict(t), "ratio": t.ratio} for t in rows], indent=2))
+    else:
+        print("\n".join([f"a primary and one replica on loopback, {args.rounds} interleaved rounds per row",
+                         "", *table(rows)]))
+    return 0
 
 
 if __name__ == "__main__":
