@@ -7,11 +7,13 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from ..aio.queue import Queue
 from .api import MAX_COUNT, SOURCES, BadRequest, source_and_count, store_of
 from .auth import Session, Sessions, set_cookie_header
 from .present import body_view
@@ -84,8 +86,9 @@ async def queue_tiles(request: Request) -> Response:
 # -- actions ----------------------------------------------------------------------------
 
 
-async def refused(request: Request) -> Response | None:
-    """403 in read-only mode or without this session's CSRF token (nothing is changed)."""
+async def checked(request: Request) -> Response | tuple[Queue, FormData]:
+    """The queue and the form of an action, or the page refusing it: 403 in read-only mode
+    or without this session's CSRF token, 404 for an unknown queue (nothing is changed)."""
     if request.app.state.read_only:
         return render(request, "error.html", 403, title="Read-only",
                       detail="This dashboard runs with --read-only: actions are disabled.")
@@ -94,7 +97,7 @@ async def refused(request: Request) -> Response | None:
     if not sessions(request).csrf_ok(session(request), given if isinstance(given, str) else None):
         return render(request, "error.html", 403, title="Action refused",
                       detail="The form's CSRF token is missing or stale: reload the page and try again.")
-    return None
+    return await store_of(request).existing(request.path_params["name"]), form
 
 
 def back(request: Request, name: str, **query: str) -> Response:
@@ -102,12 +105,10 @@ def back(request: Request, name: str, **query: str) -> Response:
 
 
 async def requeue(request: Request) -> Response:
-    bad = await refused(request)
-    if bad is not None:
-        return bad
-    store = store_of(request)
-    q = await store.existing(request.path_params["name"])
-    form = await request.form()
+    got = await checked(request)
+    if isinstance(got, Response):
+        return got
+    q, form = got
     one = str(form.get("id") or "").strip()
     if form.get("confirm") != "1":
         total = (await q.stats()).dead
@@ -120,12 +121,10 @@ async def requeue(request: Request) -> Response:
 
 
 async def purge(request: Request) -> Response:
-    bad = await refused(request)
-    if bad is not None:
-        return bad
-    store = store_of(request)
-    q = await store.existing(request.path_params["name"])
-    form = await request.form()
+    got = await checked(request)
+    if isinstance(got, Response):
+        return got
+    q, form = got
     source = str(form.get("source") or "")
     if source not in PURGE_SOURCES:
         raise BadRequest(f"source must be one of {', '.join(PURGE_SOURCES)}, not {source!r}")
