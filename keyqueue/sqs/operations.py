@@ -1,0 +1,370 @@
+"""One function per SQS operation, each a thin mapping onto keyqueue.aio.Queue: SendMessage =
+enqueue (with a delay, attributes in the item hash), ReceiveMessage = claim_many (the
+visibility timeout, the long-poll wait), DeleteMessage = ack, ChangeMessageVisibility =
+extend (0 = release), PurgeQueue = purge, DeleteQueue = destroy."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any, Awaitable, Callable, Mapping
+
+from ..aio.message import Message
+from .errors import SqsError, invalid, missing
+from .handles import Handles
+from .md5 import md5_of_attributes, md5_of_body
+from .queues import Directory, Known, check_attributes
+from .redrive import MoveTasks, Redriver
+from .stored import Stored
+from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, integer, message_attributes,
+                       queue_name, size_of, string)
+
+Params = Mapping[str, Any]
+Result = dict[str, Any]
+
+SYSTEM_ATTRIBUTES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+                     "AWSTraceHeader", "DeadLetterQueueSourceArn")
+
+
+class Sqs:
+    """The operations of one server: its queues, handles, redrive and move tasks."""
+
+    def __init__(self, directory: Directory, handles: Handles, sender_id: str) -> None:
+        self.directory = directory
+        self.handles = handles
+        self.sender_id = sender_id
+        self.redriver = Redriver(directory)
+        self.moves = MoveTasks(directory)
+
+    # -- queues ---------------------------------------------------------------------------
+
+    async def create_queue(self, p: Params, host: str) -> Result:
+        name = queue_name(p.get("QueueName"))
+        attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn)
+        tags = p.get("tags") or p.get("Tags") or {}
+        if not isinstance(tags, dict):
+            raise invalid("tags must be a map.")
+        await self.check_redrive_target(attributes)
+        await self.directory.create(name, attributes, tags)
+        return {"QueueUrl": self.directory.url(host, name)}
+
+    async def check_redrive_target(self, attributes: Mapping[str, str]) -> None:
+        policy = attributes.get("RedrivePolicy")
+        if policy:
+            arn = json.loads(policy)["deadLetterTargetArn"]
+            try:
+                await self.directory.get(self.directory.name_of_arn(arn))
+            except SqsError:
+                raise invalid(f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Dead letter "
+                              f"target does not exist.") from None
+
+    async def get_queue_url(self, p: Params, host: str) -> Result:
+        known = await self.directory.get(queue_name(p.get("QueueName")))
+        return {"QueueUrl": self.directory.url(host, known.name)}
+
+    async def list_queues(self, p: Params, host: str) -> Result:
+        prefix = string(p, "QueueNamePrefix") or ""
+        limit = integer(p, "MaxResults", 1, 1000)
+        token = string(p, "NextToken")
+        after = _untoken(token) if token else ""
+        names = [n for n in await self.directory.names() if n.startswith(prefix) and n > after]
+        out: Result = {}
+        page = names[: limit or 1000]
+        if page:
+            out["QueueUrls"] = [self.directory.url(host, n) for n in page]
+        if limit is not None and len(names) > limit:
+            out["NextToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+        return out
+
+    async def delete_queue(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        await known.queue.destroy()
+        self.directory.forget(known.name)
+        return {}
+
+    async def get_queue_attributes(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        names = p.get("AttributeNames") or []
+        if not isinstance(names, list):
+            raise invalid("AttributeNames must be a list.")
+        attributes = await self.directory.attributes(known, names)
+        for n in names:
+            if n != "All" and n not in attributes and n not in ("RedrivePolicy", "RedriveAllowPolicy", "Policy",
+                                                                "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds"):
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {n}.")
+        return {"Attributes": attributes} if attributes else {}
+
+    async def set_queue_attributes(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        if p.get("Attributes") is None:
+            raise missing("Attributes")
+        attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn)
+        await self.check_redrive_target(attributes)
+        await self.directory.set_attributes(known, attributes)
+        if attributes.get("RedrivePolicy"):
+            self.redriver.poke(known.name)
+        return {}
+
+    async def purge_queue(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        await known.queue.purge(source="all")
+        return {}
+
+    async def tag_queue(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        tags = p.get("Tags")
+        if not isinstance(tags, dict) or not tags:
+            raise missing("Tags")
+        if len({**known.tags, **tags}) > 50:
+            raise invalid("Too many tags added for queue: a queue may have up to 50 tags.")
+        await known.queue.set_metadata({f"tag:{k}": str(v) for k, v in tags.items()})
+        self.directory.forget(known.name)
+        return {}
+
+    async def untag_queue(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        keys = p.get("TagKeys")
+        if not isinstance(keys, list) or not keys:
+            raise missing("TagKeys")
+        await known.queue.set_metadata({}, remove=[f"tag:{k}" for k in keys])
+        self.directory.forget(known.name)
+        return {}
+
+    async def list_queue_tags(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        return {"Tags": known.tags} if known.tags else {}
+
+    async def list_dead_letter_source_queues(self, p: Params, host: str) -> Result:
+        from .redrive import sources_of
+
+        known = await self.directory.by_url(p)
+        names = sorted(k.name for k in await sources_of(self.directory, known.name))
+        return {"queueUrls": [self.directory.url(host, n) for n in names]}
+
+    # -- messages -------------------------------------------------------------------------
+
+    def prepare(self, known: Known, p: Params) -> tuple[str, int, Stored, Result]:
+        """One message to send, checked: its body, delay, what it stores, and its reply."""
+        if p.get("MessageDeduplicationId") is not None:
+            raise invalid("The request include parameter that is not valid for this queue type: "
+                          "MessageDeduplicationId (FIFO queues are not supported by keyqueue).")
+        text = body(p)
+        attributes = message_attributes(p.get("MessageAttributes"))
+        system = message_attributes(p.get("MessageSystemAttributes"), system=True)
+        delay = integer(p, "DelaySeconds", 0, 900, known.int_attribute("DelaySeconds"))
+        limit = known.queue.settings.max_body_bytes
+        if size_of(text, attributes) > limit:
+            raise invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
+        out: Result = {"MD5OfMessageBody": md5_of_body(text)}
+        if attributes:
+            out["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
+        if system:
+            out["MD5OfMessageSystemAttributes"] = md5_of_attributes(system)
+        return text, delay or 0, Stored(attributes, system), out
+
+    async def send_message(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        text, delay, stored, out = self.prepare(known, p)
+        msg_id = await known.queue.enqueue(text, delay=delay, attributes=stored.dump())
+        out["MessageId"] = known.message_id(msg_id)
+        return out
+
+    async def send_message_batch(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        got = entries(p, "SendMessageBatch")
+        total = sum(len(str(e.get("MessageBody", "")).encode()) for e in got)
+        if total > MAX_MESSAGE_BYTES:
+            raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. "
+                           f"You have sent {total} bytes.")
+        ok: list[tuple[str, str, int, Stored, Result]] = []
+        failed: list[Result] = []
+        for e in got:
+            try:
+                ok.append((e["Id"], *self.prepare(known, e)))
+            except SqsError as exc:
+                failed.append(_failure(e["Id"], exc))
+        if ok:
+            delays = [d for _, _, d, _, _ in ok]
+            stored = [s.dump() for _, _, _, s, _ in ok]
+            ids = await known.queue.enqueue_many(
+                [t for _, t, _, _, _ in ok], delay=delays[0],
+                delays=None if len(set(delays)) == 1 else delays,
+                attributes=None if not any(stored) else stored)
+            for (entry_id, _, _, _, out), msg_id in zip(ok, ids):
+                out.update(Id=entry_id, MessageId=known.message_id(msg_id))
+        return {"Successful": [out for *_, out in ok], "Failed": failed}
+
+    async def receive_message(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        count = integer(p, "MaxNumberOfMessages", 1, 10, 1) or 1
+        visibility = integer(p, "VisibilityTimeout", 0, MAX_VISIBILITY)
+        wait = integer(p, "WaitTimeSeconds", 0, MAX_WAIT, known.int_attribute("ReceiveMessageWaitTimeSeconds"))
+        system = _names(p.get("AttributeNames")) | _names(p.get("MessageSystemAttributeNames"))
+        wanted = _names(p.get("MessageAttributeNames"))
+        got = await known.queue.claim_many(count, visibility_timeout=None if visibility is None else visibility or 1,
+                                           wait=wait or 0)
+        if known.redrive is not None:
+            self.redriver.poke(known.name)
+        if visibility == 0 or visibility is None and known.queue.settings.visibility_timeout < 1:
+            # visible again at once, as SQS's 0: given back now (its handle then acts on nothing)
+            await asyncio.gather(*(known.queue.release(m) for m in got))
+        messages = [self.delivered(known, m, system, wanted) for m in got]
+        return {"Messages": messages} if messages else {}
+
+    def delivered(self, known: Known, m: Message, system: set[str], wanted: set[str]) -> Result:
+        stored = Stored.load(m.attributes)
+        text = m.body.decode("utf-8", "replace")
+        out: Result = {"MessageId": known.message_id(m.id, stored),
+                       "ReceiptHandle": self.handles.make(known.name, m.id, m.receipt or ""),
+                       "MD5OfBody": md5_of_body(text), "Body": text}
+        every = "All" in system
+        attrs = {"SenderId": self.sender_id,
+                 "SentTimestamp": str(stored.sent_ms or round(m.enqueued_at * 1000)),
+                 "ApproximateReceiveCount": str(m.receives),
+                 "ApproximateFirstReceiveTimestamp": str(round((m.first_claimed_at or m.enqueued_at) * 1000))}
+        if "AWSTraceHeader" in stored.system:
+            attrs["AWSTraceHeader"] = str(stored.system["AWSTraceHeader"][1])
+        if stored.source:
+            attrs["DeadLetterQueueSourceArn"] = self.directory.arn(stored.source)
+        chosen = {k: v for k, v in attrs.items() if every or k in system}
+        if chosen:
+            out["Attributes"] = chosen
+        selected = {k: v for k, v in stored.attributes.items() if _selected(k, wanted)}
+        if selected:
+            out["MessageAttributes"] = {k: _wire(t, v) for k, (t, v) in selected.items()}
+            out["MD5OfMessageAttributes"] = md5_of_attributes(selected)
+        return out
+
+    async def delete_message(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        h = self.handles.read(p.get("ReceiptHandle"), known.name)
+        # A handle of an earlier delivery deletes nothing (keyqueue's receipt fences it): no error,
+        # as SQS answers a delete of a message already gone.
+        await known.queue.ack(known.held(h.id, h.receipt))
+        return {}
+
+    async def delete_message_batch(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        ok, failed, held = [], [], []
+        for e in entries(p, "DeleteMessageBatch"):
+            try:
+                h = self.handles.read(e.get("ReceiptHandle"), known.name)
+            except SqsError as exc:
+                failed.append(_failure(e["Id"], exc))
+                continue
+            held.append(known.held(h.id, h.receipt))
+            ok.append({"Id": e["Id"]})
+        if held:
+            await known.queue.ack_many(held)
+        return {"Successful": ok, "Failed": failed}
+
+    async def change_visibility(self, known: Known, handle: object, seconds: object) -> None:
+        if seconds is None:
+            raise missing("VisibilityTimeout")
+        timeout = integer({"VisibilityTimeout": seconds}, "VisibilityTimeout", 0, MAX_VISIBILITY) or 0
+        h = self.handles.read(handle, known.name)
+        m = known.held(h.id, h.receipt)
+        done = await (known.queue.release(m) if timeout == 0 else known.queue.extend(m, timeout))
+        if not done:
+            raise invalid(f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
+                          "exist or is not available for visibility timeout change.")
+
+    async def change_message_visibility(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        await self.change_visibility(known, p.get("ReceiptHandle"), p.get("VisibilityTimeout"))
+        return {}
+
+    async def change_message_visibility_batch(self, p: Params, host: str) -> Result:
+        known = await self.directory.by_url(p)
+        got = entries(p, "ChangeMessageVisibilityBatch")
+
+        async def one(e: dict[str, Any]) -> Result:
+            try:
+                await self.change_visibility(known, e.get("ReceiptHandle"), e.get("VisibilityTimeout"))
+            except SqsError as exc:
+                return _failure(e["Id"], exc)
+            return {"Id": e["Id"]}
+
+        results = await asyncio.gather(*(one(e) for e in got))
+        return {"Successful": [r for r in results if "Code" not in r], "Failed": [r for r in results if "Code" in r]}
+
+    # -- dead-letter queues ------------------------------------------------------------------
+
+    async def start_message_move_task(self, p: Params, host: str) -> Result:
+        source = await self._by_arn(p.get("SourceArn"), "SourceArn")
+        destination = await self._by_arn(p["DestinationArn"], "DestinationArn") if p.get("DestinationArn") else None
+        per_second = integer(p, "MaxNumberOfMessagesPerSecond", 1, 500)
+        task = await self.moves.start(source, destination, per_second)
+        return {"TaskHandle": task.handle}
+
+    async def list_message_move_tasks(self, p: Params, host: str) -> Result:
+        source = await self._by_arn(p.get("SourceArn"), "SourceArn")
+        limit = integer(p, "MaxResults", 1, 10, 1) or 1
+        return {"Results": [t.describe(self.directory) for t in self.moves.tasks.get(source.name, [])[:limit]]}
+
+    async def cancel_message_move_task(self, p: Params, host: str) -> Result:
+        handle = string(p, "TaskHandle", required=True)
+        task = self.moves.find(handle or "")
+        if task.status != "RUNNING" or task.task is None:
+            raise invalid("Only active tasks can be cancelled.")
+        task.task.cancel()
+        task.status = "CANCELLED"
+        return {"ApproximateNumberOfMessagesMoved": task.moved}
+
+    async def _by_arn(self, arn: object, what: str) -> Known:
+        if arn is None:
+            raise missing(what)
+        try:
+            return await self.directory.get(self.directory.name_of_arn(arn))
+        except SqsError as exc:
+            if exc.shape == "QueueDoesNotExist":
+                raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {what} "
+                               "parameter doesn't exist.") from None
+            raise
+
+
+def _failure(entry_id: str, exc: SqsError) -> Result:
+    return {"Id": entry_id, "SenderFault": exc.fault == "Sender", "Code": exc.code, "Message": exc.message}
+
+
+def _names(raw: object) -> set[str]:
+    return {str(n) for n in raw} if isinstance(raw, list) else set()
+
+
+def _selected(name: str, wanted: set[str]) -> bool:
+    """MessageAttributeNames: All, .*, a name, or a prefix ending in .*"""
+    if wanted & {"All", ".*"} or name in wanted:
+        return True
+    return any(w.endswith(".*") and name.startswith(w[:-1]) for w in wanted)
+
+
+def _wire(data_type: str, value: str | bytes) -> Result:
+    if isinstance(value, bytes):
+        return {"DataType": data_type, "BinaryValue": base64.b64encode(value).decode()}
+    return {"DataType": data_type, "StringValue": value}
+
+
+def _untoken(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise invalid("Invalid NextToken value.") from None
+
+
+Operation = Callable[[Sqs, Params, str], Awaitable[Result]]
+
+#: Every operation this API answers, by its SQS name.
+OPERATIONS: dict[str, Operation] = {
+    "CreateQueue": Sqs.create_queue, "GetQueueUrl": Sqs.get_queue_url, "ListQueues": Sqs.list_queues,
+    "DeleteQueue": Sqs.delete_queue, "GetQueueAttributes": Sqs.get_queue_attributes,
+    "SetQueueAttributes": Sqs.set_queue_attributes, "PurgeQueue": Sqs.purge_queue,
+    "TagQueue": Sqs.tag_queue, "UntagQueue": Sqs.untag_queue, "ListQueueTags": Sqs.list_queue_tags,
+    "ListDeadLetterSourceQueues": Sqs.list_dead_letter_source_queues,
+    "SendMessage": Sqs.send_message, "SendMessageBatch": Sqs.send_message_batch,
+    "ReceiveMessage": Sqs.receive_message, "DeleteMessage": Sqs.delete_message,
+    "DeleteMessageBatch": Sqs.delete_message_batch, "ChangeMessageVisibility": Sqs.change_message_visibility,
+    "ChangeMessageVisibilityBatch": Sqs.change_message_visibility_batch,
+    "StartMessageMoveTask": Sqs.start_message_move_task, "ListMessageMoveTasks": Sqs.list_message_move_tasks,
+    "CancelMessageMoveTask": Sqs.cancel_message_move_task,
+}

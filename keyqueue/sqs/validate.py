@@ -1,0 +1,171 @@
+"""SQS's parameter rules and limits, checked before anything reaches Redis, with SQS's error
+codes: names, integers in range, bodies, message attributes, batch entries."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Mapping
+
+from .errors import SqsError, invalid, missing
+from .md5 import Attribute
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+#: Characters SQS accepts in a body or a string attribute (XML 1.0's Char).
+BAD_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+MAX_MESSAGE_BYTES = 262_144
+MAX_BATCH_ENTRIES = 10
+MAX_ATTRIBUTES = 10
+MAX_VISIBILITY = 43_200
+MAX_WAIT = 20
+MAX_DELAY = 900
+
+
+def queue_name(name: object) -> str:
+    if name is None:
+        raise missing("QueueName")
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        if isinstance(name, str) and name.endswith(".fifo"):
+            raise invalid("FIFO queues are not supported by keyqueue: use a standard queue.")
+        raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+    return name
+
+
+def string(params: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = params.get(name)
+    if value is None:
+        if required:
+            raise missing(name)
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"Value {value!r} for parameter {name} is invalid. Reason: must be a string.")
+    return value
+
+
+def integer(params: Mapping[str, Any], name: str, low: int, high: int, default: int | None = None) -> int | None:
+    """An integer parameter in [low, high], ``default`` when absent."""
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise invalid(f"Value {value} for parameter {name} is invalid. Reason: Must be between {low} and {high}.")
+    return value
+
+
+def body(params: Mapping[str, Any]) -> str:
+    text = params.get("MessageBody")
+    if text is None or text == "":
+        raise missing("MessageBody")
+    if not isinstance(text, str):
+        raise invalid("Value for parameter MessageBody is invalid. Reason: must be a string.")
+    contents(text)
+    return text
+
+
+def contents(text: str) -> None:
+    if BAD_CHARS.search(text):
+        raise SqsError("InvalidMessageContents",
+                       "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "
+                       "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
+
+
+def message_attributes(raw: object, *, system: bool = False) -> dict[str, Attribute]:
+    """MessageAttributes (or MessageSystemAttributes) as {name: (DataType, value)}."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid("MessageAttributes must be a map.")
+    if len(raw) > MAX_ATTRIBUTES:
+        raise invalid(f"Number of message attributes [{len(raw)}] exceeds the allowed maximum [{MAX_ATTRIBUTES}].")
+    out: dict[str, Attribute] = {}
+    for name, spec in raw.items():
+        if system:
+            if name != "AWSTraceHeader":
+                raise invalid(f"Message system attribute name '{name}' is invalid.")
+        else:
+            attribute_name(name)
+        out[name] = attribute_value(name, spec)
+    return out
+
+
+def attribute_name(name: str) -> None:
+    lower = name.lower()
+    if (not ATTRIBUTE_NAME.fullmatch(name) or name.startswith(".") or name.endswith(".") or ".." in name
+            or lower.startswith("aws.") or lower.startswith("amazon.")):
+        raise invalid(f"Message attribute name '{name}' is invalid. Names may hold A-Z a-z 0-9 _ - . "
+                      "(not first, last or twice in a row), up to 256, and may not start with AWS. or Amazon.")
+
+
+def attribute_value(name: str, spec: object) -> Attribute:
+    if not isinstance(spec, dict):
+        raise invalid(f"The message attribute '{name}' must be a map.")
+    data_type = spec.get("DataType")
+    if not isinstance(data_type, str) or not data_type:
+        raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
+    base = data_type.split(".", 1)[0]
+    if base not in ("String", "Number", "Binary") or len(data_type) > 256:
+        raise invalid(f"The type of message attribute '{name}' is invalid. You must use only the "
+                      "following supported type prefixes: Binary, Number, String.")
+    if spec.get("StringListValues") or spec.get("BinaryListValues"):
+        raise invalid(f"Message attribute list values in '{name}' are not supported.")
+    if base == "Binary":
+        value = spec.get("BinaryValue")
+        if not isinstance(value, str) or not value:
+            raise invalid(f"The message attribute '{name}' with type 'Binary' must use field 'Binary'.")
+        try:
+            return data_type, base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(f"The message attribute '{name}' holds a BinaryValue that is not base64.") from None
+    text = spec.get("StringValue")
+    if not isinstance(text, str) or not text:
+        raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value "
+                      f"for message attribute type '{base}'.")
+    if base == "Number":
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite() or len(number.as_tuple().digits) > 38:
+            raise invalid(f"Can't cast the value of message (user) attribute '{name}' to a number.")
+    else:
+        contents(text)
+    return data_type, text
+
+
+def size_of(text: str, attributes: Mapping[str, Attribute]) -> int:
+    """A message's size as SQS counts it against MaximumMessageSize: the body and every
+    attribute's name, type and value."""
+    n = len(text.encode("utf-8"))
+    for name, (data_type, value) in attributes.items():
+        n += len(name.encode()) + len(data_type.encode())
+        n += len(value) if isinstance(value, bytes) else len(value.encode("utf-8"))
+    return n
+
+
+def entries(params: Mapping[str, Any], action: str, key: str = "Entries") -> list[dict[str, Any]]:
+    """A batch's entries: 1-10, each with a distinct valid Id."""
+    got = params.get(key)
+    if got is None:
+        raise missing(key)
+    if not isinstance(got, list) or not got:
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {action}RequestEntry in the request.")
+    if len(got) > MAX_BATCH_ENTRIES:
+        raise SqsError("TooManyEntriesInBatchRequest",
+                       f"Maximum number of entries per request are {MAX_BATCH_ENTRIES}. You have sent {len(got)}.")
+    seen: set[str] = set()
+    for entry in got:
+        entry_id = entry.get("Id") if isinstance(entry, dict) else None
+        if entry_id is None:
+            raise missing(f"{action}RequestEntry.Id")
+        if not isinstance(entry_id, str) or not BATCH_ID.fullmatch(entry_id):
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
+                           "hyphens and underscores. It can be at most 80 letters long.")
+        if entry_id in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return got
