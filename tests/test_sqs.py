@@ -30,20 +30,11 @@ from botocore.exceptions import ClientError
 from keyqueue import Queue
 from keyqueue.server import RedisServer, free_port
 
+from .conftest import wait_until
+
 KEY_ID, SECRET = "AKIAKEYQUEUETEST", "kq-test-secret/0123456789abcdef"
 PREFIX = "sqst"
 VENV_BIN = Path(sys.executable).parent
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout} s: {check}")
-        time.sleep(every)
 
 
 def client(endpoint: str, key: str = KEY_ID, secret: str = SECRET) -> Any:

@@ -1,0 +1,105 @@
+"""The SQS layer's pure parts, without a server: SigV4's time window, receipt handles, SQS's
+validation rules, the stored attribute form."""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import time
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from keyqueue.sqs.auth import Verifier
+from keyqueue.sqs.errors import SqsError
+from keyqueue.sqs.handles import Handles
+from keyqueue.sqs.md5 import md5_of_attributes
+from keyqueue.sqs.stored import Stored
+from keyqueue.sqs.validate import attribute_name, attribute_value, body, queue_name
+
+from .test_sqs import ATTRIBUTES, expected_attributes_md5
+
+
+def shape_of(call: object) -> str:
+    with pytest.raises(SqsError) as info:
+        call()  # type: ignore[operator]
+    return info.value.shape
+
+
+def signed(stamp: str, secret: str = "s3cret") -> tuple[str, dict[str, str], bytes]:
+    url, payload = "http://127.0.0.1:9/", b'{"QueueNamePrefix":"a"}'
+    req = AWSRequest(method="POST", url=url, data=payload,
+                     headers={"X-Amz-Target": "AmazonSQS.ListQueues", "X-Amz-Date": stamp, "Host": "127.0.0.1:9"})
+    req.context["timestamp"] = stamp
+    signer = SigV4Auth(Credentials("AKID", secret), "sqs", "eu-west-1")
+    sig = signer.signature(signer.string_to_sign(req, signer.canonical_request(req)), req)
+    names = signer.signed_headers(signer.headers_to_sign(req))
+    headers = {k.lower(): v for k, v in req.headers.items()}
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential=AKID/{stamp[:8]}/eu-west-1/sqs/aws4_request, "
+                                f"SignedHeaders={names}, Signature={sig}")
+    return url, headers, payload
+
+
+def test_signatures_hold_within_five_minutes_of_their_date_only() -> None:
+    stamp = "20240301T120000Z"
+    at = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+    url, headers, payload = signed(stamp)
+    v = Verifier("AKID", "s3cret")
+    for now in (at - 300, at, at + 300):
+        v.verify("POST", url, headers, payload, now=now)
+    for now in (at - 301, at + 301):
+        with pytest.raises(SqsError, match="Signature (expired|not yet current)"):
+            v.verify("POST", url, headers, payload, now=now)
+    assert shape_of(lambda: Verifier("AKID", "other").verify("POST", url, headers, payload, now=at)) == \
+        "SignatureDoesNotMatch"
+    assert shape_of(lambda: v.verify("PUT", url, headers, payload, now=at)) == "SignatureDoesNotMatch"
+    assert shape_of(lambda: v.verify("POST", url + "?x=1", headers, payload, now=at)) == "SignatureDoesNotMatch"
+    no_host = {k: v for k, v in headers.items() if k != "host"}
+    assert shape_of(lambda: v.verify("POST", url, no_host, payload, now=at)) == "SignatureDoesNotMatch"
+    assert shape_of(lambda: v.verify("POST", url, {**headers, "authorization": "Bearer x"}, payload, now=at)) == \
+        "IncompleteSignature"
+
+
+def test_receipt_handles_are_bound_to_secret_prefix_queue_and_delivery() -> None:
+    h = Handles("secret", "kq")
+    handle = h.make("orders", "42", "3-1700000000000")
+    assert h.read(handle, "orders") == ("orders", "42", "3-1700000000000")
+    assert shape_of(lambda: h.read(handle, "other")) == "ReceiptHandleIsInvalid"
+    assert shape_of(lambda: Handles("another", "kq").read(handle, "orders")) == "ReceiptHandleIsInvalid"
+    assert shape_of(lambda: Handles("secret", "kq2").read(handle, "orders")) == "ReceiptHandleIsInvalid"
+    raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
+    for i in range(len(raw)):  # any one byte changed anywhere
+        bad = base64.urlsafe_b64encode(raw[:i] + bytes([raw[i] ^ 0x20]) + raw[i + 1:]).decode()
+        assert shape_of(lambda: h.read(bad, "orders")) == "ReceiptHandleIsInvalid", i
+    assert shape_of(lambda: h.read("", "orders")) == "MissingParameter"
+    assert shape_of(lambda: h.read("!!!", "orders")) == "ReceiptHandleIsInvalid"
+
+
+def test_sqs_rules_for_names_bodies_and_attributes() -> None:
+    assert queue_name("a-Z_09" * 13 + "ab") == "a-Z_09" * 13 + "ab"  # 80 characters
+    for bad in ("a" * 81, "", "a.b", "q.fifo", "a b"):
+        assert shape_of(lambda: queue_name(bad)) == "InvalidParameterValue", bad
+    assert body({"MessageBody": "tab\tnew\nline \U0010ffff"})
+    for bad in ("\x00", "\x1f", "\ufffe", "\ud800"):
+        assert shape_of(lambda: body({"MessageBody": "a" + bad})) == "InvalidMessageContents", repr(bad)
+    for ok in ("a", "a.b-c_d", "A" * 256):
+        attribute_name(ok)
+    for bad in ("AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "A" * 257):
+        assert shape_of(lambda: attribute_name(bad)) == "InvalidParameterValue", bad
+    assert attribute_value("n", {"DataType": "Number.int", "StringValue": "-1.5E+10"}) == ("Number.int", "-1.5E+10")
+    assert attribute_value("b", {"DataType": "Binary", "BinaryValue": "AAE="}) == ("Binary", b"\x00\x01")
+    for spec in ({"DataType": "Number", "StringValue": "1" * 39}, {"DataType": "Number", "StringValue": "NaN"},
+                 {"DataType": "Text", "StringValue": "x"}, {"DataType": "String"},
+                 {"DataType": "Binary", "BinaryValue": "***"}):
+        assert shape_of(lambda: attribute_value("a", spec)) == "InvalidParameterValue", spec
+
+
+def test_stored_form_round_trips_and_attribute_digests_agree() -> None:
+    attrs = {k: (v["DataType"], v.get("BinaryValue", v.get("StringValue"))) for k, v in ATTRIBUTES.items()}
+    s = Stored(attrs, {"AWSTraceHeader": ("String", "Root=1-abc")}, "mid", "src", 1700000000000)
+    again = Stored.load(s.dump())
+    assert again == s and Stored().dump() is None and Stored.load(b"not json") == Stored()
+    # the test's own encoding (which the parity tests hold against moto's digests too)
+    assert md5_of_attributes(attrs) == expected_attributes_md5(ATTRIBUTES)
