@@ -80,18 +80,20 @@ def fill(r: redis.Redis) -> dict[str, Queue]:
     return {"emails": emails, "reports": reports, "thumbnails": Queue("thumbnails", client=r)}
 
 
-def cell(driver: Any, queue: str, key: str) -> str:
-    from selenium.webdriver.common.by import By
+def text_of(driver: Any, selector: str) -> str:
+    """The element's text ("" when there is none yet), read in one script call: the page
+    swaps refreshed parts in every 2 s, so an element found first and read after may be
+    gone (stale) by then."""
+    return str(driver.execute_script("const e = document.querySelector(arguments[0]);"
+                                     "return e === null ? '' : e.innerText.trim();", selector))
 
-    text: str = driver.find_element(By.CSS_SELECTOR, f'tr[data-queue="{queue}"] td[data-k="{key}"]').text
-    return text
+
+def cell(driver: Any, queue: str, key: str) -> str:
+    return text_of(driver, f'tr[data-queue="{queue}"] td[data-k="{key}"]')
 
 
 def tile(driver: Any, key: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    text: str = driver.find_element(By.CSS_SELECTOR, f'#tiles [data-k="{key}"]').text
-    return text
+    return text_of(driver, f'#tiles [data-k="{key}"]')
 
 
 def shoot(driver: Any, path: Path) -> None:
@@ -143,7 +145,7 @@ def test_queue_page_shows_dead_letters_with_their_errors(page: Any, site: Served
     m.dead_letter('<b onmouseover="window.kqXss=3">bold</b>')
     page.get(site.url + "/")
     page.find_element(By.LINK_TEXT, "emails").click()
-    wait_until(lambda: page.find_element(By.ID, "queue-name").text == "emails", timeout=20)
+    wait_until(lambda: text_of(page, "#queue-name") == "emails", timeout=20)
     page.find_element(By.CSS_SELECTOR, '.tabs a[data-source="dead"]').click()
     wait_until(lambda: "source=dead" in page.current_url, timeout=20)
     errors = [e.text for e in page.find_elements(By.CSS_SELECTOR, "#messages td.error")]
