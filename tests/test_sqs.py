@@ -171,6 +171,11 @@ def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
     c.tag_queue(QueueUrl=url, Tags={"team": "a", "env": "test"})
     c.untag_queue(QueueUrl=url, TagKeys=["env"])
     assert c.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "a"}
+    family = [c.create_queue(QueueName=f"{name}-p{i}")["QueueUrl"] for i in range(3)]
+    first = c.list_queues(QueueNamePrefix=f"{name}-p", MaxResults=2)
+    rest = c.list_queues(QueueNamePrefix=f"{name}-p", MaxResults=2, NextToken=first["NextToken"])
+    assert len(first["QueueUrls"]) == 2 and "NextToken" not in rest
+    assert sorted(first["QueueUrls"] + rest["QueueUrls"]) == sorted(family)
     c.delete_queue(QueueUrl=url)
     err = error_of(lambda: c.get_queue_url(QueueName=name))
     assert err["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"

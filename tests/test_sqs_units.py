@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import calendar
 import time
+import uuid
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -16,6 +17,7 @@ from keyqueue.sqs.auth import Verifier
 from keyqueue.sqs.errors import SqsError
 from keyqueue.sqs.handles import Handles
 from keyqueue.sqs.md5 import md5_of_attributes
+from keyqueue.sqs.queues import MESSAGE_IDS, uuid5
 from keyqueue.sqs.stored import Stored
 from keyqueue.sqs.validate import attribute_name, attribute_value, body, queue_name
 
@@ -103,3 +105,8 @@ def test_stored_form_round_trips_and_attribute_digests_agree() -> None:
     assert again == s and Stored().dump() is None and Stored.load(b"not json") == Stored()
     # the test's own encoding (which the parity tests hold against moto's digests too)
     assert md5_of_attributes(attrs) == expected_attributes_md5(ATTRIBUTES)
+
+
+def test_message_ids_are_the_standard_uuid5() -> None:
+    for name in ("q/1700000000/1", "orders//42", "x" * 300):
+        assert uuid5(name) == str(uuid.uuid5(MESSAGE_IDS, name))

@@ -5,6 +5,7 @@ queues a server has seen, so a request costs no lookups beyond its own operation
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -28,6 +29,7 @@ FRESH_SECONDS = 1.0
 ZERO_VISIBILITY = 0.001
 #: MessageIds of messages the SQS API did not send are derived from this namespace.
 MESSAGE_IDS = uuid.UUID("6f1d3c2a-6b1e-4f57-9d0a-4b9e1c6a5e21")
+_NAMESPACE = MESSAGE_IDS.bytes
 
 #: Attributes kept in the metadata hash (field ``attr:<Name>``), with their defaults.
 STORED = {"DelaySeconds": "0", "MessageRetentionPeriod": "345600", "ReceiveMessageWaitTimeSeconds": "0",
@@ -41,6 +43,14 @@ FIFO = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThr
 RANGES = {"VisibilityTimeout": (0, MAX_VISIBILITY), "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES),
           "DelaySeconds": (0, MAX_DELAY), "MessageRetentionPeriod": (60, 1_209_600),
           "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT), "KmsDataKeyReusePeriodSeconds": (60, 86_400)}
+
+
+def uuid5(name: str) -> str:
+    """``str(uuid.uuid5(MESSAGE_IDS, name))`` at a third of its cost (ten per batch add up)."""
+    h = bytearray(hashlib.sha1(_NAMESPACE + name.encode()).digest()[:16])
+    h[6], h[8] = (h[6] & 0x0F) | 0x50, (h[8] & 0x3F) | 0x80
+    x = h.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def check_attributes(attributes: object, arn_to_name: Any) -> dict[str, str]:
@@ -150,7 +160,7 @@ class Known:
         queue (and when it was made, so a queue made again gets new ones) and the id."""
         if stored is not None and stored.message_id:
             return stored.message_id
-        return str(uuid.uuid5(MESSAGE_IDS, f"{self.name}/{self.meta.get('created', '')}/{msg_id}"))
+        return uuid5(f"{self.name}/{self.meta.get('created', '')}/{msg_id}")
 
     def held(self, msg_id: str, receipt: str) -> Message:
         """A delivery to settle, from a receipt handle's parts."""

@@ -42,6 +42,7 @@ class Redriver:
         self.discovered = -DISCOVER_SECONDS
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.warned: set[str] = set()  # sources whose dead-letter queue is missing, logged once
 
     def start(self) -> None:
         """Run in the background on the running loop (once)."""
@@ -97,9 +98,12 @@ class Redriver:
             try:
                 target = await self.directory.get(target_name)
             except SqsError:
-                log.warning("sqs queue %s: dead-letter queue %s does not exist; its dead letters stay",
-                            source.name, target_name)
+                if source.name not in self.warned:
+                    self.warned.add(source.name)
+                    log.warning("sqs queue %s: dead-letter queue %s does not exist; its dead letters stay "
+                                "in the queue's own dead letters", source.name, target_name)
                 return moved
+            self.warned.discard(source.name)
             attributes = []
             for m in letters:
                 stored = Stored.load(m.attributes)
