@@ -122,9 +122,11 @@ def test_api_messages_per_source(web: httpx.Client, r: redis.Redis) -> None:
     assert len(flight) == 1 and flight[0]["deadline"] > flight[0]["enqueued_at"]
     waiting = web.get("/api/queues/emails/messages", params={"count": "2"}).json()
     assert [m["body"] for m in waiting] == ["mail 3", "mail 4"]
-    for bad in ({"source": "everything"}, {"count": "-1"}, {"count": "many"}, {"count": "100000"}):
+    for bad in ({"source": "everything"}, {"count": "-1"}, {"count": "many"}, {"count": "100000"},
+                {"count": "\u00b2"}, {"count": "\u0661"}, {"count": "1" * 5000}):  # "²", Arabic 1, > int()'s digits
         got = web.get("/api/queues/emails/messages", params=bad)
-        assert got.status_code == 400 and "error" in got.json()
+        assert got.status_code == 400 and "error" in got.json(), bad
+        assert web.get("/queues/emails", params=bad).status_code == 400, bad
 
 
 # -- /metrics ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -30,8 +31,9 @@ def source_and_count(request: Request, default_count: int) -> tuple[PeekSource, 
     if source not in SOURCES:
         raise BadRequest(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     raw = request.query_params.get("count", str(default_count))
-    if not raw.isdigit() or not 0 <= int(raw) <= MAX_COUNT:
-        raise BadRequest(f"count must be a whole number from 0 to {MAX_COUNT}, not {raw!r}")
+    # ASCII digits only: str.isdigit() takes "²" (int() then fails: a 500) and "١" (Arabic 1)
+    if not re.fullmatch(r"[0-9]{1,9}", raw) or int(raw) > MAX_COUNT:
+        raise BadRequest(f"count must be a whole number from 0 to {MAX_COUNT}, not {raw[:20]!r}")
     return source, int(raw)
 
 
