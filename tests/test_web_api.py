@@ -324,6 +324,18 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
             served.stop()
 
 
+def test_healthz_is_200_on_the_first_check_after_redis_restarts() -> None:
+    with RedisServer() as own:
+        served = Served(create_app(url=own.url))
+        try:
+            with httpx.Client(base_url=served.url, timeout=30) as c:
+                assert c.get("/healthz").status_code == 200
+                own.restart()  # the app's pooled connection is now closed by the old server
+                assert c.get("/healthz").status_code == 200
+        finally:
+            served.stop()
+
+
 # -- mounting and the SQS dispatch ------------------------------------------------------
 
 

@@ -60,14 +60,14 @@ async def bounded(aw: Awaitable[T], seconds: float = READ_TIMEOUT) -> T:
         raise redis.TimeoutError(f"Redis did not answer within {seconds:g}s") from None
 
 
-async def read(make: Callable[[], Awaitable[T]]) -> T:
+async def read(make: Callable[[], Awaitable[T]], seconds: float = READ_TIMEOUT) -> T:
     """A read, bounded in time and tried twice on a connection error: after Redis restarts
     or fails over, each pooled connection fails once before a new one is made, and a read
     is safe to repeat (actions, which write, are not repeated)."""
     try:
-        return await bounded(make())
+        return await bounded(make(), seconds)
     except redis.ConnectionError:
-        return await bounded(make())
+        return await bounded(make(), seconds)
 
 
 def where(url: str | None, client: Any) -> str:
@@ -107,7 +107,8 @@ class Store:
 
     async def ping(self) -> bool:
         try:
-            return bool(await bounded(self.client.ping(), HEALTH_TIMEOUT))
+            # tried twice as every read: a stale pooled connection is no outage
+            return bool(await read(self.client.ping, HEALTH_TIMEOUT))
         except (redis.RedisError, OSError):
             return False
 
