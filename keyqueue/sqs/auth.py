@@ -71,7 +71,9 @@ class Verifier:
 
     @staticmethod
     def check_time(stamp: str, now: float) -> None:
-        when = timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+        # (by hand: time.strptime costs a tenth of a millisecond, on every request)
+        when = timegm((int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[11:13]),
+                       int(stamp[13:15]), 0, 0, 0))
         fmt = "%Y%m%dT%H%M%SZ"
         if when < now - SKEW_SECONDS:
             limit = time.strftime(fmt, time.gmtime(now - SKEW_SECONDS))

@@ -117,16 +117,23 @@ class Redriver:
 
 
 async def sources_of(directory: Directory, target: str | None) -> list[Known]:
-    """The queues whose redrive policy names ``target`` (None: any queue)."""
+    """The queues whose redrive policy names ``target`` (None: any queue). One metadata read
+    per queue (100 at a time), the full look only for those with a policy."""
+    names = await directory.names()
+    found = []
+    for i in range(0, len(names), 100):
+        chunk = names[i : i + 100]
+        metas = await asyncio.gather(*(directory.queue(n).metadata() for n in chunk))
+        for name, meta in zip(chunk, metas):
+            policy = meta.get("attr:RedrivePolicy")
+            if policy and (target is None or json.loads(policy)["deadLetterTargetArn"].split(":")[-1] == target):
+                found.append(name)
     out = []
-    for name in await directory.names():
+    for name in found:
         try:
-            known = await directory.get(name)
+            out.append(await directory.get(name))
         except SqsError:
             continue
-        dlq = known.dead_letter_queue
-        if dlq is not None and (target is None or dlq == target):
-            out.append(known)
     return out
 
 
