@@ -377,10 +377,23 @@ def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]["Status"] == "COMPLETED", 30)
     task = c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]
     assert task["ApproximateNumberOfMessagesMoved"] == 3 and handle
-    back = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    back = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"],
+                             VisibilityTimeout=1)["Messages"]
     assert sorted(m["Body"] for m in back) == ["m0", "m1", "m2"]
     assert all("DeadLetterQueueSourceArn" not in m["Attributes"] for m in back)
     assert kq.count(dlq) == 0
+    # a slow task (1 message a second) cancelled part way; a destination of our choosing
+    wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
+               and kq.count(dlq) == 3, 30)
+    elsewhere = kq.queue()
+    handle = c.start_message_move_task(SourceArn=kq.arn(dlq), DestinationArn=kq.arn(elsewhere),
+                                       MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    wait_until(lambda: kq.count(elsewhere) >= 1, 30)
+    moved = c.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    assert 1 <= moved < 3
+    assert c.list_message_move_tasks(SourceArn=kq.arn(dlq), MaxResults=10)["Results"][0]["Status"] == "CANCELLED"
+    err = error_of(lambda: c.cancel_message_move_task(TaskHandle=handle))
+    assert err["Error"]["Code"] == "InvalidParameterValue"
 
 
 def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
