@@ -580,3 +580,16 @@ def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
     assert denied.returncode != 0 and "SignatureDoesNotMatch" in denied.stderr
     missing = aws("get-queue-url", "--queue-name", "no-such-queue-here", check=False)
     assert missing.returncode != 0 and "NonExistentQueue" in missing.stderr
+
+
+def test_the_trace_header_system_attribute(kq: Server) -> None:
+    c = kq.sqs
+    url = kq.queue()
+    trace = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}
+    sent = c.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes=trace)
+    assert sent["MD5OfMessageSystemAttributes"] == expected_attributes_md5(trace)
+    got = c.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
+    assert got["Attributes"] == {"AWSTraceHeader": trace["AWSTraceHeader"]["StringValue"]}
+    err = error_of(lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
+        "Other": {"DataType": "String", "StringValue": "v"}}))
+    assert err["Error"]["Code"] == "InvalidParameterValue"
