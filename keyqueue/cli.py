@@ -716,9 +716,11 @@ def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | N
 
     token = None
     if token_env is not None:
-        token = os.environ.get(token_env) or None
+        # without the whitespace around it: a token read from a file or a Kubernetes secret often
+        # ends in a newline, which no Authorization header can carry
+        token = os.environ.get(token_env, "").strip() or None
         if token is None:
-            raise ConfigurationError(f"--token-env {token_env}: that variable is unset or empty")
+            raise ConfigurationError(f"--token-env {token_env}: that variable is unset or empty (or blank)")
     keys = None
     if sqs:
         names = ("KEYQUEUE_SQS_ACCESS_KEY_ID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY")

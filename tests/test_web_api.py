@@ -434,7 +434,7 @@ def test_rates_come_from_counter_samples() -> None:
 def test_serve_command_runs_and_stops_cleanly(redis_server: RedisServer, r: redis.Redis) -> None:
     fill(r)
     port = free_port()
-    env = {**os.environ, "KQ_TOKEN": TOKEN, "KEYQUEUE_URL": redis_server.url}
+    env = {**os.environ, "KQ_TOKEN": f"{TOKEN}\n", "KEYQUEUE_URL": redis_server.url}  # as from a secret file
     proc = subprocess.Popen([sys.executable, "-m", "keyqueue", "serve", "--port", str(port), "--read-only",
                              "--token-env", "KQ_TOKEN"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -460,6 +460,7 @@ def test_serve_command_runs_and_stops_cleanly(redis_server: RedisServer, r: redi
     (["serve", "--host", "0.0.0.0"], {}, "without a token"),
     (["serve", "--host", "0.0.0.0", "--token-env", "KQ_EMPTY"], {"KQ_EMPTY": ""}, "unset or empty"),
     (["serve", "--token-env", "KQ_UNSET_VAR"], {}, "unset or empty"),
+    (["serve", "--host", "0.0.0.0", "--token-env", "KQ_BLANK"], {"KQ_BLANK": " \n"}, "unset or empty"),
     (["serve", "--sqs"], {"KEYQUEUE_SQS_ACCESS_KEY_ID": "AKID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY": ""},
      "KEYQUEUE_SQS_SECRET_ACCESS_KEY"),
 ])
@@ -468,6 +469,10 @@ def test_serve_refuses_unsafe_or_incomplete_setups(argv: list[str], env: dict[st
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from keyqueue.cli import main
 
+    def would_serve(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit(99)  # (a wrong implementation fails here instead of serving)
+
+    monkeypatch.setattr("uvicorn.run", would_serve)
     monkeypatch.delenv("KQ_UNSET_VAR", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
