@@ -188,6 +188,37 @@ def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Re
     assert emails.stats().dead == 0 and emails.stats().waiting == 6
 
 
+def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: redis.Redis) -> None:
+    """800 px wide, a 200-character queue name (the longest allowed) and a 5,000-character
+    error: every count stays in view, nothing scrolls sideways, the error is cut."""
+    long_name = "orders." + "x" * 193
+    q = Queue(long_name, client=r, max_receives=1)
+    q.enqueue("order 1")
+    m = q.claim()
+    assert m is not None and m.dead_letter("ValidationError: " + "field is invalid; " * 280)
+    fill(r)
+    overflow = ("return [document.documentElement.scrollWidth, window.innerWidth, Math.max(...Array.from("
+                "document.querySelectorAll(arguments[0]), e => e.getBoundingClientRect().right))];")
+    page.set_window_size(800, 900)
+    try:
+        page.get(site.url + "/")
+        page_width, window, rightmost = page.execute_script(overflow, "#overview td[data-k]")
+        assert page_width <= window and rightmost <= window, (page_width, window, rightmost)
+        page.get(f"{site.url}/queues/{long_name}?source=dead")
+        page_width, window, rightmost = page.execute_script(overflow, "#tiles .tile, #messages td")
+        assert page_width <= window and rightmost <= window, (page_width, window, rightmost)
+        clipped = page.execute_script("return Array.from(document.querySelectorAll('#tiles .tile > *'))"
+                                      ".filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent);")
+        assert clipped == []
+        chart, line = page.execute_script("return ['#tiles svg.spark', '#tiles svg.spark line.base'].map("
+                                          "s => document.querySelector(s).getBoundingClientRect().width);")
+        assert line > 0.95 * chart  # the rate chart spans its tile (it was drawn 300 px wide, centred)
+        shown = text_of(page, "#messages td.error")
+        assert shown.startswith("ValidationError: field is invalid;") and len(shown) < 400
+    finally:
+        page.set_window_size(1360, 900)
+
+
 def test_an_open_page_says_when_redis_goes_away_and_comes_back(browser: Any) -> None:
     from selenium.webdriver.common.by import By
 

@@ -73,7 +73,8 @@ def environment() -> jinja2.Environment:
     env.filters.update(number=present.number, duration=present.duration, rate=present.rate,
                        when=present.when)
     env.globals.update(relative=present.relative, points=present.points, top=present.top,
-                       spark_w=present.SPARK_W, spark_h=present.SPARK_H)
+                       spark_w=present.SPARK_W, spark_h=present.SPARK_H, error_chars=present.ERROR_CHARS,
+                       full_chars=present.FULL_CHARS)
     return env
 
 

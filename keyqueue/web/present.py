@@ -12,6 +12,8 @@ from ..message import Message, json_body
 #: Characters of a body shown in a message row; the whole (up to FULL_CHARS) unfolds.
 PREVIEW_CHARS = 160
 FULL_CHARS = 20_000
+#: Characters of a last_error shown in a dead letter's row (a traceback unfolds).
+ERROR_CHARS = 300
 #: Bytes of a binary body shown as hex.
 HEX_BYTES = 48
 #: Sparkline size in CSS pixels.
