@@ -4,10 +4,13 @@ prometheus_client, imported only when asked for (the ``web`` extra)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .errors import InvalidArgument, KeyQueueError, MissingDependency
 from .settings import whole_number
+
+log = logging.getLogger("keyqueue.worker")
 
 #: What a handled message became: acked, released for a retry, dead-lettered.
 OUTCOMES = ("ok", "retry", "dead")
@@ -48,6 +51,8 @@ class WorkerMetrics:
             raise KeyQueueError(f"cannot serve worker metrics on {self.host}:{self.port}: "
                                      f"{exc.strerror or exc}") from None
         self.port = self._server.server_port
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        log.info("metrics on http://%s:%d/metrics", host, self.port)  # (port 0: the one it got)
 
     def stop(self) -> None:
         if self._server is not None:

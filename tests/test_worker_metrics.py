@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from keyqueue import KeyQueueError, Message, Queue, Worker
 from keyqueue.aio import Queue as AioQueue
 from keyqueue.aio import Worker as AioWorker
-from keyqueue.server import RedisServer, free_port
+from keyqueue.server import RedisServer
 
 from .conftest import wait_until
 
@@ -132,16 +133,28 @@ def test_async_worker_serves_exact_outcomes(r: redis.Redis, redis_server: RedisS
 
 
 def test_cli_worker_metrics_port(redis_server: RedisServer, r: redis.Redis) -> None:
+    """--metrics-port 0: the worker logs the port it got, and serves there."""
     q = Queue("cjobs", client=r, max_receives=2)
     fill(q)
-    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "keyqueue", "--url", redis_server.url, "worker",
-                             "tests.test_worker_metrics:by_body", "-q", "cjobs", "--metrics-port", str(port)],
+                             "tests.test_worker_metrics:by_body", "-q", "cjobs", "--metrics-port", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    err = proc.stderr
+    assert err is not None
+    log: list[bytes] = []
+    threading.Thread(target=lambda: log.extend(iter(err.readline, b"")), daemon=True).start()
+
+    def logged_port() -> int | None:
+        found = re.search(rb"metrics on http://127\.0\.0\.1:(\d+)/metrics", b"".join(log))
+        return int(found.group(1)) if found else None
+
     try:
+        wait_until(lambda: logged_port() is not None or proc.poll() is not None, timeout=30, interval=0.1)
+        port = logged_port()
+        assert port, b"".join(log).decode()
         wait_until(lambda: finished(port, "cjobs") or proc.poll() is not None, timeout=60, interval=0.2)
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, b"".join(log).decode()
         m = scrape(port)  # retry_backoff is the CLI's default 1 s: the retried message took its time
         assert handled(m, "cjobs") == EXPECTED
     finally:
