@@ -231,7 +231,8 @@ def test_read_only_refuses_actions(servers: dict[str, Served], r: redis.Redis) -
 # -- the token --------------------------------------------------------------------------
 
 
-def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: redis.Redis) -> None:
+def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: redis.Redis,
+                                             redis_server: RedisServer) -> None:
     emails = fill(r)["emails"]
     url = servers["token"].url
     with httpx.Client(base_url=url, timeout=20) as c:
@@ -245,6 +246,8 @@ def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: red
         assert c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         page = c.get("/queues/emails", headers={"Accept": "text/html"})
         assert page.status_code == 303 and page.headers["location"] == "/login?next=%2Fqueues%2Femails"
+        form = c.get("/login").text  # open to anyone: says nothing of where Redis is
+        assert 'name="token"' in form and f":{redis_server.port}" not in form and "prefix" not in form
         assert c.post("/queues/emails/purge", data={"source": "dead", "confirm": "1"}).status_code == 401
         bad = c.post("/login", data={"token": "guess", "next": "/queues/emails"})
         assert bad.status_code == 401 and TOKEN not in bad.text
@@ -263,6 +266,8 @@ def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: red
         assert c.get("/api/queues").status_code == 401
     forged = httpx.get(f"{url}/api/queues", cookies={"keyqueue_session": "abc.1.deadbeef"})
     assert forged.status_code == 401
+    untokened = httpx.get(f"{servers['plain'].url}/login")  # no token: no form that can never succeed
+    assert untokened.status_code == 303 and untokened.headers["location"] == "/"
 
 
 # -- escaping ---------------------------------------------------------------------------

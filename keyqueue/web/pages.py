@@ -152,6 +152,8 @@ def safe_next(target: str | None) -> str:
 
 
 async def login(request: Request) -> Response:
+    if sessions(request).token is None:  # nothing to log in to
+        return RedirectResponse(base(request) + "/", status_code=303)
     if request.method == "GET":
         return render(request, "login.html", next=safe_next(request.query_params.get("next")), failed=False)
     form = await request.form()
