@@ -213,6 +213,8 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     s = emails.stats()
     assert (s.dead, s.waiting, s.processing, s.delayed) == (0, 4, 1, 1)
     assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "bogus", "confirm": "1"}).status_code == 400
+    done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "all", "confirm": "1"})
+    assert "Purged 6 messages (every state)." in web.get(done.headers["location"]).text and emails.stats().waiting == 0
     assert web.get("/queues/emails/requeue").status_code == 405  # actions are POST only
 
 

@@ -21,7 +21,8 @@ from .present import body_view
 PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
-NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}."}
+NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}.",
+           "purge-all": "Purged {n} message{s} (every state)."}
 
 
 def templates(request: Request) -> Jinja2Templates:
@@ -68,9 +69,11 @@ async def queue_page(request: Request) -> Response:
     messages = await store.peek(view.name, count, source)
     notice = request.query_params.get("notice")
     text = None
+    src = request.query_params.get("purged", "")
+    if notice == "purge" and src == "all":
+        notice = "purge-all"
     if notice in NOTICES:
         n = request.query_params.get("n", "0")
-        src = request.query_params.get("purged", "")
         text = NOTICES[notice].format(n=n if n.isdigit() else "?", s="" if n == "1" else "s",
                                       source=src if src in PURGE_SOURCES else "")
     return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
