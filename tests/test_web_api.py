@@ -291,6 +291,9 @@ def test_bodies_and_errors_are_never_html(web: httpx.Client, r: redis.Redis) -> 
     long.enqueue("x" * 5000 + "END")
     page = web.get("/queues/long").text
     assert "x" * 160 in page and "5\u2009003 B" in page
+    Queue("raw", client=r).enqueue_many([b"\x00" * 5000, b"\x08\x01\x12\x03abc"])  # UTF-8, but nothing to see
+    page = web.get("/queues/raw").text
+    assert "binary \u00b7 5\u2009000 B" in page and "00 00 00" in page and "08 01 12 03 61 62 63" in page
 
 
 # -- Redis going away -------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -18,6 +19,8 @@ ERROR_CHARS = 300
 HEX_BYTES = 48
 #: Sparkline size in CSS pixels.
 SPARK_W, SPARK_H = 150, 28
+#: Characters a page cannot show: a UTF-8 body with one of them (NULs, a protobuf) is shown as hex.
+UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ def body_view(body: bytes) -> BodyView:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
+        text = None
+    if text is None or UNPRINTABLE.search(text):
         hexed = body[:HEX_BYTES].hex(" ")
         return BodyView(hexed, hexed, len(body), True, len(body) > HEX_BYTES)
     return BodyView(text[:PREVIEW_CHARS], text[:FULL_CHARS], len(body), False, len(text) > PREVIEW_CHARS)
