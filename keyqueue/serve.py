@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 from typing import Any, Mapping
 
-from .errors import ConfigurationError, MissingDependency
+from .errors import ConfigurationError, KeyQueueError, MissingDependency
 from .signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.serve")
@@ -20,6 +21,25 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:  # a host name: it may resolve to anything
         return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: any free port), bound before anything is
+    logged: a port in use is one clear error (exit 1), not uvicorn's log lines and exit 3."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise KeyQueueError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise KeyQueueError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve_app(*, url: str, shown_url: str, prefix: str, host: str, port: int, read_only: bool,
@@ -37,13 +57,16 @@ def serve_app(*, url: str, shown_url: str, prefix: str, host: str, port: int, re
                          queue_options=queue_options)
     except ImportError as exc:
         raise MissingDependency(f"keyqueue serve needs the web extra (pip install 'keyqueue[web]'): {exc}") from None
+    sock = bind(host, port)
     log.info("dashboard for %s (prefix %r) on http://%s:%d%s%s%s", shown_url, prefix,
-             f"[{host}]" if ":" in host else host, port, ", read-only" if read_only else "",
+             f"[{host}]" if ":" in host else host, sock.getsockname()[1], ", read-only" if read_only else "",
              ", token required" if token else "", ", SQS API on the same port" if sqs else "")
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again under the
     # handlers it found: let those be no-ops, so a stopped server exits 0 as workers do.
     restore = on_stop_signals(lambda sig: None)
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False))
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         restore()

@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import types
@@ -464,6 +465,20 @@ def test_serve_command_runs_and_stops_cleanly(redis_server: RedisServer, r: redi
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert TOKEN not in (out + err).decode()
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_1(redis_server: RedisServer,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from keyqueue.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            main(["--url", redis_server.url, "serve", "--port", str(port)])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == f"Error: cannot serve on 127.0.0.1:{port}: Address already in use\n"
 
 
 @pytest.mark.parametrize("argv, env, message", [
