@@ -312,6 +312,14 @@ def test_change_visibility_and_visibility_zero(sqs: Server) -> None:
     err = error_of(lambda: c.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
                                                        VisibilityTimeout=43_201))
     assert err["Error"]["Code"] == "InvalidParameterValue"
+    # a queue whose VisibilityTimeout is 0: every receive leaves the message visible
+    zero = sqs.queue(VisibilityTimeout="0")
+    assert c.get_queue_attributes(QueueUrl=zero, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
+        {"VisibilityTimeout": "0"}
+    c.send_message(QueueUrl=zero, MessageBody="z")
+    counts = [c.receive_message(QueueUrl=zero, AttributeNames=["All"])["Messages"][0]["Attributes"]
+              ["ApproximateReceiveCount"] for _ in range(2)]
+    assert counts == ["1", "2"]
 
 
 def test_delay_seconds_hides_a_message_until_due(sqs: Server) -> None:

@@ -14,7 +14,7 @@ from ..aio.message import Message
 from .errors import SqsError, invalid, missing
 from .handles import Handles
 from .md5 import md5_of_attributes, md5_of_body
-from .queues import Directory, Known, check_attributes
+from .queues import ZERO_VISIBILITY, Directory, Known, check_attributes
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
 from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, integer, message_attributes,
@@ -206,7 +206,7 @@ class Sqs:
                                            wait=wait or 0)
         if known.redrive is not None:
             self.redriver.poke(known.name)
-        if visibility == 0 or visibility is None and known.queue.settings.visibility_timeout < 1:
+        if visibility == 0 or visibility is None and known.queue.settings.visibility_timeout <= ZERO_VISIBILITY:
             # visible again at once, as SQS's 0: given back now (its handle then acts on nothing)
             await asyncio.gather(*(known.queue.release(m) for m in got))
         messages = [self.delivered(known, m, system, wanted) for m in got]
