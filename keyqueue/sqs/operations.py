@@ -23,10 +23,6 @@ from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entrie
 Params = Mapping[str, Any]
 Result = dict[str, Any]
 
-SYSTEM_ATTRIBUTES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
-                     "AWSTraceHeader", "DeadLetterQueueSourceArn")
-
-
 class Sqs:
     """The operations of one server: its queues, handles, redrive and move tasks."""
 
