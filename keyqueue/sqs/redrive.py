@@ -28,6 +28,7 @@ from .stored import Stored
 log = logging.getLogger("keyqueue.sqs")
 
 SWEEP_SECONDS = 1.0
+MIN_PASS_SECONDS = 0.2
 DISCOVER_SECONDS = 10.0
 #: Dead letters moved per step (a peek, an enqueue and a delete each).
 STEP = 100
@@ -62,6 +63,7 @@ class Redriver:
                 raise
             except Exception as exc:  # Redis down, a corrupt key: log, go on at the next pass
                 log.warning("sqs redrive pass failed: %s", exc)
+            await asyncio.sleep(MIN_PASS_SECONDS)  # receives poke often: a pass at most this often
             try:
                 await asyncio.wait_for(self.wake.wait(), SWEEP_SECONDS)
             except asyncio.TimeoutError:
