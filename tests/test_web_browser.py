@@ -157,6 +157,19 @@ def test_queue_page_shows_dead_letters_with_their_errors(page: Any, site: Served
     assert tile(page, "dead") == "3"
 
 
+def test_queue_page_counts_tabs_and_buttons_follow_the_queue(page: Any, site: Served, r: redis.Redis) -> None:
+    q = Queue("fresh", client=r, max_receives=1)
+    q.enqueue_many(["a", "b"])
+    page.get(f"{site.url}/queues/fresh")
+    state = ("return [document.getElementById('requeue-all').disabled, document.querySelector("
+             "'.tabs a[data-source=\"dead\"] .pill').textContent, document.querySelector('.tabs a.on').dataset.source];")
+    assert page.execute_script(state) == [True, "0", "waiting"]
+    m = q.claim()
+    assert m is not None and m.dead_letter("RuntimeError: late")
+    wait_until(lambda: page.execute_script(state) == [False, "1", "waiting"] and tile(page, "dead") == "1",
+               timeout=30, interval=0.2)
+
+
 def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Redis) -> None:
     from selenium.webdriver.common.by import By
 

@@ -81,9 +81,11 @@ async def queue_page(request: Request) -> Response:
                   purge_sources=PURGE_SOURCES, max_count=MAX_COUNT)
 
 
-async def queue_tiles(request: Request) -> Response:
+async def queue_live(request: Request) -> Response:
+    """The counts and the tabs of a queue page, for its script to swap in."""
     view = await store_of(request).view(request.path_params["name"])
-    return render(request, "_queue_tiles.html", view=view)
+    source, _ = source_and_count(request, PAGE_COUNT)
+    return render(request, "_queue_live.html", view=view, source=source, sources=SOURCES)
 
 
 # -- actions ----------------------------------------------------------------------------
@@ -192,7 +194,7 @@ routes = [
     Route("/favicon.ico", favicon),
     Route("/partials/overview", overview_rows),
     Route("/queues/{name}", queue_page),
-    Route("/partials/queues/{name}", queue_tiles),
+    Route("/partials/queues/{name}", queue_live),
     Route("/queues/{name}/requeue", requeue, methods=["POST"]),
     Route("/queues/{name}/purge", purge, methods=["POST"]),
     Route("/login", login, methods=["GET", "POST"]),

@@ -13,6 +13,14 @@
     live.textContent = text;
   }
 
+  // a button with data-needs="dead" is enabled while the refreshed count says there are some
+  function enable() {
+    document.querySelectorAll("button[data-needs]").forEach(function (button) {
+      var n = document.querySelector('#tiles [data-k="' + button.dataset.needs + '"]');
+      if (n) button.disabled = n.textContent.trim() === "0";
+    });
+  }
+
   function refresh() {
     var url = body.dataset.refresh;
     var target = document.getElementById(body.dataset.target || "");
@@ -20,7 +28,7 @@
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) {
         if (r.ok) {
-          return r.text().then(function (html) { target.innerHTML = html; setLive("ok", "live"); });
+          return r.text().then(function (html) { target.innerHTML = html; enable(); setLive("ok", "live"); });
         }
         if (r.status === 503) { setLive("down", "Redis unreachable"); return; }
         if (r.status === 401 || r.redirected) { setLive("down", "logged out"); return; }
