@@ -320,6 +320,7 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
                     page = c.get(path)
                     assert page.status_code == 503 and "Traceback" not in page.text
                     assert "unreachable" in page.text and "hunter2secret" not in page.text
+                    assert 'id="live"' not in page.text  # (a page that does not refresh is not "live")
                 assert "Redis unreachable" in c.get("/").text
                 assert c.get("/api/queues").status_code == 503 and c.get("/metrics").status_code == 503
                 own.start()  # without the ACL user: the URL's credentials are refused
