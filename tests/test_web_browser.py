@@ -228,6 +228,12 @@ def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: r
         assert line > 0.95 * chart  # the rate chart spans its tile (it was drawn 300 px wide, centred)
         shown = text_of(page, "#messages td.error")
         assert shown.startswith("ValidationError: field is invalid;") and len(shown) < 400
+        fits = ("const t = document.querySelector('#tiles [data-k=oldest_age]'); t.textContent = '23 h 59 m';"
+                "const h = document.querySelector('#tiles [data-k=waiting]').getBoundingClientRect().height;"
+                "return t.scrollWidth <= t.clientWidth && t.getBoundingClientRect().height === h;")
+        for width in (1300, 1100, 800):  # the longest duration on one line, at every layout
+            page.set_window_size(width, 900)
+            assert page.execute_script(fits), width
     finally:
         page.set_window_size(1360, 900)
 
