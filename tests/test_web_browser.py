@@ -125,7 +125,9 @@ def test_overview_refreshes_itself_without_a_reload(page: Any, site: Served, r: 
     page.execute_script("window.kqMarker = 42;")
     assert cell(page, "reports", "waiting") == "1"
     qs["reports"].enqueue_many(["a", "b", "c", "d"])
-    wait_until(lambda: cell(page, "reports", "waiting") == "5", timeout=30, interval=0.2)
+    Queue("zebra", client=r).enqueue("new queue")
+    wait_until(lambda: cell(page, "reports", "waiting") == "5" and cell(page, "zebra", "waiting") == "1"
+               and text_of(page, "#queue-count") == "4", timeout=30, interval=0.2)
     assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
     # the enqueue rate is read from the counters: 4 new messages since the first sample
     wait_until(lambda: cell(page, "reports", "enqueue_rate") not in ("\u2013", "0/s"), timeout=30, interval=0.2)

@@ -13,8 +13,11 @@
     live.textContent = text;
   }
 
-  // a button with data-needs="dead" is enabled while the refreshed count says there are some
-  function enable() {
+  // after a swap: the overview's queue count follows its rows; a button with data-needs="dead"
+  // is enabled while the refreshed count says there are some
+  function afterSwap() {
+    var count = document.getElementById("queue-count");
+    if (count) count.textContent = String(document.querySelectorAll("#overview-rows tr[data-queue]").length);
     document.querySelectorAll("button[data-needs]").forEach(function (button) {
       var n = document.querySelector('#tiles [data-k="' + button.dataset.needs + '"]');
       if (n) button.disabled = n.textContent.trim() === "0";
@@ -28,7 +31,7 @@
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) {
         if (r.ok) {
-          return r.text().then(function (html) { target.innerHTML = html; enable(); setLive("ok", "live"); });
+          return r.text().then(function (html) { target.innerHTML = html; afterSwap(); setLive("ok", "live"); });
         }
         if (r.status === 503) { setLive("down", "Redis unreachable"); return; }
         if (r.status === 401 || r.redirected) { setLive("down", "logged out"); return; }
