@@ -159,6 +159,26 @@ def test_metrics_equal_stats_and_counters(web: httpx.Client, r: redis.Redis) -> 
     assert ("keyqueue_oldest_message_age_seconds", (("queue", "empty"),)) not in scrape(web)
 
 
+def test_a_corrupt_queue_does_not_take_the_others_down(web: httpx.Client, r: redis.Redis) -> None:
+    qs = fill(r)
+    r.delete("kq:{reports}:dead")
+    r.set("kq:{reports}:dead", "written over")
+    got = web.get("/api/queues")
+    assert got.status_code == 200
+    rows = {row["name"]: row for row in got.json()}
+    same_stats(rows["emails"], qs["emails"])
+    assert rows["reports"]["waiting"] is None and "kq:{reports}:dead" in rows["reports"]["error"]
+    m = scrape(web)
+    assert m[("keyqueue_messages", (("queue", "emails"), ("state", "dead")))] == 2
+    assert m[("keyqueue_queue_corrupt", (("queue", "emails"),))] == 0
+    assert m[("keyqueue_queue_corrupt", (("queue", "reports"),))] == 1
+    assert ("keyqueue_messages", (("queue", "reports"), ("state", "dead"))) not in m
+    page = web.get("/")
+    assert page.status_code == 200 and "Cannot be read: key &#39;kq:{reports}:dead&#39;" in page.text
+    assert web.get("/queues/reports").status_code == 500  # its own page says what is wrong
+    assert web.get("/queues/emails").status_code == 200
+
+
 def test_counters_move_by_exactly_what_happened(web: httpx.Client, r: redis.Redis) -> None:
     q = Queue("jobs", client=r, max_receives=2, visibility_timeout=0.2)
     q.enqueue("warm-up")

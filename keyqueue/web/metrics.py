@@ -36,7 +36,12 @@ class Snapshot(Collector):
                                    "Age of the oldest waiting message (absent while none waits).",
                                    labels=["queue"])
         counters = {k: CounterMetricFamily(name, text, labels=["queue"]) for k, (name, text) in COUNTERS.items()}
+        corrupt = GaugeMetricFamily("keyqueue_queue_corrupt", "1 while a key of the queue holds the wrong type "
+                                    "(its other metrics are then absent).", labels=["queue"])
         for v in self.views:
+            corrupt.add_metric([v.name], 0 if v.error is None else 1)
+            if v.error is not None:
+                continue
             for state in STATES:
                 messages.add_metric([v.name, state], getattr(v.stats, state))
             if v.stats.oldest_age is not None:
@@ -46,6 +51,7 @@ class Snapshot(Collector):
         yield messages
         yield oldest
         yield from counters.values()
+        yield corrupt
 
 
 def exposition(views: Sequence[QueueView]) -> bytes:

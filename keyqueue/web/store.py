@@ -13,6 +13,7 @@ import redis.asyncio
 
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
+from ..errors import CorruptQueue
 from ..keys import validate_prefix
 from ..aio.message import Message
 from ..message import QueueStats
@@ -43,9 +44,15 @@ class QueueView:
     counters: Mapping[str, int]
     rates: Mapping[str, float | None] = field(default_factory=dict)
     series: Mapping[str, list[float]] = field(default_factory=dict)
+    #: Why the queue could not be read (a key of the wrong type); its numbers are then zeros.
+    error: str | None = None
 
     def api(self) -> dict[str, Any]:
-        """The object of ``GET /api/queues`` (SPEC section 8)."""
+        """The object of ``GET /api/queues`` (SPEC section 8); for a queue that could not be
+        read, null numbers and the ``error``."""
+        if self.error is not None:
+            return {"name": self.name, **dict.fromkeys(("waiting", "processing", "delayed", "dead", "oldest_age")),
+                    "error": self.error}
         s = self.stats
         return {"name": self.name, "waiting": s.waiting, "processing": s.processing, "delayed": s.delayed,
                 "dead": s.dead, "oldest_age": s.oldest_age}
@@ -135,7 +142,8 @@ class Store:
                          {c: self.rates.series(name, c) for c in RATE_COUNTERS})
 
     async def overview(self) -> list[QueueView]:
-        """Every queue under the prefix, by name."""
+        """Every queue under the prefix, by name; one with a corrupt key is a view with its
+        ``error`` (the others, and /metrics, stay readable)."""
         names = await self.names()
         for gone in set(self._queues) - set(names):
             del self._queues[gone]
@@ -144,7 +152,10 @@ class Store:
 
         async def one(name: str) -> QueueView:
             async with limit:
-                return await self._view(name)
+                try:
+                    return await self._view(name)
+                except CorruptQueue as exc:
+                    return QueueView(name, QueueStats(0, 0, 0, 0, None), {}, error=str(exc))
 
         return list(await asyncio.gather(*(one(n) for n in names)))
 
