@@ -432,6 +432,18 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
          "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
         (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]),
          "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400),
+        # each entry fits, but bodies and attributes together are over 256 KiB (SQS counts both)
+        (lambda: c.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": "x" * 131_000,
+             "MessageAttributes": {"a": {"DataType": "String", "StringValue": "y" * 100}}} for i in range(2)]),
+         "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
+        # text SQS refuses (a lone surrogate) anywhere is the caller's error, not a 500
+        (lambda: c.tag_queue(QueueUrl=url, Tags={"team": "a\ud800"}), "InvalidParameterValue",
+         "InvalidParameterValue", 400),
+        (lambda: c.tag_queue(QueueUrl=url, Tags={"k" * 129: "v"}), "InvalidParameterValue",
+         "InvalidParameterValue", 400),
+        (lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "a\ud800"}),
+         "InvalidAttributeValue", "InvalidAttributeValue", 400),
         (lambda: c.delete_message(QueueUrl=url, ReceiptHandle="garbage"), "ReceiptHandleIsInvalid",
          "ReceiptHandleIsInvalid", 404),
         (lambda: c.send_message(QueueUrl="http://h/000000000000/", MessageBody="x"), "InvalidAddress",
@@ -443,10 +455,14 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
                 err["ResponseMetadata"]["HTTPStatusCode"]) == (shape, code, status)
         assert err["ResponseMetadata"]["HTTPHeaders"]["x-amzn-query-error"] == f"{code};Sender"
     assert kq.count(url) == 0
+    assert "Tags" not in c.list_queue_tags(QueueUrl=url)
+    bad_type = {"a": {"DataType": "String.\ud800", "StringValue": "v"}}
     batch = c.send_message_batch(QueueUrl=url, Entries=[{"Id": "ok", "MessageBody": "fine"},
-                                                        {"Id": "bad", "MessageBody": "a\x01"}])
+                                                        {"Id": "bad", "MessageBody": "a\x01"},
+                                                        {"Id": "type", "MessageBody": "x", "MessageAttributes": bad_type}])
     assert [s["Id"] for s in batch["Successful"]] == ["ok"]
-    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in batch["Failed"]] == [("bad", "InvalidMessageContents", True)]
+    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in batch["Failed"]] == [
+        ("bad", "InvalidMessageContents", True), ("type", "InvalidParameterValue", True)]
 
 
 def sign(url: str, target: str, body: bytes, *, key: str = KEY_ID, secret: str = SECRET,

@@ -19,7 +19,7 @@ from keyqueue.sqs.handles import Handles
 from keyqueue.sqs.md5 import md5_of_attributes
 from keyqueue.sqs.queues import MESSAGE_IDS, uuid5
 from keyqueue.sqs.stored import Stored
-from keyqueue.sqs.validate import attribute_name, attribute_value, body, queue_name
+from keyqueue.sqs.validate import attribute_name, attribute_value, body, entry_size, queue_name, tags
 
 from .test_sqs import ATTRIBUTES, expected_attributes_md5
 
@@ -94,7 +94,8 @@ def test_sqs_rules_for_names_bodies_and_attributes() -> None:
     assert attribute_value("b", {"DataType": "Binary", "BinaryValue": "AAE="}) == ("Binary", b"\x00\x01")
     for spec in ({"DataType": "Number", "StringValue": "1" * 39}, {"DataType": "Number", "StringValue": "NaN"},
                  {"DataType": "Text", "StringValue": "x"}, {"DataType": "String"},
-                 {"DataType": "Binary", "BinaryValue": "***"}):
+                 {"DataType": "Binary", "BinaryValue": "***"}, {"DataType": "String.\ud800", "StringValue": "x"},
+                 {"DataType": "Number.\x00", "StringValue": "1"}):
         assert shape_of(lambda: attribute_value("a", spec)) == "InvalidParameterValue", spec
 
 
@@ -110,3 +111,14 @@ def test_stored_form_round_trips_and_attribute_digests_agree() -> None:
 def test_message_ids_are_the_standard_uuid5() -> None:
     for name in ("q/1700000000/1", "orders//42", "x" * 300):
         assert uuid5(name) == str(uuid.uuid5(MESSAGE_IDS, name))
+
+
+def test_tags_and_batch_sizes_as_sqs_counts_them() -> None:
+    assert tags({"k" * 128: "v" * 256, "team": ""}) == {"k" * 128: "v" * 256, "team": ""}
+    for bad in ({"": "v"}, {"k" * 129: "v"}, {"k": "v" * 257}, {"k": "\ud800"}, {"\x00": "v"}, {"k": 1}, ["k"]):
+        assert shape_of(lambda: tags(bad)) == "InvalidParameterValue", bad
+    entry = {"Id": "a", "MessageBody": "é" * 10, "MessageAttributes": {
+        "s": {"DataType": "String", "StringValue": "abc"}, "b": {"DataType": "Binary", "BinaryValue": "AAE="},
+        "junk": 5, "bad": {"DataType": "Binary", "BinaryValue": "***"}}}
+    assert entry_size(entry) == 20 + (1 + 6 + 3) + (1 + 6 + 2) + 4 + (3 + 6)
+    assert entry_size({"Id": "a"}) == 0

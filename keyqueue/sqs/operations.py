@@ -17,8 +17,9 @@ from .md5 import md5_of_attributes, md5_of_body
 from .queues import ZERO_VISIBILITY, Directory, Known, check_attributes
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
-from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, integer, message_attributes,
-                       queue_name, size_of, string)
+from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, entry_size, integer,
+                       message_attributes, queue_name, size_of, string, tag_key)
+from .validate import tags as valid_tags
 
 Params = Mapping[str, Any]
 Result = dict[str, Any]
@@ -38,9 +39,7 @@ class Sqs:
     async def create_queue(self, p: Params, host: str) -> Result:
         name = queue_name(p.get("QueueName"))
         attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn)
-        tags = p.get("tags") or p.get("Tags") or {}
-        if not isinstance(tags, dict):
-            raise invalid("tags must be a map.")
+        tags = valid_tags(p.get("tags") or p.get("Tags"))
         await self.check_redrive_target(attributes)
         await self.directory.create(name, attributes, tags)
         return {"QueueUrl": self.directory.url(host, name)}
@@ -82,8 +81,8 @@ class Sqs:
     async def get_queue_attributes(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
         names = p.get("AttributeNames") or []
-        if not isinstance(names, list):
-            raise invalid("AttributeNames must be a list.")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise invalid("AttributeNames must be a list of attribute names.")
         attributes = await self.directory.attributes(known, names)
         for n in names:
             if n != "All" and n not in attributes and n not in ("RedrivePolicy", "RedriveAllowPolicy", "Policy",
@@ -109,12 +108,12 @@ class Sqs:
 
     async def tag_queue(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
-        tags = p.get("Tags")
-        if not isinstance(tags, dict) or not tags:
+        tags = valid_tags(p.get("Tags"))
+        if not tags:
             raise missing("Tags")
         if len({**known.tags, **tags}) > 50:
             raise invalid("Too many tags added for queue: a queue may have up to 50 tags.")
-        await known.queue.set_metadata({f"tag:{k}": str(v) for k, v in tags.items()})
+        await known.queue.set_metadata({f"tag:{k}": v for k, v in tags.items()})
         self.directory.forget(known.name)
         return {}
 
@@ -123,7 +122,7 @@ class Sqs:
         keys = p.get("TagKeys")
         if not isinstance(keys, list) or not keys:
             raise missing("TagKeys")
-        await known.queue.set_metadata({}, remove=[f"tag:{k}" for k in keys])
+        await known.queue.set_metadata({}, remove=[f"tag:{tag_key(k)}" for k in keys])
         self.directory.forget(known.name)
         return {}
 
@@ -169,7 +168,7 @@ class Sqs:
     async def send_message_batch(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
         got = entries(p, "SendMessageBatch")
-        total = sum(len(str(e.get("MessageBody", "")).encode()) for e in got)
+        total = sum(entry_size(e) for e in got)  # bodies and attributes, as SQS counts
         if total > MAX_MESSAGE_BYTES:
             raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. "
                            f"You have sent {total} bytes.")

@@ -18,7 +18,7 @@ from ..aio.message import Message
 from ..aio.queue import list_queues
 from .errors import SqsError, invalid, missing, no_queue
 from .stored import Stored
-from .validate import MAX_DELAY, MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, QUEUE_NAME, queue_name
+from .validate import MAX_DELAY, MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, QUEUE_NAME, is_text, queue_name
 
 ACCOUNT = "000000000000"
 #: Seconds a server trusts what it read about a queue (that it exists, its settings and
@@ -68,7 +68,7 @@ def check_attributes(attributes: object, arn_to_name: Any) -> dict[str, str]:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if name not in STORED and name not in SETTINGS:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
-        if not isinstance(value, str):
+        if not is_text(value):
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
         if name in RANGES:
             low, high = RANGES[name]

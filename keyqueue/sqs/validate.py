@@ -24,6 +24,8 @@ MAX_ATTRIBUTES = 10
 MAX_VISIBILITY = 43_200
 MAX_WAIT = 20
 MAX_DELAY = 900
+MAX_TAG_KEY = 128
+MAX_TAG_VALUE = 256
 
 
 def queue_name(name: object) -> str:
@@ -67,6 +69,11 @@ def body(params: Mapping[str, Any]) -> str:
     return text
 
 
+def is_text(value: object) -> bool:
+    """A string SQS accepts as text (no control characters, no lone surrogates)."""
+    return isinstance(value, str) and not BAD_CHARS.search(value)
+
+
 def contents(text: str) -> None:
     if BAD_CHARS.search(text):
         raise SqsError("InvalidMessageContents",
@@ -108,7 +115,7 @@ def attribute_value(name: str, spec: object) -> Attribute:
     if not isinstance(data_type, str) or not data_type:
         raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
     base = data_type.split(".", 1)[0]
-    if base not in ("String", "Number", "Binary") or len(data_type) > 256:
+    if base not in ("String", "Number", "Binary") or len(data_type) > 256 or not is_text(data_type):
         raise invalid(f"The type of message attribute '{name}' is invalid. You must use only the "
                       "following supported type prefixes: Binary, Number, String.")
     if spec.get("StringListValues") or spec.get("BinaryListValues"):
@@ -145,6 +152,48 @@ def size_of(text: str, attributes: Mapping[str, Attribute]) -> int:
         n += len(name.encode()) + len(data_type.encode())
         n += len(value) if isinstance(value, bytes) else len(value.encode("utf-8"))
     return n
+
+
+def entry_size(entry: Mapping[str, Any]) -> int:
+    """A batch entry's size as SQS counts it toward the batch's total, before the entry is
+    checked: its body and its attributes' names, types and values (what is not text or
+    base64 counts as nothing; the entry's own checks refuse it)."""
+    n = _bytes(entry.get("MessageBody"))
+    raw = entry.get("MessageAttributes")
+    for name, spec in (raw.items() if isinstance(raw, dict) else ()):
+        n += _bytes(name)
+        if isinstance(spec, dict):
+            n += _bytes(spec.get("DataType")) + _bytes(spec.get("StringValue"))
+            try:
+                n += len(base64.b64decode(spec.get("BinaryValue") or b"", validate=True))
+            except (binascii.Error, ValueError, TypeError):
+                pass
+    return n
+
+
+def _bytes(value: object) -> int:
+    return len(value.encode("utf-8", "replace")) if isinstance(value, str) else 0
+
+
+def tags(raw: object) -> dict[str, str]:
+    """A queue's tags as SQS allows them: a map of keys of 1-128 characters to values of up
+    to 256, both text."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid("Tags must be a map of tag keys to tag values.")
+    for key, value in raw.items():
+        tag_key(key)
+        if not is_text(value) or len(value) > MAX_TAG_VALUE:
+            raise invalid(f"Tag value for key {key!r} is invalid. Reason: a tag value is text of up to "
+                          f"{MAX_TAG_VALUE} characters.")
+    return raw
+
+
+def tag_key(key: object) -> str:
+    if not is_text(key) or not 1 <= len(str(key)) <= MAX_TAG_KEY:
+        raise invalid(f"Tag key {key!r} is invalid. Reason: a tag key is text of 1 to {MAX_TAG_KEY} characters.")
+    return str(key)
 
 
 def entries(params: Mapping[str, Any], action: str, key: str = "Entries") -> list[dict[str, Any]]:
