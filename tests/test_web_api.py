@@ -229,13 +229,23 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     s = emails.stats()
     assert (s.dead, s.waiting) == (1, 4)
     assert "Requeued 1 dead letter." in web.get(done.headers["location"]).text
+    last = dead_ids[1]
+    another = emails.claim()
+    assert another is not None and another.dead_letter("KeyError: x")
+    ask = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last})
+    assert f"Delete dead letter {last} of emails?" in ask.text and emails.stats().dead == 2
+    assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "waiting", "id": "5", "confirm": "1"}
+                    ).status_code == 400 and emails.stats().waiting == 3
+    done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last, "confirm": "1"})
+    assert done.status_code == 303 and "Purged 1 dead message." in web.get(done.headers["location"]).text
+    assert [m.id for m in emails.peek(10, source="dead")] == [another.id]  # that one only
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "confirm": "1"})
     assert done.status_code == 303
     s = emails.stats()
-    assert (s.dead, s.waiting, s.processing, s.delayed) == (0, 4, 1, 1)
+    assert (s.dead, s.waiting, s.processing, s.delayed) == (0, 3, 1, 1)
     assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "bogus", "confirm": "1"}).status_code == 400
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "all", "confirm": "1"})
-    assert "Purged 6 messages (every state)." in web.get(done.headers["location"]).text and emails.stats().waiting == 0
+    assert "Purged 5 messages (every state)." in web.get(done.headers["location"]).text and emails.stats().waiting == 0
     assert web.get("/queues/emails/requeue").status_code == 405  # actions are POST only
 
 

@@ -133,15 +133,19 @@ async def purge(request: Request) -> Response:
     source = str(form.get("source") or "")
     if source not in PURGE_SOURCES:
         raise BadRequest(f"source must be one of {', '.join(PURGE_SOURCES)}, not {source!r}")
+    one = str(form.get("id") or "").strip()  # one dead letter
+    if one and source != "dead":
+        raise BadRequest(f"only a dead letter is deleted by id, not a {source} message")
     if form.get("confirm") != "1":
         s = await q.stats()
         total = {"waiting": s.waiting, "delayed": s.delayed, "dead": s.dead,
                  "all": s.waiting + s.processing + s.delayed + s.dead}[source]
         what = "every message" if source == "all" else f"the {source} messages"
+        title = f"Delete dead letter {one} of {q.name}?" if one else f"Delete {what} of {q.name} ({total})?"
         return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/purge",
-                      fields={"source": source}, title=f"Delete {what} of {q.name} ({total})?",
+                      fields={"source": source, "id": one}, title=title,
                       detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
-    n = await q.purge(source=source)  # type: ignore[arg-type]
+    n = await q.purge(source=source, ids=[one] if one else None)  # type: ignore[arg-type]
     return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",
                 n=str(n), purged=source)
 
