@@ -239,6 +239,9 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last, "confirm": "1"})
     assert done.status_code == 303 and "Purged 1 dead message." in web.get(done.headers["location"]).text
     assert [m.id for m in emails.peek(10, source="dead")] == [another.id]  # that one only
+    for action, data in (("purge", {"source": "dead"}), ("requeue", {})):  # already gone (another tab, a worker)
+        again = web.post(f"/queues/emails/{action}", data={"csrf": csrf, "id": last, "confirm": "1", **data})
+        assert f"Message {last} is not a dead letter (any more)" in web.get(again.headers["location"]).text
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "confirm": "1"})
     assert done.status_code == 303
     s = emails.stats()

@@ -3,6 +3,7 @@ swaps in to refresh itself, the actions behind a confirmation, and the login for
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from urllib.parse import urlencode
@@ -22,7 +23,8 @@ PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
 NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}.",
-           "purge-all": "Purged {n} message{s} (every state)."}
+           "purge-all": "Purged {n} message{s} (every state).",
+           "missing": "Message {id} is not a dead letter (any more): nothing was changed."}
 
 
 def templates(request: Request) -> Jinja2Templates:
@@ -67,18 +69,23 @@ async def queue_page(request: Request) -> Response:
     view = await store.view(request.path_params["name"])
     source, count = source_and_count(request, PAGE_COUNT)
     messages = await store.peek(view.name, count, source)
-    notice = request.query_params.get("notice")
-    text = None
-    src = request.query_params.get("purged", "")
+    return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
+                  messages=[(m, body_view(m.body)) for m in messages], notice=notice_text(request),
+                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT)
+
+
+def notice_text(request: Request) -> str | None:
+    """What the action that redirected here did, from its query (notice, n, purged, id)."""
+    q = request.query_params
+    notice, src = q.get("notice"), q.get("purged", "")
     if notice == "purge" and src == "all":
         notice = "purge-all"
-    if notice in NOTICES:
-        n = request.query_params.get("n", "0")
-        text = NOTICES[notice].format(n=n if n.isdigit() else "?", s="" if n == "1" else "s",
-                                      source=src if src in PURGE_SOURCES else "")
-    return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
-                  messages=[(m, body_view(m.body)) for m in messages], notice=text,
-                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT)
+    if notice not in NOTICES:
+        return None
+    n, one = q.get("n", "0"), q.get("id", "")
+    return NOTICES[notice].format(n=n if re.fullmatch("[0-9]{1,20}", n) else "?", s="" if n == "1" else "s",
+                                  source=src if src in PURGE_SOURCES else "",
+                                  id=one if re.fullmatch("[0-9]{1,20}", one) else "?")
 
 
 async def queue_live(request: Request) -> Response:
@@ -122,6 +129,8 @@ async def requeue(request: Request) -> Response:
                       fields={"id": one}, title=f"Requeue {what} of {q.name}?",
                       detail="They go to the tail of the queue with receives reset to 0.", button="Requeue")
     n = await q.requeue([one] if one else None, source="dead")
+    if one and not n:
+        return back(request, q.name, source="dead", notice="missing", id=one)
     return back(request, q.name, source="dead", notice="requeue", n=str(n))
 
 
@@ -146,6 +155,8 @@ async def purge(request: Request) -> Response:
                       fields={"source": source, "id": one}, title=title,
                       detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
     n = await q.purge(source=source, ids=[one] if one else None)  # type: ignore[arg-type]
+    if one and not n:
+        return back(request, q.name, source="dead", notice="missing", id=one)
     return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",
                 n=str(n), purged=source)
 
