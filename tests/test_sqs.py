@@ -380,6 +380,11 @@ def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     assert {m["Attributes"]["DeadLetterQueueSourceArn"] for m in got["Messages"]} == {kq.arn(src)}
     err = error_of(lambda: c.start_message_move_task(SourceArn=kq.arn(src)))  # not a dead-letter queue
     assert err["Error"]["Code"] == "InvalidParameterValue"
+    # ListDeadLetterSourceQueues pages as SQS does (moto ignores MaxResults)
+    src2 = kq.queue(RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": "5"}))
+    first = c.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=1)
+    rest = c.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=1, NextToken=first["NextToken"])
+    assert first["queueUrls"] + rest["queueUrls"] == sorted([src, src2]) and "NextToken" not in rest
     wait_until(lambda: kq.count(dlq) == 3, 30)
     handle = c.start_message_move_task(SourceArn=kq.arn(dlq))["TaskHandle"]
     wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]["Status"] == "COMPLETED", 30)

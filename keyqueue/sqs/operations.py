@@ -60,14 +60,17 @@ class Sqs:
 
     async def list_queues(self, p: Params, host: str) -> Result:
         prefix = string(p, "QueueNamePrefix") or ""
+        return self.page([n for n in await self.directory.names() if n.startswith(prefix)], p, host, "QueueUrls")
+
+    def page(self, names: list[str], p: Params, host: str, key: str) -> Result:
+        """One page of queue URLs (sorted names), as MaxResults and NextToken ask: all up to
+        1000 without MaxResults; a NextToken only with MaxResults and more to come."""
         limit = integer(p, "MaxResults", 1, 1000)
         token = string(p, "NextToken")
         after = _untoken(token) if token else ""
-        names = [n for n in await self.directory.names() if n.startswith(prefix) and n > after]
-        out: Result = {}
+        names = [n for n in names if n > after]
         page = names[: limit or 1000]
-        if page:
-            out["QueueUrls"] = [self.directory.url(host, n) for n in page]
+        out: Result = {key: [self.directory.url(host, n) for n in page]} if page else {}
         if limit is not None and len(names) > limit:
             out["NextToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
         return out
@@ -135,7 +138,7 @@ class Sqs:
 
         known = await self.directory.by_url(p)
         names = sorted(k.name for k in await sources_of(self.directory, known.name))
-        return {"queueUrls": [self.directory.url(host, n) for n in names]}
+        return {"queueUrls": [], **self.page(names, p, host, "queueUrls")}  # queueUrls is required
 
     # -- messages -------------------------------------------------------------------------
 
