@@ -260,6 +260,7 @@ def test_read_only_refuses_actions(servers: dict[str, Served], r: redis.Redis) -
         for action, data in (("requeue", {}), ("purge", {"source": "dead"})):
             got = c.post(f"/queues/emails/{action}", data={"confirm": "1", **data})
             assert got.status_code == 403 and "--read-only" in got.text  # refused as read-only, not for CSRF
+            assert c.post(f"/queues/nope/{action}", data={"confirm": "1", **data}).status_code == 404
         assert c.get("/api/queues/emails").json()["dead"] == 2
     assert emails.stats().dead == 2
 

@@ -99,8 +99,10 @@ async def queue_live(request: Request) -> Response:
 
 
 async def checked(request: Request) -> Response | tuple[Queue, FormData]:
-    """The queue and the form of an action, or the page refusing it: 403 in read-only mode
-    or without this session's CSRF token, 404 for an unknown queue (nothing is changed)."""
+    """The queue and the form of an action, or the page refusing it: 404 for an unknown queue
+    (first, as on every route), 403 in read-only mode or without this session's CSRF token
+    (nothing is changed)."""
+    q = await store_of(request).existing(request.path_params["name"])
     if request.app.state.read_only:
         return render(request, "error.html", 403, title="Read-only",
                       detail="This dashboard runs with --read-only: actions are disabled.")
@@ -109,7 +111,7 @@ async def checked(request: Request) -> Response | tuple[Queue, FormData]:
     if not sessions(request).csrf_ok(session(request), given if isinstance(given, str) else None):
         return render(request, "error.html", 403, title="Action refused",
                       detail="The form's CSRF token is missing or stale: reload the page and try again.")
-    return await store_of(request).existing(request.path_params["name"]), form
+    return q, form
 
 
 def back(request: Request, name: str, **query: str) -> Response:
