@@ -349,7 +349,8 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
                 assert c.get("/healthz").status_code == 200
                 assert "hunter2secret" not in c.get("/").text
                 own.stop()
-                assert c.get("/healthz").status_code == 503
+                health = c.get("/healthz")
+                assert health.status_code == 503 and health.json() == {"redis": "unreachable"}
                 for path in ("/", "/queues/emails", "/partials/overview"):
                     page = c.get(path)
                     assert page.status_code == 503 and "Traceback" not in page.text
@@ -360,7 +361,9 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
                 own.start()  # without the ACL user: the URL's credentials are refused
                 refused = c.get("/")
                 assert refused.status_code == 503 and "refused the URL" in refused.text
-                assert "hunter2secret" not in refused.text and c.get("/healthz").status_code == 503
+                assert "hunter2secret" not in refused.text
+                health = c.get("/healthz")
+                assert health.status_code == 503 and health.json() == {"redis": "refused credentials"}
                 add_user()
                 wait_until(lambda: c.get("/healthz").status_code == 200, timeout=20, interval=0.1)
                 assert c.get("/api/queues").json() == []  # (no persistence: the restart lost it)

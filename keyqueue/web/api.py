@@ -64,8 +64,8 @@ async def overview(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    ok = await store_of(request).ping()
-    return JSONResponse({"redis": "ok" if ok else "unreachable"}, status_code=200 if ok else 503)
+    state = await store_of(request).ping()
+    return JSONResponse({"redis": state}, status_code=200 if state == "ok" else 503)
 
 
 routes = [

@@ -112,12 +112,16 @@ class Store:
             for sentinel in sentinels_of(self.client):
                 await sentinel.aclose()
 
-    async def ping(self) -> bool:
+    async def ping(self) -> str:
+        """``ok``, or what is wrong: ``refused credentials`` (Redis answers, the URL's
+        password is not right) or ``unreachable``."""
         try:
             # tried twice as every read: a stale pooled connection is no outage
-            return bool(await read(self.client.ping, HEALTH_TIMEOUT))
+            return "ok" if await read(self.client.ping, HEALTH_TIMEOUT) else "unreachable"
+        except redis.AuthenticationError:
+            return "refused credentials"
         except (redis.RedisError, OSError):
-            return False
+            return "unreachable"
 
     def queue(self, name: str) -> Queue:
         q = self._queues.get(name)
