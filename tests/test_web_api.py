@@ -102,6 +102,7 @@ def test_unknown_queue_is_404_on_every_route(web: httpx.Client, r: redis.Redis) 
     fill(r)
     for path in ("/api/queues/nope", "/api/queues/nope/messages", "/queues/nope", "/partials/queues/nope"):
         assert web.get(path).status_code == 404, path
+    assert "error" in web.get("/api/nothing").json() and "Back to the queues" in web.get("/nothing").text
     csrf = csrf_of(web.get("/queues/emails").text)
     for action, data in (("requeue", {}), ("purge", {"source": "dead"})):
         got = web.post(f"/queues/nope/{action}", data={"csrf": csrf, "confirm": "1", **data})
@@ -249,7 +250,8 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "bogus", "confirm": "1"}).status_code == 400
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "all", "confirm": "1"})
     assert "Purged 5 messages (every state)." in web.get(done.headers["location"]).text and emails.stats().waiting == 0
-    assert web.get("/queues/emails/requeue").status_code == 405  # actions are POST only
+    not_post = web.get("/queues/emails/requeue")  # actions are POST only
+    assert not_post.status_code == 405 and not_post.headers["allow"] == "POST"
 
 
 def test_read_only_refuses_actions(servers: dict[str, Served], r: redis.Redis) -> None:

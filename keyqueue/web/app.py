@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Mapping
 import jinja2
 import redis
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -62,6 +63,17 @@ async def redis_error(request: Request, exc: Exception) -> Response:
     return failure(request, 502, "Redis error", f"Redis said: {exc}")
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """A path no route has (404) or a method it does not take (405): the app's own page, or
+    JSON under /api/, not Starlette's plain text."""
+    assert isinstance(exc, HTTPException)
+    titles = {404: "Not found", 405: "Method not allowed"}
+    response = failure(request, exc.status_code, titles.get(exc.status_code, "HTTP error"),
+                       f"{request.method} {route_path(request.scope)}: {exc.detail}")
+    response.headers.update(exc.headers or {})
+    return response
+
+
 async def keyqueue_error(request: Request, exc: Exception) -> Response:
     return failure(request, 500, "Queue error", str(exc))
 
@@ -111,7 +123,7 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
     app = Starlette(
         routes=[*pages.routes, *api.routes, *metrics.routes, Mount("/static", static, name="static")],
         middleware=[Middleware(Gate, sessions=sessions)],
-        exception_handlers={UnknownQueue: unknown_queue, api.BadRequest: bad_request,
+        exception_handlers={HTTPException: http_error, UnknownQueue: unknown_queue, api.BadRequest: bad_request,
                             redis.AuthenticationError: refused_credentials, redis.ConnectionError: unreachable,
                             redis.TimeoutError: unreachable, redis.BusyLoadingError: unreachable,
                             redis.RedisError: redis_error, KeyQueueError: keyqueue_error},
