@@ -303,6 +303,11 @@ def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: red
         assert emails.stats().dead == 0
         assert c.post("/logout", data={"csrf": csrf}).status_code == 303
         assert c.get("/api/queues").status_code == 401
+    for path, cached in (("/login", False), ("/api/queues", False), ("/static/dashboard.css", True)):
+        got = httpx.get(url + path)  # (the 401 too): never cached but the assets, never framed by others
+        assert (got.headers.get("cache-control") == "no-store") is not cached, path
+        assert got.headers["x-frame-options"] == "SAMEORIGIN" and "frame-ancestors 'self'" in \
+            got.headers["content-security-policy"], path
     forged = httpx.get(f"{url}/api/queues", cookies={"keyqueue_session": "abc.1.deadbeef"})
     assert forged.status_code == 401
     untokened = httpx.get(f"{servers['plain'].url}/login")  # no token: no form that can never succeed

@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 from ..errors import KeyQueueError
 from . import api, metrics, pages, present
 from .auth import ASGIApp, Gate, Sessions, route_path
+from .headers import SecurityHeaders
 from .store import Store, UnknownQueue
 
 
@@ -122,7 +123,7 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
     static = StaticFiles(packages=[("keyqueue.web", "static")])
     app = Starlette(
         routes=[*pages.routes, *api.routes, *metrics.routes, Mount("/static", static, name="static")],
-        middleware=[Middleware(Gate, sessions=sessions)],
+        middleware=[Middleware(SecurityHeaders), Middleware(Gate, sessions=sessions)],
         exception_handlers={HTTPException: http_error, UnknownQueue: unknown_queue, api.BadRequest: bad_request,
                             redis.AuthenticationError: refused_credentials, redis.ConnectionError: unreachable,
                             redis.TimeoutError: unreachable, redis.BusyLoadingError: unreachable,
