@@ -238,7 +238,7 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "waiting", "id": "5", "confirm": "1"}
                     ).status_code == 400 and emails.stats().waiting == 3
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last, "confirm": "1"})
-    assert done.status_code == 303 and "Purged 1 dead message." in web.get(done.headers["location"]).text
+    assert done.status_code == 303 and f"Deleted dead letter {last}." in web.get(done.headers["location"]).text
     assert [m.id for m in emails.peek(10, source="dead")] == [another.id]  # that one only
     for action, data in (("purge", {"source": "dead"}), ("requeue", {})):  # already gone (another tab, a worker)
         again = web.post(f"/queues/emails/{action}", data={"csrf": csrf, "id": last, "confirm": "1", **data})

@@ -24,6 +24,7 @@ PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
 PAGE_COUNT = 50
 NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}.",
            "purge-all": "Purged {n} message{s} (every state).",
+           "deleted": "Deleted dead letter {id}.",
            "missing": "Message {id} is not a dead letter (any more): nothing was changed."}
 
 
@@ -157,8 +158,8 @@ async def purge(request: Request) -> Response:
                       fields={"source": source, "id": one}, title=title,
                       detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
     n = await q.purge(source=source, ids=[one] if one else None)  # type: ignore[arg-type]
-    if one and not n:
-        return back(request, q.name, source="dead", notice="missing", id=one)
+    if one:
+        return back(request, q.name, source="dead", notice="deleted" if n else "missing", id=one)
     return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",
                 n=str(n), purged=source)
 
