@@ -124,6 +124,8 @@ def test_api_messages_per_source(web: httpx.Client, r: redis.Redis) -> None:
     assert len(flight) == 1 and flight[0]["deadline"] > flight[0]["enqueued_at"]
     waiting = web.get("/api/queues/emails/messages", params={"count": "2"}).json()
     assert [m["body"] for m in waiting] == ["mail 3", "mail 4"]
+    for count in ("0", "1"):  # "Show more" of 0 was 0 more
+        assert 'count=50">Show more' in web.get("/queues/emails", params={"count": count}).text, count
     for bad in ({"source": "everything"}, {"count": "-1"}, {"count": "many"}, {"count": "100000"},
                 {"count": "\u00b2"}, {"count": "\u0661"}, {"count": "1" * 5000}):  # "²", Arabic 1, > int()'s digits
         got = web.get("/api/queues/emails/messages", params=bad)

@@ -72,7 +72,8 @@ async def queue_page(request: Request) -> Response:
     messages = await store.peek(view.name, count, source)
     return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
                   messages=[(m, body_view(m.body)) for m in messages], notice=notice_text(request),
-                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT)
+                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT,
+                  more=min(max(count * 4, PAGE_COUNT), MAX_COUNT))  # ("?count=0" asks for more than 0)
 
 
 def notice_text(request: Request) -> str | None:
