@@ -316,6 +316,16 @@ def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: red
     assert untokened.status_code == 303 and untokened.headers["location"] == "/"
 
 
+def test_a_non_ascii_token_works_as_a_bearer_header_too(redis_server: RedisServer) -> None:
+    served = Served(create_app(url=redis_server.url, token="pässwörd-\u2713"))
+    try:
+        auth = {"Authorization": "Bearer pässwörd-\u2713".encode()}  # (as curl sends it: UTF-8)
+        assert httpx.get(f"{served.url}/api/queues", headers=auth).status_code == 200
+        assert httpx.post(f"{served.url}/login", data={"token": "pässwörd-\u2713"}).status_code == 303
+    finally:
+        served.stop()
+
+
 # -- escaping ---------------------------------------------------------------------------
 
 

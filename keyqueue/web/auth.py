@@ -91,9 +91,11 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 def bearer(scope: Scope) -> str | None:
+    """The token of ``Authorization: Bearer TOKEN``, its bytes read as UTF-8 (what clients
+    send, and what the login form's token is), so a non-ASCII token works in both."""
     value = header(scope, b"authorization")
     if value and value[:7].lower() == "bearer ":
-        return value[7:].strip()
+        return value[7:].strip().encode("latin-1").decode("utf-8", "replace")
     return None
 
 
