@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import types
 from dataclasses import asdict
 from typing import Any, AsyncIterator, Iterator
@@ -124,6 +125,15 @@ def test_api_messages_per_source(web: httpx.Client, r: redis.Redis) -> None:
     assert len(flight) == 1 and flight[0]["deadline"] > flight[0]["enqueued_at"]
     waiting = web.get("/api/queues/emails/messages", params={"count": "2"}).json()
     assert [m["body"] for m in waiting] == ["mail 3", "mail 4"]
+    late = Queue("late", client=r)  # no worker, no reaper: past their time, still where they were
+    due_id, _ = late.enqueue("due", delay=0.05), late.enqueue("held")
+    held = late.claim(visibility_timeout=0.05)
+    assert held is not None
+    wait_until(lambda: all(m.deadline is not None and m.deadline < time.time() - 0.05
+                           for m in late.peek(2, source="delayed") + late.peek(2, source="processing")))
+    assert late.peek(1, source="delayed")[0].id == due_id
+    assert re.search(r'class="warn">due [0-9.]+ (ms|s) ago', web.get("/queues/late?source=delayed").text)
+    assert re.search(r'class="warn">expired [0-9.]+ (ms|s) ago', web.get("/queues/late?source=processing").text)
     for count in ("0", "1"):  # "Show more" of 0 was 0 more
         assert 'count=50">Show more' in web.get("/queues/emails", params={"count": count}).text, count
     for bad in ({"source": "everything"}, {"count": "-1"}, {"count": "many"}, {"count": "100000"},
