@@ -348,16 +348,20 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Server) ->
     policy = json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 2})
     src = sqs.queue(RedrivePolicy=policy)
     c.send_message(QueueUrl=src, MessageBody="poison", MessageAttributes={"k": {"DataType": "String", "StringValue": "v"}})
-    sent_id = None
+    sent_id = first = None
     for _ in range(2):  # two receives allowed; each lets the visibility timeout pass
-        m = wait_until(lambda: c.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=1)
-                       .get("Messages"), 30)[0]
+        m = wait_until(lambda: c.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=1,
+                                                 AttributeNames=["All"]).get("Messages"), 30)[0]
         sent_id = sent_id or m["MessageId"]
+        first = first or m["Attributes"]["ApproximateFirstReceiveTimestamp"]
     # the third receive finds it out of receives: it goes to the dead-letter queue instead
     dead = wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
                       and c.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, MessageAttributeNames=["All"],
                                             AttributeNames=["All"]).get("Messages"), 30)[0]
     assert dead["Body"] == "poison" and dead["MessageId"] == sent_id
+    # its receives and first receive go with it, as in SQS: 2 in the source, then this one
+    assert (dead["Attributes"]["ApproximateReceiveCount"], dead["Attributes"]["ApproximateFirstReceiveTimestamp"]) \
+        == ("3", first)
     assert dead["MessageAttributes"] == {"k": {"DataType": "String", "StringValue": "v"}}
     assert json.loads(c.get_queue_attributes(QueueUrl=src, AttributeNames=["RedrivePolicy"])
                       ["Attributes"]["RedrivePolicy"]) == json.loads(policy)
@@ -393,7 +397,8 @@ def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     back = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"],
                              VisibilityTimeout=1)["Messages"]
     assert sorted(m["Body"] for m in back) == ["m0", "m1", "m2"]
-    assert all("DeadLetterQueueSourceArn" not in m["Attributes"] for m in back)
+    assert all("DeadLetterQueueSourceArn" not in m["Attributes"] and m["Attributes"]["ApproximateReceiveCount"] == "1"
+               for m in back)  # moved back: a fresh start
     assert kq.count(dlq) == 0
     # a slow task (1 message a second) cancelled part way; a destination of our choosing
     wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None

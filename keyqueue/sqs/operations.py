@@ -219,8 +219,9 @@ class Sqs:
         every = "All" in system
         attrs = {"SenderId": self.sender_id,
                  "SentTimestamp": str(stored.sent_ms or round(m.enqueued_at * 1000)),
-                 "ApproximateReceiveCount": str(m.receives),
-                 "ApproximateFirstReceiveTimestamp": str(round((m.first_claimed_at or m.enqueued_at) * 1000))}
+                 "ApproximateReceiveCount": str(m.receives + (stored.receives or 0)),
+                 "ApproximateFirstReceiveTimestamp": str(stored.first_ms
+                                                         or round((m.first_claimed_at or m.enqueued_at) * 1000))}
         if "AWSTraceHeader" in stored.system:
             attrs["AWSTraceHeader"] = str(stored.system["AWSTraceHeader"][1])
         if stored.source:

@@ -112,6 +112,8 @@ class Redriver:
                 stored.message_id = source.message_id(m.id, stored)
                 stored.source = source.name
                 stored.sent_ms = stored.sent_ms or round(m.enqueued_at * 1000)
+                stored.receives = m.receives  # the dead-letter queue's receives count on from these
+                stored.first_ms = round(m.first_claimed_at * 1000) if m.first_claimed_at else None
                 attributes.append(stored.dump())
             keys = [f"sqs-redrive:{source.name}:{m.id}:{round(m.enqueued_at * 1000)}" for m in letters]
             await target.queue.enqueue_many([m.body for m in letters], dedup_keys=keys, attributes=attributes)
@@ -222,8 +224,8 @@ class MoveTasks:
                     by_destination.setdefault(where, []).append((m, stored))
                 for where, pairs in by_destination.items():
                     target = await self.directory.get(where)
-                    for _, stored in pairs:
-                        stored.source = None
+                    for _, stored in pairs:  # a fresh start where they go
+                        stored.source = stored.receives = stored.first_ms = None
                     await target.queue.enqueue_many([m.body for m, _ in pairs],
                                                     attributes=[s.dump() for _, s in pairs])
                     task.moved += await source.queue.ack_many([m for m, _ in pairs])

@@ -1,7 +1,8 @@
 """What the SQS API keeps with a message, in its item hash's field ``a`` (opaque bytes to
 the core): compact JSON ``{"m": message attributes, "s": system attributes, "i": the
 MessageId it keeps through dead-letter moves, "q": the queue it was dead-lettered from,
-"t": its first SentTimestamp}``, each attribute ``[DataType, value]`` (binary values
+"t": its first SentTimestamp, "r": the receives and "f" the first receive (ms) it had in the
+queue it was dead-lettered from, which its receives in the dead-letter queue continue, as in SQS}``, each attribute ``[DataType, value]`` (binary values
 base64, with a third element 1). A message with none of these has no field ``a``."""
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class Stored:
     message_id: str | None = None
     source: str | None = None
     sent_ms: int | None = None
+    receives: int | None = None
+    first_ms: int | None = None
 
     def dump(self) -> bytes | None:
         out: dict[str, Any] = {}
@@ -28,7 +31,8 @@ class Stored:
             out["m"] = _dump_attributes(self.attributes)
         if self.system:
             out["s"] = _dump_attributes(self.system)
-        for key, value in (("i", self.message_id), ("q", self.source), ("t", self.sent_ms)):
+        for key, value in (("i", self.message_id), ("q", self.source), ("t", self.sent_ms), ("r", self.receives),
+                           ("f", self.first_ms)):
             if value is not None:
                 out[key] = value
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode() if out else None
@@ -41,7 +45,7 @@ class Stored:
         try:
             d = json.loads(raw)
             return cls(_load_attributes(d.get("m")), _load_attributes(d.get("s")), d.get("i"), d.get("q"),
-                       d.get("t"))
+                       d.get("t"), d.get("r"), d.get("f"))
         except (ValueError, TypeError, AttributeError):
             return cls()
 
