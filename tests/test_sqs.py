@@ -473,6 +473,13 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
     assert [s["Id"] for s in batch["Successful"]] == ["ok"]
     assert [(f["Id"], f["Code"], f["SenderFault"]) for f in batch["Failed"]] == [
         ("bad", "InvalidMessageContents", True), ("type", "InvalidParameterValue", True)]
+    # an entry's error that quotes a lone surrogate the request sent is still a reply (was a 500)
+    named = c.send_message_batch(QueueUrl=url, Entries=[{"Id": "n", "MessageBody": "x", "MessageAttributes": {
+        "\ud800": {"DataType": "String", "StringValue": "v"}}}])
+    assert [(f["Id"], f["Code"]) for f in named["Failed"]] == [("n", "InvalidParameterValue")]
+    deleted = c.delete_message_batch(QueueUrl=url, Entries=[{"Id": "h", "ReceiptHandle": "\ud800"}])
+    assert [(f["Id"], f["Code"], f["Message"]) for f in deleted["Failed"]] == [
+        ("h", "ReceiptHandleIsInvalid", 'The input receipt handle "\ud800" is not a valid receipt handle.')]
 
 
 def sign(url: str, target: str, body: bytes, *, key: str = KEY_ID, secret: str = SECRET,
