@@ -168,6 +168,12 @@ def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
     c.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "60", "ReceiveMessageWaitTimeSeconds": "2"})
     got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout", "ReceiveMessageWaitTimeSeconds"])
     assert got["Attributes"] == {"VisibilityTimeout": "60", "ReceiveMessageWaitTimeSeconds": "2"}
+    # SQS's attribute names that a standard queue lacks are left out, not refused (a client asking
+    # FifoQueue to tell the kinds apart); a name SQS does not have is refused
+    fifo_names = ["FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"]
+    assert not c.get_queue_attributes(QueueUrl=url, AttributeNames=fifo_names).get("Attributes")
+    assert error_of(lambda: c.get_queue_attributes(QueueUrl=url, AttributeNames=["Fifo"]))["Error"]["Code"] == \
+        "InvalidAttributeName"
     c.tag_queue(QueueUrl=url, Tags={"team": "a", "env": "test"})
     c.untag_queue(QueueUrl=url, TagKeys=["env"])
     assert c.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "a"}

@@ -14,7 +14,7 @@ from ..aio.message import Message
 from .errors import SqsError, invalid, missing
 from .handles import Handles
 from .md5 import md5_of_attributes, md5_of_body
-from .queues import ZERO_VISIBILITY, Directory, Known, check_attributes
+from .queues import QUEUE_ATTRIBUTES, ZERO_VISIBILITY, Directory, Known, check_attributes
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
 from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, entry_size, integer,
@@ -88,8 +88,7 @@ class Sqs:
             raise invalid("AttributeNames must be a list of attribute names.")
         attributes = await self.directory.attributes(known, names)
         for n in names:
-            if n != "All" and n not in attributes and n not in ("RedrivePolicy", "RedriveAllowPolicy", "Policy",
-                                                                "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds"):
+            if n not in QUEUE_ATTRIBUTES:
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {n}.")
         return {"Attributes": attributes} if attributes else {}
 

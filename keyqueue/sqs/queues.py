@@ -40,6 +40,9 @@ SETTINGS = ("VisibilityTimeout", "MaximumMessageSize")
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
 FIFO = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
+#: Every name GetQueueAttributes accepts (SQS's QueueAttributeName); those a queue lacks (the
+#: FIFO ones, unset policies) are left out of the reply, not refused.
+QUEUE_ATTRIBUTES = frozenset({"All", *STORED, *SETTINGS, *READ_ONLY, *FIFO})
 RANGES = {"VisibilityTimeout": (0, MAX_VISIBILITY), "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES),
           "DelaySeconds": (0, MAX_DELAY), "MessageRetentionPeriod": (60, 1_209_600),
           "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT), "KmsDataKeyReusePeriodSeconds": (60, 86_400)}
