@@ -13,6 +13,11 @@ from .roundtrip import Op
 Attributes = Sequence[bytes | None] | None
 
 
+def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
+    """The attributes of each of ``n`` messages (None for each when the batch has none)."""
+    return [None] * n if attributes is None else attributes
+
+
 class Backend(Protocol):
     #: Bytes per body field in the item hash (the server's hash-max-listpack-value).
     field_bytes: int

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from redis.exceptions import ResponseError
 
-from ...core.backend import Attributes
+from ...core.backend import Attributes, per_message
 from ...core.replies import body_fields
 from ...core.replies import text as _text
 from ...core.results import Enqueued
@@ -31,8 +31,7 @@ class Produce(CommandBase):
         """Messages with their own delay and dedup key: one enqueue each."""
         ids: list[str] = []
         missing = False
-        each = attributes if attributes is not None else [None] * len(bodies)
-        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, each):
+        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies))):
             one_ = yield from self._enqueue([body], delay, bucket_ms, key, dedup_ms, [a])
             ids += one_.ids
             missing = one_.config_missing
@@ -66,8 +65,7 @@ class Produce(CommandBase):
         tx: list[Command] = []
         if dedup is not None:
             tx.append(("SET", dedup, ids[0], "PX", dedup_ms))
-        each = attributes if attributes is not None else [None] * len(bodies)
-        for mid, body, a in zip(ids, bodies, each):
+        for mid, body, a in zip(ids, bodies, per_message(attributes, len(bodies))):
             extra: list[str | bytes] = ["d", str(at)] if delay_ms else []
             if a:
                 extra += ["a", a]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
-from ...core.backend import Attributes
+from ...core.backend import Attributes, per_message
 from ...core.replies import text
 from ...core.results import Enqueued
 from ...core.roundtrip import Op
 from .scripts import ScriptBase, CHUNK
+
 
 def _values(bodies: Sequence[bytes], attributes: Attributes) -> tuple[str, list[bytes]]:
     """enqueue.lua's ARGV[7] and the bodies after it: each followed by its attributes when
@@ -45,10 +45,11 @@ class Produce(ScriptBase):
                      attributes: Attributes = None) -> Op[Enqueued]:
         """One script call per message (each its own delay and dedup key), all pipelined."""
         base = self.enqueue_keys
-        each = attributes if attributes is not None else [None] * len(bodies)
-        calls = [(base if key is None else (*base, self.keys.dedup(key)),
-                  (delay, bucket_ms, dedup_ms, self.field_bytes, *_flat(body, a)))
-                 for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, each)]
+        calls = []
+        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies))):
+            paired, values = _values([body], None if a is None else [a])
+            calls.append((base if key is None else (*base, self.keys.dedup(key)),
+                          (delay, bucket_ms, dedup_ms, self.field_bytes, paired, *values)))
         ids: list[str] = []
         missing = False
         for i in range(0, len(calls), CHUNK):
@@ -56,7 +57,3 @@ class Produce(ScriptBase):
             ids += [text(reply[0]) for reply in replies]
             missing = replies[-1][2] == 1
         return Enqueued(ids, missing)
-
-
-def _flat(body: bytes, attributes: bytes | None) -> tuple[str | bytes, ...]:
-    return ("", body) if attributes is None else ("1", body, attributes)
