@@ -13,7 +13,7 @@ import redis.asyncio
 
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
-from ..errors import CorruptQueue
+from ..errors import CorruptQueue, InvalidQueueName
 from ..keys import validate_prefix
 from ..aio.message import Message
 from ..message import QueueStats
@@ -123,19 +123,31 @@ class Store:
         except (redis.RedisError, OSError):
             return "unreachable"
 
+    def _make(self, name: str) -> Queue:
+        return Queue(name, client=self.client, prefix=self.prefix, **self.queue_options)
+
     def queue(self, name: str) -> Queue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = Queue(name, client=self.client, prefix=self.prefix, **self.queue_options)
+            q = self._queues[name] = self._make(name)
         return q
 
     async def names(self) -> list[str]:
         return sorted(await read(lambda: list_queues(self.client, self.prefix)))
 
     async def existing(self, name: str) -> Queue:
-        if name not in await self.names():
+        """The queue, when it is registered under the prefix (one SISMEMBER, whatever the
+        number of queues); UnknownQueue otherwise, also for a name no queue can have."""
+        q = self._queues.get(name)
+        if q is None:
+            try:
+                q = self._make(name)
+            except InvalidQueueName:
+                raise UnknownQueue(name) from None
+        if not await read(q.exists):
             raise UnknownQueue(name)
-        return self.queue(name)
+        self._queues[name] = q
+        return q
 
     async def _view(self, name: str) -> QueueView:
         q = self.queue(name)
