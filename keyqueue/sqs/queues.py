@@ -108,6 +108,11 @@ def redrive_policy(value: str, arn_to_name: Any) -> dict[str, Any]:
     return {"deadLetterTargetArn": policy["deadLetterTargetArn"], "maxReceiveCount": int(count)}
 
 
+def dead_letter_queue(policy: str | None) -> str | None:
+    """The name of the queue a stored RedrivePolicy moves dead letters to (None: no policy)."""
+    return str(json.loads(policy)["deadLetterTargetArn"]).split(":")[-1] if policy else None
+
+
 def settings_for(attributes: Mapping[str, str]) -> dict[str, Any]:
     """The keyqueue settings these attributes set (for the Queue constructor)."""
     out: dict[str, Any] = {}
@@ -151,8 +156,7 @@ class Known:
     @property
     def dead_letter_queue(self) -> str | None:
         """The name of the queue the redrive policy moves dead letters to."""
-        policy = self.redrive
-        return str(policy["deadLetterTargetArn"]).split(":")[-1] if policy else None
+        return dead_letter_queue(self.attribute("RedrivePolicy"))
 
     @property
     def tags(self) -> dict[str, str]:
@@ -168,7 +172,7 @@ class Known:
     def held(self, msg_id: str, receipt: str) -> Message:
         """A delivery to settle, from a receipt handle's parts."""
         return Message(id=msg_id, body=b"", receipt=receipt, receives=0, enqueued_at=0.0, deadline=None,
-                          last_error=None)
+                       last_error=None)
 
 
 class Directory:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SqsError, invalid
-from .queues import Directory, Known
+from .queues import Directory, Known, dead_letter_queue
 from .stored import Stored
 
 log = logging.getLogger("keyqueue.sqs")
@@ -130,7 +130,7 @@ async def sources_of(directory: Directory, target: str | None) -> list[Known]:
         metas = await asyncio.gather(*(directory.queue(n).metadata() for n in chunk))
         for name, meta in zip(chunk, metas):
             policy = meta.get("attr:RedrivePolicy")
-            if policy and (target is None or json.loads(policy)["deadLetterTargetArn"].split(":")[-1] == target):
+            if policy and (target is None or dead_letter_queue(policy) == target):
                 found.append(name)
     out = []
     for name in found:
