@@ -220,7 +220,26 @@ def test_send_receive_delete_with_attributes_and_md5s(sqs: Server) -> None:
     assert sqs.count(url) == 0 and sqs.count(url, "ApproximateNumberOfMessagesNotVisible") == 0
 
 
-def test_batches_and_their_errors(sqs: Server) -> None:
+def test_message_attribute_names_by_prefix(sqs: Server) -> None:
+    """``X.*`` is the prefix X (Custom.* takes Custom1), not the names starting with 'X.'."""
+    c = sqs.sqs
+    url = sqs.queue()
+    names = ["Custom1", "Custom2", "Custom.a", "Other"]
+    sent = {n: {"DataType": "String", "StringValue": n.lower()} for n in names}
+    c.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=sent)
+
+    def selected(*wanted: str) -> dict[str, Any]:
+        m = c.receive_message(QueueUrl=url, MessageAttributeNames=list(wanted), VisibilityTimeout=0)["Messages"][0]
+        if "MessageAttributes" in m:
+            assert m["MD5OfMessageAttributes"] == expected_attributes_md5(m["MessageAttributes"])
+        return m.get("MessageAttributes", {})  # type: ignore[no-any-return]
+
+    assert set(selected("Custom.*")) == {"Custom1", "Custom2", "Custom.a"}
+    assert set(selected("Other", "Custom2.*")) == {"Other", "Custom2"}
+    assert selected(".*") == selected("All") == sent
+    assert selected("Cust*", "Custom") == {}
+    if sqs.kind == "keyqueue":  # SQS takes '*' alone for every attribute too; moto returns none
+        assert selected("*") == sent
     c = sqs.sqs
     url = sqs.queue()
     entries = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(10)]

@@ -331,10 +331,11 @@ def _names(raw: object) -> set[str]:
 
 
 def _selected(name: str, wanted: set[str]) -> bool:
-    """MessageAttributeNames: All, .*, a name, or a prefix ending in .*"""
-    if wanted & {"All", ".*"} or name in wanted:
+    """MessageAttributeNames: All, .* or * (every one), a name, or PREFIX.*, which SQS reads as
+    the names starting with PREFIX (Custom.* takes Custom1 too, not only Custom.x)."""
+    if wanted & {"All", ".*", "*"} or name in wanted:
         return True
-    return any(w.endswith(".*") and name.startswith(w[:-1]) for w in wanted)
+    return any(w.endswith(".*") and name.startswith(w[:-2]) for w in wanted)
 
 
 def _wire(data_type: str, value: str | bytes) -> Result:
