@@ -190,6 +190,18 @@ def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
         "QueueDoesNotExist"
 
 
+def test_a_queue_url_that_names_no_queue(sqs: Server) -> None:
+    """A URL without /ACCOUNT/NAME names no queue: QueueDoesNotExist, which clients catch."""
+    c = sqs.sqs
+    for url in ("http://whatever-incorrect-queue-address", f"{sqs.endpoint}/",
+                f"{sqs.endpoint}/000000000000/no-such-queue-{uuid.uuid4().hex[:8]}"):
+        with pytest.raises(c.exceptions.QueueDoesNotExist) as info:
+            c.send_message(QueueUrl=url, MessageBody="x")
+        err = info.value.response
+        assert (err["Error"]["Code"], err["Error"]["QueryErrorCode"], err["ResponseMetadata"]["HTTPStatusCode"]) == \
+            ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400), url
+
+
 def test_send_receive_delete_with_attributes_and_md5s(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()
@@ -481,8 +493,10 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
          "InvalidAttributeValue", "InvalidAttributeValue", 400),
         (lambda: c.delete_message(QueueUrl=url, ReceiptHandle="garbage"), "ReceiptHandleIsInvalid",
          "ReceiptHandleIsInvalid", 404),
-        (lambda: c.send_message(QueueUrl="http://h/000000000000/", MessageBody="x"), "InvalidAddress",
-         "InvalidAddress", 404),
+        (lambda: c.send_message(QueueUrl="http://h/000000000000/", MessageBody="x"), "QueueDoesNotExist",
+         "AWS.SimpleQueueService.NonExistentQueue", 400),
+        (lambda: c.send_message(QueueUrl="http://[h/000000000000/x", MessageBody="x"), "QueueDoesNotExist",
+         "AWS.SimpleQueueService.NonExistentQueue", 400),
     ]
     for call, shape, code, status in cases:
         err = error_of(call)

@@ -19,7 +19,6 @@ CODES: dict[str, tuple[str, int]] = {
     "InvalidAttributeName": ("InvalidAttributeName", 400),
     "InvalidAttributeValue": ("InvalidAttributeValue", 400),
     "InvalidMessageContents": ("InvalidMessageContents", 400),
-    "InvalidAddress": ("InvalidAddress", 404),
     "ResourceNotFoundException": ("ResourceNotFoundException", 404),
     # common errors of every AWS query-compatible service (not modelled shapes)
     "InvalidParameterValue": ("InvalidParameterValue", 400),

@@ -195,13 +195,16 @@ class Directory:
         return parts[5]
 
     def name_of_url(self, url: object) -> str:
+        """The queue a QueueUrl names (``http://HOST/ACCOUNT/NAME``). One that names none, a
+        wrong path included, is QueueDoesNotExist (400), as SQS answers and clients catch."""
         if url is None:
             raise missing("QueueUrl")
-        path = urlsplit(url).path if isinstance(url, str) else ""
+        try:
+            path = urlsplit(url).path if isinstance(url, str) else ""
+        except ValueError:  # e.g. an unclosed '[' in the host
+            path = ""
         parts = path.strip("/").split("/")
-        if len(parts) != 2 or not parts[0].isdigit():
-            raise SqsError("InvalidAddress", f"The address {url} is not valid for this endpoint.")
-        if parts[0] != ACCOUNT or not QUEUE_NAME.fullmatch(parts[1]):
+        if len(parts) != 2 or parts[0] != ACCOUNT or not QUEUE_NAME.fullmatch(parts[1]):
             raise no_queue()
         return parts[1]
 
