@@ -202,6 +202,48 @@ def test_a_queue_url_that_names_no_queue(sqs: Server) -> None:
             ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400), url
 
 
+def test_a_bare_queue_name_serves_as_its_url(sqs: Server) -> None:
+    """SQS takes a queue's bare name wherever it takes a QueueUrl (boto3's ``sqs.Queue("emails")``)."""
+    c = sqs.sqs
+    dlq = sqs.queue()
+    name = name_of(sqs.queue())
+    policy = json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 5})
+    c.set_queue_attributes(QueueUrl=name, Attributes={"VisibilityTimeout": "40", "RedrivePolicy": policy})
+    assert c.get_queue_attributes(QueueUrl=name, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
+        {"VisibilityTimeout": "40"}
+    assert [name_of(u) for u in c.list_dead_letter_source_queues(QueueUrl=name_of(dlq))["queueUrls"]] == [name]
+    c.tag_queue(QueueUrl=name, Tags={"team": "a", "env": "test"})
+    c.untag_queue(QueueUrl=name, TagKeys=["env"])
+    assert c.list_queue_tags(QueueUrl=name)["Tags"] == {"team": "a"}
+    c.send_message(QueueUrl=name, MessageBody="one")
+    c.send_message_batch(QueueUrl=name, Entries=[{"Id": "a", "MessageBody": "two"}, {"Id": "b", "MessageBody": "3"}])
+    got: list[dict[str, Any]] = []
+    wait_until(lambda: got.extend(c.receive_message(QueueUrl=name, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+                                  .get("Messages", [])) or len(got) == 3)
+    handles = [m["ReceiptHandle"] for m in got]
+    c.change_message_visibility(QueueUrl=name, ReceiptHandle=handles[0], VisibilityTimeout=60)
+    changed = c.change_message_visibility_batch(QueueUrl=name, Entries=[
+        {"Id": "h1", "ReceiptHandle": handles[1], "VisibilityTimeout": 60}])
+    assert [s["Id"] for s in changed["Successful"]] == ["h1"] and not changed.get("Failed")
+    c.delete_message(QueueUrl=name, ReceiptHandle=handles[0])
+    deleted = c.delete_message_batch(QueueUrl=name, Entries=[{"Id": "h1", "ReceiptHandle": handles[1]},
+                                                             {"Id": "h2", "ReceiptHandle": handles[2]}])
+    assert len(deleted["Successful"]) == 2 and not deleted.get("Failed")
+    assert sqs.count(name) == 0 and sqs.count(name, "ApproximateNumberOfMessagesNotVisible") == 0
+    resource = boto3.resource("sqs", endpoint_url=sqs.endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID,
+                              aws_secret_access_key=SECRET)
+    q = resource.Queue(name)
+    q.send_message(MessageBody="four")
+    assert q.attributes["ApproximateNumberOfMessages"] == "1"
+    q.purge()
+    assert sqs.count(name) == 0
+    q.delete()
+    with pytest.raises(c.exceptions.QueueDoesNotExist):
+        c.get_queue_url(QueueName=name)
+    with pytest.raises(c.exceptions.QueueDoesNotExist):  # a bare name of no queue is no queue
+        c.send_message(QueueUrl=name, MessageBody="x")
+
+
 def test_send_receive_delete_with_attributes_and_md5s(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()

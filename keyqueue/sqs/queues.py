@@ -195,10 +195,13 @@ class Directory:
         return parts[5]
 
     def name_of_url(self, url: object) -> str:
-        """The queue a QueueUrl names (``http://HOST/ACCOUNT/NAME``). One that names none, a
-        wrong path included, is QueueDoesNotExist (400), as SQS answers and clients catch."""
+        """The queue a QueueUrl names (``http://HOST/ACCOUNT/NAME``, or the bare NAME, which SQS
+        takes too: ``sqs.Queue("emails")``). One that names none, a wrong path included, is
+        QueueDoesNotExist (400), as SQS answers and clients catch."""
         if url is None:
             raise missing("QueueUrl")
+        if isinstance(url, str) and QUEUE_NAME.fullmatch(url):
+            return url
         try:
             path = urlsplit(url).path if isinstance(url, str) else ""
         except ValueError:  # e.g. an unclosed '[' in the host
