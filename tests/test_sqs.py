@@ -328,6 +328,41 @@ def test_message_attribute_names_by_prefix(sqs: Server) -> None:
     assert sqs.count(url) == 0  # a refused batch sends nothing
 
 
+def test_messages_up_to_1_mib(sqs: Server) -> None:
+    """SQS's limit is 1 MiB (MaximumMessageSize 1,024-1,048,576, default 1,048,576), with its texts."""
+    c = sqs.sqs
+    url = sqs.queue()
+    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == \
+        {"MaximumMessageSize": "1048576"}
+    # 1 MiB of ASCII, and 1 MiB of UTF-8 that botocore writes as 3 MiB of JSON (every 'é' is \u00e9)
+    for text in ("x" * 1_048_576, "\u00e9" * 524_288):
+        c.send_message(QueueUrl=url, MessageBody=text)
+        got = c.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]
+        assert got["Body"] == text
+        c.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+
+    def error(call: Callable[[], Any]) -> tuple[str, str]:
+        err = error_of(call)["Error"]
+        return err["Code"], err["Message"]
+
+    assert error(lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577)) == (
+        "InvalidParameterValue", "One or more parameters are invalid. Reason: Message must be shorter than "
+        "1048576 bytes.")
+    entries = [{"Id": str(i), "MessageBody": "x" * 104_858} for i in range(10)]
+    assert error(lambda: c.send_message_batch(QueueUrl=url, Entries=entries)) == (
+        "AWS.SimpleQueueService.BatchRequestTooLong",
+        "Batch requests cannot be longer than 1048576 bytes. You have sent 1048580 bytes.")
+    c.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "500000"})
+    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == \
+        {"MaximumMessageSize": "500000"}
+    assert error(lambda: c.send_message(QueueUrl=url, MessageBody="x" * 500_001))[1].endswith(
+        "Message must be shorter than 500000 bytes.")
+    for size in ("1023", "1048577"):
+        assert error(lambda: c.create_queue(QueueName=f"{name_of(url)}-big", Attributes={
+            "MaximumMessageSize": size}))[0] == "InvalidAttributeValue", size
+    assert sqs.count(url) == 0
+
+
 def test_receive_parameter_limits(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()
@@ -502,7 +537,7 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
         (lambda: c.send_message(QueueUrl=url, MessageBody=""), "MissingParameter", "MissingParameter", 400),
         (lambda: c.send_message(QueueUrl=url, MessageBody="a\x00b"), "InvalidMessageContents",
          "InvalidMessageContents", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="x" * 262_145), "InvalidParameterValue",
+        (lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577), "InvalidParameterValue",
          "InvalidParameterValue", 400),
         (lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
             "a": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue", "InvalidParameterValue", 400),
@@ -516,14 +551,14 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
          "InvalidAttributeValue", "InvalidAttributeValue", 400),
         (lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}), "InvalidAttributeValue",
          "InvalidAttributeValue", 400),
-        (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 30_000}
+        (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 104_858}
                                                              for i in range(10)]),
          "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
         (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]),
          "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400),
-        # each entry fits, but bodies and attributes together are over 256 KiB (SQS counts both)
+        # each entry fits, but bodies and attributes together are over 1 MiB (SQS counts both)
         (lambda: c.send_message_batch(QueueUrl=url, Entries=[
-            {"Id": str(i), "MessageBody": "x" * 131_000,
+            {"Id": str(i), "MessageBody": "x" * 524_200,
              "MessageAttributes": {"a": {"DataType": "String", "StringValue": "y" * 100}}} for i in range(2)]),
          "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
         # text SQS refuses (a lone surrogate) anywhere is the caller's error, not a 500

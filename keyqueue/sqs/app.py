@@ -24,8 +24,10 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-#: Largest request body read: a 256 KiB batch, its binary attributes base64 (4/3), JSON around it.
-MAX_REQUEST_BYTES = 1 << 20
+#: Largest request body read: a 1 MiB batch as an SDK writes it. botocore escapes every
+#: non-ASCII character (an 'é' of 2 bytes is 6, \u00e9), binary attributes go base64 (4/3):
+#: 3 MiB at most, and JSON around it.
+MAX_REQUEST_BYTES = 4 << 20
 
 
 class SqsApp:

@@ -18,7 +18,8 @@ ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 #: Characters SQS accepts in a body or a string attribute (XML 1.0's Char).
 BAD_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
-MAX_MESSAGE_BYTES = 262_144
+#: SQS's largest message (body and attributes), MaximumMessageSize's upper bound and default.
+MAX_MESSAGE_BYTES = 1_048_576
 MAX_BATCH_ENTRIES = 10
 MAX_ATTRIBUTES = 10
 MAX_VISIBILITY = 43_200
