@@ -17,6 +17,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from xml.etree import ElementTree
 
 import boto3
 import httpx
@@ -640,9 +641,20 @@ def test_requests_must_be_signed_with_the_configured_credentials(kq: Server) -> 
     for key, secret, code in ((KEY_ID, "nope", "SignatureDoesNotMatch"), ("AKIANOPE", SECRET, "InvalidClientTokenId")):
         err = error_of(lambda: client(kq.endpoint, key, secret).list_queues())
         assert (err["Error"]["Code"], err["ResponseMetadata"]["HTTPStatusCode"]) == (code, 403)
-    # the old query protocol is refused with a reason an old SDK shows
-    r = httpx.post(url, data={"Action": "ListQueues", "Version": "2012-11-05"})
-    assert r.status_code == 400 and "<Code>InvalidAction</Code>" in r.text and "JSON protocol" in r.text
+
+
+def test_the_query_protocol_is_refused_in_xml_an_old_sdk_reads(kq: Server) -> None:
+    """A form-encoded (query protocol) request gets the query protocol's XML error, well formed,
+    as an SDK that speaks it parses it: code InvalidAction and the reason."""
+    r = httpx.post(kq.endpoint + "/", data={"Action": "ListQueues", "Version": "2012-11-05"})
+    assert r.status_code == 400 and r.headers["content-type"] == "text/xml"
+    ns = {"q": "http://queue.amazonaws.com/doc/2012-11-05/"}
+    error = ElementTree.fromstring(r.content).find("q:Error", ns)
+    assert error is not None
+    assert (error.findtext("q:Type", namespaces=ns), error.findtext("q:Code", namespaces=ns)) == \
+        ("Sender", "InvalidAction")
+    message = error.findtext("q:Message", namespaces=ns) or ""
+    assert "X-Amz-Target: AmazonSQS.<Operation>" in message and "JSON protocol" in message
 
 
 def test_receipt_handles_cannot_be_forged_moved_or_replayed(kq: Server) -> None:

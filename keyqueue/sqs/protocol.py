@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any
+from xml.sax.saxutils import escape
 
 from .errors import SqsError
 
@@ -53,12 +54,13 @@ def error_reply(error: SqsError, rid: str) -> tuple[int, Headers, bytes]:
 
 
 def query_refusal(rid: str) -> tuple[int, Headers, bytes]:
-    """The query protocol's own error shape (XML), so an old SDK shows the reason."""
+    """The query protocol's own error shape (XML), so an old SDK shows the reason: escaped,
+    or the '<Operation>' in it makes the reply XML no SDK can parse."""
     message = ("keyqueue answers the SQS JSON protocol (AWS JSON 1.0, X-Amz-Target: AmazonSQS.<Operation>) "
                "only, not the query protocol (form-encoded Action=...): use an AWS SDK that speaks JSON "
                "to SQS (botocore/boto3 and the aws CLI since late 2023, and every current SDK).")
     body = ('<?xml version="1.0"?><ErrorResponse xmlns="http://queue.amazonaws.com/doc/2012-11-05/">'
-            f"<Error><Type>Sender</Type><Code>InvalidAction</Code><Message>{message}</Message><Detail/>"
+            f"<Error><Type>Sender</Type><Code>InvalidAction</Code><Message>{escape(message)}</Message><Detail/>"
             f"</Error><RequestId>{rid}</RequestId></ErrorResponse>").encode()
     return 400, [(b"content-type", b"text/xml"), (b"content-length", str(len(body)).encode()),
                  (b"x-amzn-requestid", rid.encode())], body
