@@ -364,6 +364,32 @@ def test_messages_up_to_1_mib(sqs: Server) -> None:
     assert sqs.count(url) == 0
 
 
+def test_sqs_error_texts_for_attributes_and_tags(sqs: Server) -> None:
+    """SQS's codes and wording for a bad attribute name or type, too many tags, no tag keys."""
+    c = sqs.sqs
+    url = sqs.queue()
+
+    def error(call: Callable[[], Any]) -> tuple[str, str]:
+        err = error_of(call)["Error"]
+        return err["Code"], err["Message"]
+
+    def send(name: str, data_type: str) -> Callable[[], Any]:
+        return lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            name: {"DataType": data_type, "StringValue": "v"}})
+
+    assert error(send("a b", "String")) == ("InvalidParameterValue", "The message attribute name 'a b' is invalid. "
+                                           "Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), "
+                                           "and period (.) characters.")
+    assert error(send("ab", "Text.x")) == ("InvalidParameterValue", "The message attribute 'ab' has an invalid "
+                                          "message attribute type, the set of supported type prefixes is Binary, "
+                                          "Number, and String.")
+    assert error(lambda: c.tag_queue(QueueUrl=url, Tags={f"k{i}": "v" for i in range(51)})) == (
+        "InvalidParameterValue", f"Too many tags added for queue {name_of(url)}.")
+    assert error(lambda: c.untag_queue(QueueUrl=url, TagKeys=[])) == (
+        "InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.")
+    assert not c.list_queue_tags(QueueUrl=url).get("Tags")
+
+
 def test_receive_parameter_limits(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()

@@ -88,8 +88,13 @@ def test_sqs_rules_for_names_bodies_and_attributes() -> None:
         assert shape_of(lambda: body({"MessageBody": "a" + bad})) == "InvalidMessageContents", repr(bad)
     for ok in ("a", "a.b-c_d", "A" * 256):
         attribute_name(ok)
-    for bad in ("AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "A" * 257):
+    for bad in ("AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "A" * 257, ""):
         assert shape_of(lambda: attribute_name(bad)) == "InvalidParameterValue", bad
+    # the rules moto does not check are told in the form of SQS's text for the characters
+    for bad, reason in (("aWs.x", "can't start with AWS. or Amazon."), ("a..b", "periods in a sequence"),
+                        ("A" * 257, "up to 256 characters")):
+        with pytest.raises(SqsError, match=f"^The message attribute name '{bad}' is invalid. .*{reason}"):
+            attribute_name(bad)
     assert attribute_value("n", {"DataType": "Number.int", "StringValue": "-1.5E+10"}) == ("Number.int", "-1.5E+10")
     assert attribute_value("b", {"DataType": "Binary", "BinaryValue": "AAE="}) == ("Binary", b"\x00\x01")
     for spec in ({"DataType": "Number", "StringValue": "1" * 39}, {"DataType": "Number", "StringValue": "NaN"},

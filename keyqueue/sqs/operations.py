@@ -17,8 +17,8 @@ from .md5 import md5_of_attributes, md5_of_body
 from .queues import QUEUE_ATTRIBUTES, ZERO_VISIBILITY, Directory, Known, check_attributes
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
-from .validate import (MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, body, entries, entry_size, integer,
-                       message_attributes, queue_name, size_of, string, tag_key)
+from .validate import (MAX_MESSAGE_BYTES, MAX_TAG_KEY, MAX_VISIBILITY, MAX_WAIT, body, entries, entry_size,
+                       integer, message_attributes, queue_name, size_of, string, tag_key)
 from .validate import tags as valid_tags
 
 Params = Mapping[str, Any]
@@ -114,7 +114,7 @@ class Sqs:
         if not tags:
             raise missing("Tags")
         if len({**known.tags, **tags}) > 50:
-            raise invalid("Too many tags added for queue: a queue may have up to 50 tags.")
+            raise invalid(f"Too many tags added for queue {known.name}.")
         await known.queue.set_metadata({f"tag:{k}": v for k, v in tags.items()})
         self.directory.forget(known.name)
         return {}
@@ -122,8 +122,10 @@ class Sqs:
     async def untag_queue(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
         keys = p.get("TagKeys")
-        if not isinstance(keys, list) or not keys:
+        if keys is None:
             raise missing("TagKeys")
+        if not isinstance(keys, list) or not keys:
+            raise invalid(f"Tag keys must be between 1 and {MAX_TAG_KEY} characters in length.")
         await known.queue.set_metadata({}, remove=[f"tag:{tag_key(k)}" for k in keys])
         self.directory.forget(known.name)
         return {}

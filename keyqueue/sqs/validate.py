@@ -14,7 +14,8 @@ from .md5 import Attribute
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
-ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_ATTRIBUTE_NAME = 256
 #: Characters SQS accepts in a body or a string attribute (XML 1.0's Char).
 BAD_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -102,11 +103,19 @@ def message_attributes(raw: object, *, system: bool = False) -> dict[str, Attrib
 
 
 def attribute_name(name: str) -> None:
-    lower = name.lower()
-    if (not ATTRIBUTE_NAME.fullmatch(name) or name.startswith(".") or name.endswith(".") or ".." in name
-            or lower.startswith("aws.") or lower.startswith("amazon.")):
-        raise invalid(f"Message attribute name '{name}' is invalid. Names may hold A-Z a-z 0-9 _ - . "
-                      "(not first, last or twice in a row), up to 256, and may not start with AWS. or Amazon.")
+    """SQS's rules for a message attribute's name, refused in SQS's words (the characters'
+    text is SQS's own; the other rules are told in the same form)."""
+    if not ATTRIBUTE_NAME.fullmatch(name):
+        reason = "Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
+    elif len(name) > MAX_ATTRIBUTE_NAME:
+        reason = f"Attribute name can be up to {MAX_ATTRIBUTE_NAME} characters long."
+    elif name.lower().startswith(("aws.", "amazon.")):
+        reason = "Attribute name can't start with AWS. or Amazon. (or any casing variations)."
+    elif name.startswith(".") or name.endswith(".") or ".." in name:
+        reason = "Attribute name must not start or end with a period, or have periods in a sequence."
+    else:
+        return
+    raise invalid(f"The message attribute name '{name}' is invalid. {reason}")
 
 
 def attribute_value(name: str, spec: object) -> Attribute:
@@ -116,9 +125,12 @@ def attribute_value(name: str, spec: object) -> Attribute:
     if not isinstance(data_type, str) or not data_type:
         raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
     base = data_type.split(".", 1)[0]
-    if base not in ("String", "Number", "Binary") or len(data_type) > 256 or not is_text(data_type):
-        raise invalid(f"The type of message attribute '{name}' is invalid. You must use only the "
-                      "following supported type prefixes: Binary, Number, String.")
+    if base not in ("String", "Number", "Binary"):
+        raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
+                      "supported type prefixes is Binary, Number, and String.")
+    if len(data_type) > 256 or not is_text(data_type):
+        raise invalid(f"The message attribute '{name}' has an invalid message attribute type: a type is text "
+                      "of up to 256 characters.")
     if spec.get("StringListValues") or spec.get("BinaryListValues"):
         raise invalid(f"Message attribute list values in '{name}' are not supported.")
     if base == "Binary":
