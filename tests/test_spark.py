@@ -173,6 +173,23 @@ def test_snapshot_reads_dead_letters_without_changing_anything(
     assert snapshot(r) == before
 
 
+def test_a_snapshot_of_an_empty_state_has_no_rows(spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    q = Queue("quiet", client=r)
+    q.enqueue("held")
+    assert q.claim() is not None
+    for source in ("waiting", "delayed", "dead"):
+        assert fmt(spark.read, redis_server.url, "quiet", source=source).load().count() == 0, source
+    assert fmt(spark.read, redis_server.url, "quiet", source="processing").load().count() == 1
+
+
+def test_a_snapshot_of_an_unknown_queue_names_the_closest_ones(spark: Any, redis_server: RedisServer,
+                                                               r: redis.Redis) -> None:
+    Queue("orders", client=r).enqueue("x")
+    with pytest.raises(Exception, match="no queue 'ordrs' under prefix 'kq' at redis://.*; "
+                                        "did you mean 'orders'"):
+        fmt(spark.read, redis_server.url, "ordrs", source="dead").load().count()
+
+
 def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
         spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
     from keyqueue.spark import run_workers

@@ -13,8 +13,11 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ..cli import unknown_queue
+from ..connection import redact
+from ..errors import InvalidArgument
 from ..message import Message
-from ..queue import Queue
+from ..queue import Queue, list_queues
 from .options import Options
 
 SCHEMA = ("id string, body binary, receives int, enqueued_at timestamp, deadline timestamp, "
@@ -42,16 +45,25 @@ class SnapshotReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        """At least one partition: given none, PySpark calls ``read(None)``."""
         q = self.opts.open()
         try:
+            known(q, self.opts.url)
             ids = state_ids(q, self.opts.source)
         finally:
             q.client.close()
-        return [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
+        return [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)] or [Ids([])]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         assert isinstance(partition, Ids)
-        return map(row, messages(self.opts, partition.ids))
+        return map(row, messages(self.opts, partition.ids)) if partition.ids else iter(())
+
+
+def known(q: Queue, url: str) -> None:
+    """A typo in the queue name must not read as an empty queue (the CLI's rule too)."""
+    if not q.exists():
+        names = list_queues(q.client, q.prefix)
+        raise InvalidArgument(unknown_queue(q.name, q.prefix, redact(url), names))
 
 
 def messages(opts: Options, ids: list[str]) -> Iterator[Message]:
