@@ -70,6 +70,22 @@ def test_streaming_write(spark: Any, redis_server: RedisServer, r: redis.Redis, 
     assert sorted(drain(Queue("sw", client=r))) == sorted(f"s{i}".encode() for i in range(400))
 
 
+def test_overwrite_is_refused_and_writes_nothing(spark: Any, redis_server: RedisServer, r: redis.Redis,
+                                                 tmp_path: Path) -> None:
+    q = Queue("ow", client=r)
+    q.enqueue_many(["a", "b", "c"])
+    df = spark.createDataFrame([("x",), ("y",)], "value string")
+    with pytest.raises(Exception, match="a queue can only be appended to"):
+        fmt(df.write, redis_server.url, "ow").mode("overwrite").save()
+    df.write.parquet(str(tmp_path / "in"))
+    counts = spark.readStream.schema("value string").parquet(str(tmp_path / "in")).groupBy("value").count()
+    query = (fmt(counts.selectExpr("value").writeStream, redis_server.url, "ow").outputMode("complete")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="a queue can only be appended to"):
+        query.awaitTermination(120)
+    assert sorted(drain(q)) == [b"a", b"b", b"c"]
+
+
 def _consume(spark: Any, url: str, queue: str, checkpoint: Path, seen: list[list[str]],
              fail_at: int | None = None, **options: Any) -> Any:
     """An AvailableNow query that records each micro-batch's ids (in ``seen``); batch

@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency(
         "keyqueue.spark needs PySpark 4.2+ and pyarrow: pip install 'keyqueue[spark]'") from exc
 
+from ..errors import InvalidArgument
 from .options import Options
 from .sink import QueueStreamWriter, QueueWriter
 from .snapshot import SCHEMA as SNAPSHOT_SCHEMA
@@ -54,9 +55,11 @@ class KeyQueueDataSource(DataSource):
         return Options.parse(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        append_only(overwrite)
         return QueueWriter(self._opts())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        append_only(overwrite)
         return QueueStreamWriter(self._opts())
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -64,6 +67,14 @@ class KeyQueueDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StreamSource(self._opts())
+
+
+def append_only(overwrite: bool) -> None:
+    """Overwriting would mean deleting messages that consumers may hold: refused before any
+    task runs, so nothing is written."""
+    if overwrite:
+        raise InvalidArgument('a queue can only be appended to: use .mode("append") (to empty it '
+                              "first, purge it: keyqueue purge QUEUE --source all)")
 
 
 def register(spark: SparkSession) -> None:
