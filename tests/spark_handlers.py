@@ -16,8 +16,24 @@ def record_to(url: str):  # type: ignore[no-untyped-def]
     def handle(m: Message) -> None:
         if m.text == "die" and m.receives == 1:
             os._exit(1)
-        client = redis.Redis.from_url(url)
-        client.sadd("done", m.body)
-        client.close()
+        record(url, m)
 
     return handle
+
+
+def fail_once_to(url: str, every: int):  # type: ignore[no-untyped-def]
+    """A handler that records each body (``n<i>``) in the Redis set ``done``; the first
+    delivery of every ``every``-th message raises, so the worker retries it after its backoff."""
+
+    def handle(m: Message) -> None:
+        if int(m.text[1:]) % every == 0 and m.receives == 1:
+            raise RuntimeError("the first delivery fails")
+        record(url, m)
+
+    return handle
+
+
+def record(url: str, m: Message) -> None:
+    client = redis.Redis.from_url(url)
+    client.sadd("done", m.body)
+    client.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,6 @@ def test_streaming_read_honours_the_row_limit_and_acks_after_commit(
 
 def test_streaming_rows_carry_the_message(spark: Any, redis_server: RedisServer, r: redis.Redis,
                                           tmp_path: Path) -> None:
-    import time
-
     q = Queue("rows", client=r)
     q.enqueue(b"\x00\xffbin")
     first = q.claim()
@@ -222,6 +221,26 @@ def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
     assert (s.waiting, s.processing, s.dead) == (0, 0, 0)
 
 
+def test_run_workers_goes_on_until_retries_are_done_and_says_what_is_left(
+        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    from keyqueue.spark import run_workers
+
+    from .spark_handlers import fail_once_to
+
+    q = Queue("retry", client=r, bucket_seconds=1)
+    bodies = [f"n{i}" for i in range(300)]
+    q.enqueue_many(bodies)
+    result = run_workers(spark, q, fail_once_to(redis_server.url, 7), 2, retry_backoff=1.0)
+    assert {x.decode() for x in r.smembers("done")} == set(bodies)  # the 43 retries too
+    assert result["failed"] == 43 and result["processed"] == 300 and result["rounds"] >= 2
+    assert (result["waiting"], result["processing"], result["delayed"]) == (0, 0, 0)
+    q.enqueue("n1000", delay=600)  # due later than max_wait: left, and said so, at once
+    started = time.monotonic()
+    result = run_workers(spark, q, fail_once_to(redis_server.url, 7), 2, max_wait=60)
+    assert time.monotonic() - started < 30
+    assert (result["rounds"], result["processed"], result["delayed"]) == (1, 0, 1)
+
+
 def test_bad_options_are_clear(spark: Any, redis_server: RedisServer) -> None:
     df = spark.createDataFrame([("x",)], "value string")
     with pytest.raises(Exception, match='needs option\\("queue", NAME\\)'):
@@ -237,8 +256,6 @@ def test_the_source_extends_what_it_holds_while_the_query_lives(
         spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
     """A batch that runs 1.5x the visibility timeout keeps its messages: the source extends
     their deadlines, so a reaper finds nothing expired and nothing is delivered twice."""
-    import time
-
     q = Queue("held", client=r, visibility_timeout=2, bucket_seconds=1)
     ids = q.enqueue_many([f"h{i}" for i in range(20)])
     seen: list[str] = []

@@ -13,22 +13,33 @@ from urllib.parse import quote
 
 from pyspark.sql import SparkSession
 
-from ..message import Message
+from ..errors import InvalidArgument
+from ..message import Message, QueueStats
 from ..queue import Queue
 from ..worker import Worker
 
 log = logging.getLogger("keyqueue.spark")
 
+#: Longest wait between rounds for a message to come back: the worker's longest retry backoff.
+MAX_WAIT = 300.0
+#: Seconds between polls, and beyond a message's due time before giving up on it (the
+#: reaper's precision, and clock skew between this host and Redis).
+POLL, SLACK = 0.2, 3.0
+
 
 def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], Any],
                 num_workers: int, *, url: str | None = None, max_rounds: int = 10,
-                **worker_options: Any) -> dict[str, int]:
+                max_wait: float = MAX_WAIT, **worker_options: Any) -> dict[str, int]:
     """Drain ``queue`` with ``num_workers`` Spark tasks, each a burst Worker (its options in
-    ``worker_options``). Rounds repeat while messages are left in flight by failed tasks,
-    waiting for them to come back. ``url`` is how tasks connect (default: the queue's own
-    client's host, port, db and credentials). Messages a failing handler released for a
-    later retry (its backoff) are left for a later run. Returns processed and failed
-    handler calls, rounds run and failed Spark jobs."""
+    ``worker_options``). A burst ends when nothing is waiting, so rounds go on, at most
+    ``max_rounds``, while messages are left in flight (a failed task's) or delayed (a
+    handler's retry backoff): between rounds it waits for the first of them to come back,
+    unless that is more than ``max_wait`` seconds away. ``url`` is how tasks connect
+    (default: the queue's own client's host, port, db and credentials). Returns processed
+    and failed handler calls, rounds run, failed Spark jobs, and what is left: waiting,
+    processing and delayed."""
+    if max_rounds < 1:
+        raise InvalidArgument(f"max_rounds must be at least 1, not {max_rounds!r}")
     target = url or _url_of(queue)
     name, prefix, scripting = queue.name, queue.prefix, queue.scripting
     replicas, replica_timeout = queue.min_replicas, queue.replica_timeout
@@ -44,8 +55,8 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
         yield w.processed, w.failed
 
     totals = {"processed": 0, "failed": 0, "rounds": 0, "failed_jobs": 0}
-    for _ in range(max_rounds):
-        totals["rounds"] += 1
+    for n in range(1, max_rounds + 1):
+        totals["rounds"] = n
         try:
             for processed, failed in spark.sparkContext.parallelize(
                     range(num_workers), num_workers).mapPartitionsWithIndex(task).collect():
@@ -55,23 +66,39 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
             totals["failed_jobs"] += 1
             log.warning("a worker job failed (its messages come back after their visibility "
                         "timeout): %s", str(exc).splitlines()[0][:300])
-        if not _wait_for_leftovers(queue):
-            return totals
-    return totals
+        left = _wait_for_work(queue, max_wait if n < max_rounds else 0.0)
+        if not left.waiting:
+            break
+    return totals | {"waiting": left.waiting, "processing": left.processing, "delayed": left.delayed}
 
 
-def _wait_for_leftovers(q: Queue) -> bool:
-    """Whether messages are left to process: waits (reaping) for those still in flight to
-    come back, at most one visibility timeout and a little."""
-    deadline = time.monotonic() + q.settings.visibility_timeout + 5
+def _wait_for_work(q: Queue, max_wait: float) -> QueueStats:
+    """The queue's counts once a message is waiting, nothing is left, or what is left does
+    not come back in time. Reaps while it polls: nothing else may be serving the queue."""
+    until: float | None = None
     while True:
         q.reap()
         s = q.stats()
-        if s.waiting:
-            return True
-        if not s.processing or time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
+        if s.waiting or not (s.processing or s.delayed):
+            return s
+        if until is None:
+            back = _comes_back_in(q, s)
+            if back > max_wait:
+                return s
+            until = time.monotonic() + back + SLACK
+        if time.monotonic() > until:
+            return s
+        time.sleep(POLL)
+
+
+def _comes_back_in(q: Queue, s: QueueStats) -> float:
+    """Seconds until the first in-flight or delayed message is due back (an in-flight one
+    at most a visibility timeout away)."""
+    due = [q.settings.visibility_timeout] if s.processing else []
+    if s.delayed:
+        first = q.peek(1, source="delayed")
+        due += [(m.deadline or 0.0) - time.time() for m in first]
+    return max(0.0, min(due, default=0.0))
 
 
 def _url_of(q: Queue) -> str:
