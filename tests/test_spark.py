@@ -61,6 +61,19 @@ def test_binary_bodies_from_a_named_column(spark: Any, redis_server: RedisServer
     assert Queue("bin", client=r).stats().waiting == 0
 
 
+def test_null_bodies_are_refused_before_their_partition_writes_anything(
+        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    rows = [(f"b{i}", i) for i in range(999)] + [(None, 999)]
+    df = spark.createDataFrame(rows, "payload string, n int").coalesce(1)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")  # the null in the 10th batch
+    try:
+        with pytest.raises(Exception, match="the body column 'payload' holds nulls"):
+            fmt(df.write, redis_server.url, "nulls", bodyColumn="payload").mode("append").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert Queue("nulls", client=r).stats().waiting == 0
+
+
 def test_streaming_write(spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
     src = tmp_path / "in"
     spark.createDataFrame([(f"s{i}",) for i in range(400)], "value string").write.parquet(str(src))

@@ -56,11 +56,11 @@ class KeyQueueDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         append_only(overwrite)
-        return QueueWriter(self._opts())
+        return QueueWriter(self._opts(), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         append_only(overwrite)
-        return QueueStreamWriter(self._opts())
+        return QueueStreamWriter(self._opts(), schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SnapshotReader(self._opts())

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgument
 from .options import Options
@@ -31,16 +32,15 @@ class Written(WriterCommitMessage):
 
 def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written:
     """Enqueue every row of ``batches``: the body column, and the optional delay (seconds)
-    and dedup-key columns."""
+    and dedup-key columns. The whole partition is read and checked before its first enqueue,
+    so a partition with a null body writes nothing."""
+    held = [checked(opts, b) for b in batches]
     q = opts.open()
     rows = 0
     try:
-        for batch in batches:
+        for batch in held:
             names = batch.schema.names
-            if opts.body_column not in names:
-                raise InvalidArgument(f"the DataFrame has no body column {opts.body_column!r} "
-                                      f"(columns: {', '.join(names)}; option bodyColumn names it)")
-            bodies = [b if b is not None else b"" for b in batch.column(opts.body_column).to_pylist()]
+            bodies = batch.column(opts.body_column).to_pylist()
             kw: dict[str, Any] = {}
             if opts.delay_column in names:
                 kw["delays"] = [float(d or 0.0) for d in batch.column(opts.delay_column).to_pylist()]
@@ -56,12 +56,29 @@ def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written
     return Written(rows)
 
 
+def has_body(opts: Options, schema: StructType) -> None:
+    """On the driver, before any task runs: a DataFrame without the body column."""
+    if opts.body_column not in schema.names:
+        raise InvalidArgument(f"the DataFrame has no body column {opts.body_column!r} "
+                              f"(columns: {', '.join(schema.names)}; option bodyColumn names it)")
+
+
+def checked(opts: Options, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A null body would become an empty message without a word."""
+    if batch.column(opts.body_column).null_count:
+        raise InvalidArgument(f"the body column {opts.body_column!r} holds nulls: a message needs a "
+                              f"body, so this partition wrote nothing (drop them first: "
+                              f"df.where(F.col({opts.body_column!r}).isNotNull()))")
+    return batch
+
+
 #: Rows per enqueue_many call: its chunks of 1,000 messages go out in one pipeline.
 CHUNK_ROWS = 10_000
 
 
 class QueueWriter(DataSourceArrowWriter):
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        has_body(opts, schema)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
@@ -69,7 +86,8 @@ class QueueWriter(DataSourceArrowWriter):
 
 
 class QueueStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        has_body(opts, schema)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
