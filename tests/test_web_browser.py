@@ -4,13 +4,14 @@ screenshots (docs/dashboard-overview.png, docs/dashboard-queue.png)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import redis
@@ -20,7 +21,6 @@ from keyqueue.server import RedisServer
 from keyqueue.web import create_app
 from keyqueue.web.present import number
 
-from .conftest import wait_until
 from .web_support import Served
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -80,12 +80,62 @@ def fill(r: redis.Redis) -> dict[str, Queue]:
     return {"emails": emails, "reports": reports, "thumbnails": Queue("thumbnails", client=r)}
 
 
+def wait_for(driver: Any, condition: Callable[[Any], Any], timeout: float = 20.0) -> Any:
+    """Poll ``condition(driver)`` until it is truthy and return that: every wait on the page
+    goes through here. The condition looks its elements up itself, and a stale or missing
+    element is "not yet", never a failure: the page swaps its refreshed parts in every 2 s
+    and an action loads a new document, so an element found a moment ago may be gone."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            value = last = condition(driver)
+        except (NoSuchElementException, StaleElementReferenceException) as e:
+            value, last = None, e
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+        time.sleep(0.1)
+
+
+def click(driver: Any, selector: str, timeout: float = 20.0) -> None:
+    """Click what ``selector`` finds at the moment of the click (found again when a refresh
+    replaced it; a click that raised stale never happened, so trying again is safe)."""
+    from selenium.webdriver.common.by import By
+
+    wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, selector).click() or True, timeout)
+
+
+def dialog_open(driver: Any) -> bool:
+    from selenium.webdriver.common.by import By
+
+    return bool(driver.find_element(By.ID, "confirm-dialog").is_displayed())
+
+
+@contextlib.contextmanager
+def new_document(driver: Any, timeout: float = 20.0) -> Iterator[None]:
+    """Around what loads a new page (an action's redirect): on exit, wait until the page it
+    began on is gone and the new one has loaded. Without it a wait could pass on the old
+    page, which keeps refreshing (and shows the same notice after a second requeue)."""
+    driver.execute_script("window.kqOldDocument = true;")
+    yield
+    wait_for(driver, lambda d: d.execute_script("return window.kqOldDocument === undefined"
+                                                " && document.readyState === 'complete';"), timeout)
+
+
+def read_all(driver: Any, selector: str, attribute: str | None = None) -> list[str]:
+    """The text (or ``attribute``) of every element ``selector`` finds, read in one script
+    call: found first and read after, an element may already have been replaced (stale)."""
+    return [str(v) for v in driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => arguments[1] === null"
+        " ? (e.innerText ?? e.textContent).trim() : e.getAttribute(arguments[1]) ?? '');", selector, attribute)]
+
+
 def text_of(driver: Any, selector: str) -> str:
-    """The element's text ("" when there is none yet), read in one script call: the page
-    swaps refreshed parts in every 2 s, so an element found first and read after may be
-    gone (stale) by then."""
-    return str(driver.execute_script("const e = document.querySelector(arguments[0]);"
-                                     "return e === null ? '' : e.innerText.trim();", selector))
+    """The first element's text ("" when there is none yet)."""
+    return next(iter(read_all(driver, selector)), "")
 
 
 def cell(driver: Any, queue: str, key: str) -> str:
@@ -105,18 +155,15 @@ def shoot(driver: Any, path: Path) -> None:
 
 
 def test_overview_shows_every_queue_with_its_numbers(page: Any, site: Served, r: redis.Redis) -> None:
-    from selenium.webdriver.common.by import By
-
     qs = fill(r)
     page.get(site.url + "/")
-    rows = page.find_elements(By.CSS_SELECTOR, "#overview-rows tr[data-queue]")
-    assert [row.get_attribute("data-queue") for row in rows] == ["emails", "reports", "thumbnails"]
+    assert read_all(page, "#overview-rows tr[data-queue]", "data-queue") == ["emails", "reports", "thumbnails"]
     for name, q in qs.items():
         s = q.stats()
         for key in ("waiting", "processing", "delayed", "dead"):
             assert cell(page, name, key) == number(getattr(s, key)), (name, key)
         assert cell(page, name, "oldest_age").endswith(("ms", "s"))
-    assert page.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"] svg.spark') is not None
+    wait_for(page, lambda d: read_all(d, 'tr[data-queue="emails"] svg.spark'))  # (there is one)
 
 
 def test_overview_refreshes_itself_without_a_reload(page: Any, site: Served, r: redis.Redis) -> None:
@@ -126,16 +173,14 @@ def test_overview_refreshes_itself_without_a_reload(page: Any, site: Served, r: 
     assert cell(page, "reports", "waiting") == "1"
     qs["reports"].enqueue_many(["a", "b", "c", "d"])
     Queue("zebra", client=r).enqueue("new queue")
-    wait_until(lambda: cell(page, "reports", "waiting") == "5" and cell(page, "zebra", "waiting") == "1"
-               and text_of(page, "#queue-count") == "4", timeout=30, interval=0.2)
+    wait_for(page, lambda d: cell(d, "reports", "waiting") == "5" and cell(d, "zebra", "waiting") == "1"
+             and text_of(d, "#queue-count") == "4", timeout=30)
     assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
     # the enqueue rate is read from the counters: 4 new messages since the first sample
-    wait_until(lambda: cell(page, "reports", "enqueue_rate") not in ("\u2013", "0/s"), timeout=30, interval=0.2)
+    wait_for(page, lambda d: cell(d, "reports", "enqueue_rate") not in ("\u2013", "0/s"), timeout=30)
 
 
 def test_queue_page_shows_dead_letters_with_their_errors(page: Any, site: Served, r: redis.Redis) -> None:
-    from selenium.webdriver.common.by import By
-
     fill(r)
     evil = Queue("emails", client=r)
     evil.enqueue('<img src=x onerror="window.kqXss=1"><script>window.kqXss=2</script>')
@@ -146,14 +191,16 @@ def test_queue_page_shows_dead_letters_with_their_errors(page: Any, site: Served
     assert m is not None
     m.dead_letter('<b onmouseover="window.kqXss=3">bold</b>')
     page.get(site.url + "/")
-    page.find_element(By.LINK_TEXT, "emails").click()
-    wait_until(lambda: text_of(page, "#queue-name") == "emails", timeout=20)
-    page.find_element(By.CSS_SELECTOR, '.tabs a[data-source="dead"]').click()
-    wait_until(lambda: "source=dead" in page.current_url, timeout=20)
-    errors = [e.text for e in page.find_elements(By.CSS_SELECTOR, "#messages td.error")]
+    with new_document(page):
+        click(page, 'tr[data-queue="emails"] td.name a')  # (a row the overview's refresh replaces)
+    assert text_of(page, "#queue-name") == "emails"
+    with new_document(page):
+        click(page, '.tabs a[data-source="dead"]')  # (a tab the queue page's refresh replaces)
+    assert "source=dead" in page.current_url
+    errors = read_all(page, "#messages td.error")
     assert errors == ["SMTPRecipientsRefused: user0@example.com", "TimeoutError: smtp.example.com:587",
                       '<b onmouseover="window.kqXss=3">bold</b>']
-    bodies = [e.text for e in page.find_elements(By.CSS_SELECTOR, "#messages td.body")]
+    bodies = read_all(page, "#messages td.body")
     assert bodies[-1].startswith('<img src=x onerror="window.kqXss=1">')
     assert page.execute_script("return window.kqXss === undefined;")
     assert tile(page, "dead") == "3"
@@ -168,38 +215,36 @@ def test_queue_page_counts_tabs_and_buttons_follow_the_queue(page: Any, site: Se
     assert page.execute_script(state) == [True, "0", "waiting"]
     m = q.claim()
     assert m is not None and m.dead_letter("RuntimeError: late")
-    wait_until(lambda: page.execute_script(state) == [False, "1", "waiting"] and tile(page, "dead") == "1",
-               timeout=30, interval=0.2)
+    wait_for(page, lambda d: d.execute_script(state) == [False, "1", "waiting"] and tile(d, "dead") == "1",
+             timeout=30)
 
 
 def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Redis) -> None:
-    from selenium.webdriver.common.by import By
-
     emails = fill(r)["emails"]
     page.get(f"{site.url}/queues/emails?source=dead")
-    first = page.find_elements(By.CSS_SELECTOR, "#messages tbody tr[data-id]")[0].get_attribute("data-id")
-    page.find_element(By.CSS_SELECTOR, f'#messages tr[data-id="{first}"] button').click()
-    dialog = page.find_element(By.ID, "confirm-dialog")
-    wait_until(lambda: dialog.is_displayed(), timeout=10)
-    assert page.find_element(By.ID, "confirm-title").text == f"Requeue dead letter {first}?"
-    page.find_element(By.CSS_SELECTOR, "#confirm-dialog button[value=cancel]").click()
-    wait_until(lambda: not dialog.is_displayed(), timeout=10)
+    first = read_all(page, "#messages tbody tr[data-id]", "data-id")[0]
+    requeue_first = f'#messages tr[data-id="{first}"] button'
+    click(page, requeue_first)
+    wait_for(page, dialog_open, timeout=10)
+    assert text_of(page, "#confirm-title") == f"Requeue dead letter {first}?"
+    click(page, "#confirm-dialog button[value=cancel]")
+    wait_for(page, lambda d: not dialog_open(d), timeout=10)
     assert emails.stats().dead == 2  # cancelled: nothing changed
-    page.find_element(By.CSS_SELECTOR, f'#messages tr[data-id="{first}"] button').click()
-    wait_until(lambda: dialog.is_displayed(), timeout=10)
-    page.find_element(By.ID, "confirm-ok").click()
-    wait_until(lambda: page.find_elements(By.ID, "notice"), timeout=20)
-    assert page.find_element(By.ID, "notice").text == "Requeued 1 dead letter."
+    click(page, requeue_first)
+    wait_for(page, dialog_open, timeout=10)
+    with new_document(page):
+        click(page, "#confirm-ok")
+    assert text_of(page, "#notice") == "Requeued 1 dead letter."
     s = emails.stats()
     assert (s.dead, s.waiting) == (1, 5)
     assert (tile(page, "dead"), tile(page, "waiting")) == ("1", "5")
-    assert [row.get_attribute("data-id") for row in page.find_elements(By.CSS_SELECTOR, "#messages tr[data-id]")] \
-        != [first] and first not in [m.id for m in emails.peek(10, source="dead")]
-    page.find_element(By.ID, "requeue-all").click()
-    wait_until(lambda: page.find_element(By.ID, "confirm-dialog").is_displayed(), timeout=10)
-    page.find_element(By.ID, "confirm-ok").click()
-    wait_until(lambda: "Requeued 1 dead letter." in page.find_element(By.ID, "notice").text
-               and tile(page, "dead") == "0", timeout=20)
+    assert first not in read_all(page, "#messages tr[data-id]", "data-id")
+    assert first not in [m.id for m in emails.peek(10, source="dead")]
+    click(page, "#requeue-all")
+    wait_for(page, dialog_open, timeout=10)
+    with new_document(page):  # the page it leaves says "Requeued 1 dead letter." too
+        click(page, "#confirm-ok")
+    assert text_of(page, "#notice") == "Requeued 1 dead letter." and tile(page, "dead") == "0"
     assert emails.stats().dead == 0 and emails.stats().waiting == 6
 
 
@@ -241,25 +286,18 @@ def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: r
 
 
 def test_an_open_page_says_when_redis_goes_away_and_comes_back(browser: Any) -> None:
-    from selenium.webdriver.common.by import By
-
     with RedisServer() as own:
         Queue("jobs", client=redis.Redis(port=own.port)).enqueue("x")
         served = Served(create_app(url=own.url))
         try:
             browser.get(served.url + "/")
-
-            def live() -> str:
-                text: str = browser.find_element(By.ID, "live").text
-                return text
-
-            assert live() == "live" and cell(browser, "jobs", "waiting") == "1"
+            assert text_of(browser, "#live") == "live" and cell(browser, "jobs", "waiting") == "1"
             own.stop()
-            wait_until(lambda: live() == "Redis unreachable", timeout=30, interval=0.2)
+            wait_for(browser, lambda d: text_of(d, "#live") == "Redis unreachable", timeout=30)
             own.start()  # (empty: no persistence)
             Queue("jobs", client=redis.Redis(port=own.port)).enqueue_many(["a", "b"])
-            wait_until(lambda: live() == "live" and cell(browser, "jobs", "waiting") == "2", timeout=30,
-                       interval=0.2)
+            wait_for(browser, lambda d: text_of(d, "#live") == "live" and cell(d, "jobs", "waiting") == "2",
+                     timeout=30)
         finally:
             served.stop()
             browser.get_log("browser")  # the 503s fetched meanwhile are logged as errors: expected here
@@ -268,8 +306,6 @@ def test_an_open_page_says_when_redis_goes_away_and_comes_back(browser: Any) -> 
 def test_screenshots_for_the_readme(page: Any, site: Served, r: redis.Redis) -> None:
     """Live traffic for about 24 seconds (a sparkline's worth of samples), then the two
     pages as PNGs in docs/."""
-    from selenium.webdriver.common.by import By
-
     qs = fill(r)
     webhooks = Queue("webhooks", client=r, visibility_timeout=90)
     stop = threading.Event()
@@ -296,11 +332,11 @@ def test_screenshots_for_the_readme(page: Any, site: Served, r: redis.Redis) -> 
     finally:
         stop.set()
         worker.join(10)
-    wait_until(lambda: cell(page, "webhooks", "ack_rate") not in ("\u2013", "0/s"), timeout=20, interval=0.2)
+    wait_for(page, lambda d: cell(d, "webhooks", "ack_rate") not in ("\u2013", "0/s"), timeout=20)
     DOCS.mkdir(exist_ok=True)
     shoot(page, DOCS / "dashboard-overview.png")
     page.get(f"{site.url}/queues/emails?source=dead")
-    page.find_element(By.CSS_SELECTOR, "#messages td.error")
+    wait_for(page, lambda d: read_all(d, "#messages td.error"))  # (there is one)
     shoot(page, DOCS / "dashboard-queue.png")
     page.set_window_size(1360, 900)
     for name in ("dashboard-overview.png", "dashboard-queue.png"):
