@@ -279,6 +279,38 @@ def test_read_only_refuses_actions(servers: dict[str, Served], r: redis.Redis) -
     assert emails.stats().dead == 2
 
 
+def test_only_pages_with_an_action_form_set_a_session_cookie(servers: dict[str, Served], r: redis.Redis) -> None:
+    """A scraper, a health check, an API client or a cache is given no cookie it never
+    sends back; the queue page (its forms carry the session's CSRF token) and the login are."""
+    emails = fill(r)["emails"]
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    cookieless = [("plain", "/metrics", {}), ("plain", "/healthz", {}), ("plain", "/api/queues", {}),
+                  ("plain", "/api/queues/emails", {}), ("plain", "/api/queues/emails/messages", {}),
+                  ("plain", "/api/overview", {}), ("plain", "/static/dashboard.css", {}),
+                  ("plain", "/static/dashboard.js", {}), ("plain", "/static/favicon.svg", {}),
+                  ("plain", "/favicon.ico", {}), ("plain", "/", {}), ("plain", "/partials/overview", {}),
+                  ("plain", "/partials/queues/emails", {}), ("plain", "/queues/nope", {}),
+                  ("ro", "/queues/emails?source=dead", {}),  # read-only: no action form
+                  ("token", "/healthz", {}), ("token", "/login", {}), ("token", "/static/dashboard.css", {}),
+                  ("token", "/metrics", token), ("token", "/api/queues", token), ("token", "/metrics", {})]
+    for app, path, headers in cookieless:
+        got = httpx.get(servers[app].url + path, headers=headers, timeout=20)
+        assert got.status_code in (200, 301, 401, 404) and "set-cookie" not in got.headers, (app, path)
+    with httpx.Client(base_url=servers["plain"].url, timeout=20) as c:
+        page = c.get("/queues/emails", params={"source": "dead"})
+        assert "keyqueue_session=" in page.headers["set-cookie"]
+        again = c.get("/queues/emails", params={"source": "dead"})  # the session it has is kept
+        assert "set-cookie" not in again.headers and csrf_of(again.text) == csrf_of(page.text)
+        done = c.post("/queues/emails/requeue", data={"csrf": csrf_of(page.text), "confirm": "1"})
+        assert done.status_code == 303 and emails.stats().dead == 0
+    with httpx.Client(base_url=servers["token"].url, timeout=20) as c:
+        login = c.post("/login", data={"token": TOKEN, "next": "/queues/emails"})
+        assert login.status_code == 303 and "keyqueue_session=" in login.headers["set-cookie"]
+        page = c.get("/queues/emails")
+        assert page.status_code == 200 and "set-cookie" not in page.headers
+        assert "Max-Age=0" in c.post("/logout", data={"csrf": csrf_of(page.text)}).headers["set-cookie"]
+
+
 # -- the token --------------------------------------------------------------------------
 
 
@@ -446,8 +478,9 @@ def test_mounted_in_another_app(redis_server: RedisServer, r: redis.Redis) -> No
             assert 'href="/ops/queues/queues/emails"' in page.text and 'href="/ops/queues/static/dashboard.css"' in page.text
             assert c.get("/ops/queues/static/dashboard.js").status_code == 200
             assert [q["name"] for q in c.get("/ops/queues/api/queues").json()] == ["emails", "reports"]
-            assert "Path=/ops/queues" in page.headers["set-cookie"]
-            csrf = csrf_of(c.get("/ops/queues/queues/emails").text)
+            queue_page = c.get("/ops/queues/queues/emails")
+            assert "Path=/ops/queues" in queue_page.headers["set-cookie"]
+            csrf = csrf_of(queue_page.text)
             done = c.post("/ops/queues/queues/emails/purge", data={"csrf": csrf, "source": "dead", "confirm": "1"})
             assert done.status_code == 303 and done.headers["location"].startswith("/ops/queues/queues/emails?")
     finally:

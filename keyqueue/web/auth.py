@@ -3,8 +3,10 @@ constant time; and a CSRF token per session for every action form.
 
 Sessions are an HMAC-signed cookie (``sid.flag.signature``) keyed by a secret the app draws
 at start: no server-side store, nothing to configure; a restart logs everyone out. Every
-visitor gets a session (so that actions can carry a CSRF token even without a token
-configured); ``flag`` 1 marks one that logged in with the token."""
+request has a session (so that actions can carry a CSRF token even without a token
+configured), but only a response that puts its CSRF token in a form (``form_csrf``), or the
+login, sets the cookie: /metrics, /healthz, the API and the assets set none, so a scraper or
+a cache sees no cookie it never needs. ``flag`` 1 marks one that logged in with the token."""
 
 from __future__ import annotations
 
@@ -99,6 +101,16 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
+def form_csrf(scope: Scope) -> str:
+    """The request's CSRF token for a form to carry. Asking for it is what makes the response
+    set the session cookie (when the request came without one): the token is only good with
+    the session it was derived from."""
+    state = scope["state"]
+    state["session_wanted"] = True
+    session: Session = state["session"]
+    return session.csrf
+
+
 def set_cookie_header(sessions: Sessions, s: Session | None, scope: Scope) -> tuple[bytes, bytes]:
     """The Set-Cookie header of a session (None: one that deletes the cookie)."""
     cookie: SimpleCookie = SimpleCookie()
@@ -115,9 +127,10 @@ def set_cookie_header(sessions: Sessions, s: Session | None, scope: Scope) -> tu
 
 
 class Gate:
-    """ASGI middleware: gives every visitor a session (``scope["state"]["session"]``) and,
-    with a token configured, lets through only requests with ``Authorization: Bearer
-    TOKEN`` or a logged-in session (pages redirect to the login form, the rest get 401)."""
+    """ASGI middleware: gives every request a session (``scope["state"]["session"]``, its
+    cookie set only when the response asked for ``form_csrf``) and, with a token configured,
+    lets through only requests with ``Authorization: Bearer TOKEN`` or a logged-in session
+    (pages redirect to the login form, the rest get 401)."""
 
     def __init__(self, app: ASGIApp, sessions: Sessions) -> None:
         self.app, self.sessions = app, sessions
@@ -146,7 +159,9 @@ class Gate:
             return
 
         async def send_with_cookie(message: Message) -> None:
-            if message["type"] == "http.response.start" and fresh and not scope["state"].get("session_set"):
+            state = scope["state"]
+            if (message["type"] == "http.response.start" and fresh and state.get("session_wanted")
+                    and not state.get("session_set")):
                 message.setdefault("headers", []).append(set_cookie_header(self.sessions, session, scope))
             await send(message)
 

@@ -3,6 +3,7 @@ swaps in to refresh itself, the actions behind a confirmation, and the login for
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
 from .api import MAX_COUNT, SOURCES, BadRequest, source_and_count, store_of
-from .auth import Session, Sessions, set_cookie_header
+from .auth import Session, Sessions, form_csrf, set_cookie_header
 from .present import body_view
 
 PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
@@ -51,7 +52,9 @@ def base(request: Request) -> str:
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
     store = store_of(request)
-    context.update(base=base(request), read_only=request.app.state.read_only, csrf=session(request).csrf,
+    # csrf(): a function, so that only a page whose template has a form with it sets a cookie
+    context.update(base=base(request), read_only=request.app.state.read_only,
+                   csrf=functools.partial(form_csrf, request.scope),
                    shown_url=store.shown_url, prefix=store.prefix,
                    logged_in=session(request).authenticated, now=time.time())
     return templates(request).TemplateResponse(request, name, context, status_code=status)
