@@ -12,6 +12,7 @@ from .errors import (
     MessageTooLarge,
     MissingDependency,
     NotReplicated,
+    PoolExhausted,
 )
 from .message import Message, QueueStats, ReapResult
 from .queue import Queue
@@ -39,5 +40,6 @@ __all__ = [
     "CorruptQueue",
     "MissingDependency",
     "NotReplicated",
+    "PoolExhausted",
     "__version__",
 ]

@@ -10,10 +10,19 @@ from urllib.parse import parse_qsl, unquote
 import redis
 
 from .errors import ConfigurationError
+from .pools import MAX_CONNECTIONS, POOL_TIMEOUT, pool_class
 
 DEFAULT_URL = "redis://localhost:6379/0"
 #: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Longest wait between two tries while Redis is unreachable.
+MAX_PAUSE = 5.0
+
+
+def outage_delay(failures: int) -> float:
+    """The wait after the ``failures``-th failure in a row to reach Redis: 0.1 s doubling to
+    5 s, for workers and reapers alike (quick back when Redis restarts, quiet when it stays down)."""
+    return min(0.1 * 2 ** (failures - 1), MAX_PAUSE)
 
 
 _USERINFO_PASSWORD = re.compile(r"(://[^/@?#]*?:)[^/?#]*@")
@@ -36,7 +45,7 @@ SENTINEL_PORT = 26379
 #: settings applied to the servers and the sentinels alike (redis-py's URL parsers).
 SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
 SENTINEL_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float, "socket_keepalive": str,
-                    "health_check_interval": int, "max_connections": int,
+                    "health_check_interval": int, "max_connections": int, "pool_timeout": float,
                     "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str, "ssl_cert_reqs": str,
                     "ssl_check_hostname": str}
 
@@ -88,8 +97,45 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str
         else:
             raise ValueError(f"unknown query parameter {name!r}")
     server.update(shared, db=db)
-    sentinel.update({k: v for k, v in shared.items() if k != "max_connections"})
+    sentinel.update({k: v for k, v in shared.items() if k not in POOL_OPTIONS})
     return hosts, names[0], db, server, sentinel
+
+
+#: Query parameters that size and time the pool of the client keyqueue makes (not the connections).
+POOL_OPTIONS = ("max_connections", "pool_timeout")
+
+
+def _pool_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The blocking pool's own arguments, taken out of ``options``: its size and how long an
+    operation waits for a free connection; ValueError naming a bad one."""
+    try:
+        size = int(options.pop("max_connections", MAX_CONNECTIONS))
+    except ValueError:
+        raise ValueError("invalid value for 'max_connections'") from None
+    try:
+        wait = float(options.pop("pool_timeout", POOL_TIMEOUT))
+    except ValueError:
+        raise ValueError("invalid value for 'pool_timeout'") from None
+    if size < 1:
+        raise ValueError("max_connections must be a positive whole number")
+    if not wait > 0:
+        raise ValueError("pool_timeout must be a positive number of seconds")
+    return {"max_connections": size, "timeout": wait}
+
+
+def _split_pool_options(url: str) -> tuple[str, dict[str, Any]]:
+    """The URL without its pool parameters (the rest left as written), and those parameters."""
+    base, _, query = url.partition("?")
+    kept, pool = [], {}
+    for pair in query.split("&") if query else []:
+        name, _, value = pair.partition("=")
+        if unquote(name) == "timeout":  # redis-py would hand it, unparsed, to the pool as its wait
+            raise ValueError("unknown query parameter 'timeout' (socket_timeout? pool_timeout?)")
+        if unquote(name) in POOL_OPTIONS:
+            pool[unquote(name)] = unquote(value)
+        else:
+            kept.append(pair)
+    return base + ("?" + "&".join(kept) if kept else ""), pool
 
 
 def sentinels_of(client: Any) -> list[Any]:
@@ -104,13 +150,14 @@ def sentinel_client(url: str, cls: Any) -> Any:
     support (sync or asyncio after ``cls``): it asks the sentinels for the master on each
     new connection, so it follows a failover. No I/O."""
     hosts, service, _db, server, sentinel_kwargs = _sentinel_parts(url)
+    pool = _pool_settings(server)
     if cls.__module__.startswith("redis.asyncio"):
         from redis.asyncio.sentinel import Sentinel as AsyncSentinel
         manager: Any = AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
     else:
         from redis.sentinel import Sentinel
         manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
-    return manager.master_for(service, redis_class=cls)
+    return manager.master_for(service, redis_class=cls, connection_pool_class=pool_class(cls, True), **pool)
 
 
 def from_url(url: str, cls: Any = redis.Redis) -> Any:
@@ -124,12 +171,12 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
                              "or rediss+sentinel://")
         if scheme in SENTINEL_SCHEMES:
             return sentinel_client(url, cls)
-        client = cls.from_url(url)
+        rest, options = _split_pool_options(url)
+        pool = pool_class(cls, False).from_url(rest, **_pool_settings(options))
         # redis-py checks unknown query parameters only when it first connects: make one
         # connection object (no I/O) so a typo in the URL fails here, as a bad URL.
-        pool = client.connection_pool
         pool.connection_class(**pool.connection_kwargs)
-        return client
+        return cls.from_pool(pool)
     except (ValueError, TypeError) as exc:
         unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         why = f"unknown query parameter {unknown.group(1)!r}" if unknown else str(exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import redis.exceptions
+
 
 class KeyQueueError(Exception):
     """Base of every keyqueue error."""
@@ -48,3 +50,13 @@ class NotReplicated(KeyQueueError):
         self.acknowledged, self.wanted = acknowledged, wanted
         super().__init__(f"done on the primary, but {acknowledged} of {wanted} replicas acknowledged it "
                          f"within {timeout_ms} ms: it may be lost on a failover")
+
+
+class PoolExhausted(KeyQueueError, redis.exceptions.ConnectionError):
+    """Every connection of a pool keyqueue made from a URL stayed busy for ``pool_timeout``.
+    A redis ``ConnectionError``, so workers and reapers back off and retry as for an outage."""
+
+    def __init__(self, max_connections: int, timeout: float) -> None:
+        self.max_connections, self.timeout = max_connections, timeout
+        super().__init__(f"no free Redis connection for {timeout:g} s (all {max_connections} in use): raise "
+                         f"max_connections= or pool_timeout= in the Redis URL, or run fewer operations at once")

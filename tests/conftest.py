@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Iterator
 
@@ -104,6 +105,27 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         if time.monotonic() > end:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def run_threads(calls: list[Callable[[], object]], timeout: float = 90.0) -> list[BaseException]:
+    """Each call in a thread of its own, all at once; what they raised (the test asserts none)."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(end - time.monotonic(), 0.1))
+    if any(t.is_alive() for t in threads):
+        raise AssertionError(f"threads still running after {timeout}s")
+    return errors
 
 
 def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes, Any]]:

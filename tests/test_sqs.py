@@ -5,6 +5,7 @@ on a test redis-server. Tests of plain SQS behaviour run against moto's SQS serv
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ from botocore.exceptions import ClientError
 from keyqueue import Queue
 from keyqueue.server import RedisServer, free_port
 
-from .conftest import wait_until
+from .conftest import run_threads, wait_until
 
 KEY_ID, SECRET = "AKIAKEYQUEUETEST", "kq-test-secret/0123456789abcdef"
 PREFIX = "sqst"
@@ -788,3 +789,32 @@ def test_the_trace_header_system_attribute(kq: Server) -> None:
     err = error_of(lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
         "Other": {"DataType": "String", "StringValue": "v"}}))
     assert err["Error"]["Code"] == "InvalidParameterValue"
+
+
+def test_two_hundred_concurrent_long_poll_receives(kq: Server) -> None:
+    """200 boto3 long-polls at once on one serve --sqs (its pool: 100 connections) beside the
+    sends that feed them: no error, every message received once."""
+    from botocore.config import Config
+
+    url = kq.queue()
+    sqs = boto3.client("sqs", endpoint_url=kq.endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID,
+                       aws_secret_access_key=SECRET,
+                       config=Config(max_pool_connections=250, retries={"mode": "standard", "total_max_attempts": 1}))
+    got: list[str] = []
+    lock = threading.Lock()
+    end = time.monotonic() + 60
+
+    def receive() -> None:
+        while time.monotonic() < end:
+            with lock:
+                if len(got) >= 200:
+                    return
+            reply = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MaxNumberOfMessages=1)
+            for m in reply.get("Messages", []):
+                with lock:
+                    got.append(m["Body"])
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    sends = [functools.partial(sqs.send_message, QueueUrl=url, MessageBody=f"m{i}") for i in range(200)]
+    assert run_threads([receive] * 200 + sends, 90) == []
+    assert sorted(got) == sorted(f"m{i}" for i in range(200))

@@ -66,6 +66,14 @@ def still_watching(commands: Sequence[Command], watching: bool) -> bool:
     return watching
 
 
+#: Commands that wait in the server (a long-poll's slice).
+_BLOCKING = {"BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BZPOPMIN", "BZPOPMAX"}
+
+
+def blocks(commands: Sequence[Command]) -> bool:
+    return any(str(cmd[0]).upper() in _BLOCKING for cmd in commands)
+
+
 def routing_key(command: Command) -> Any | None:
     """The key a cluster routes ``command`` by (None for keyless commands)."""
     name = str(command[0]).upper()
@@ -89,6 +97,7 @@ class Stepper:
         self.done = False
         self.result: Any = None
         self.watching = False
+        self.waited = False
         self.next: list[Command] | Sleep = []
         self._advance(None, first=True)
 
@@ -101,7 +110,14 @@ class Stepper:
     def send(self, replies: Replies) -> None:
         if not isinstance(self.next, Sleep):
             self.watching = still_watching(self.next, self.watching)
+        self.waited = not isinstance(self.next, Sleep) and blocks(self.next)
         self._advance(replies)
+
+    @property
+    def between_waits(self) -> bool:
+        """Whether a long-poll just ended a blocking slice with nothing pending: the transport
+        hands its connection back, so tasks waiting on a full pool get their turn."""
+        return self.waited and not self.watching and not self.done
 
     @property
     def clean(self) -> bool:

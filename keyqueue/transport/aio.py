@@ -70,6 +70,7 @@ class Pinned:
                 owner.release(conn)
             else:
                 await owner.release(conn)
+        self.held.clear()
 
 
 def _raise_if_cancelled() -> None:
@@ -95,6 +96,8 @@ async def run(client: Any, op: Op[T]) -> T:
                 replies = await pinned.round_trip(step.next)
                 _raise_if_cancelled()
                 step.send(replies)
+                if step.between_waits:
+                    await pinned.release(True)
         return step.result
     finally:
         await pinned.release(step.clean)

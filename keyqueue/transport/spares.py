@@ -8,7 +8,9 @@ one check of the pool's that matters: a socket with something to read (the serve
 restarted) is reconnected first. That check is a poll(2) on a poller kept with the spare.
 
 Only for a plain pool of the default size or larger: a smaller pool, sized on purpose, keeps all its connections for its
-other users, and Sentinel or cluster pools choose their servers per connection. The spares
+other users, and Sentinel or cluster pools choose their servers per connection. A blocking
+pool (what keyqueue makes from a URL) keeps a spare only while it has a connection left to
+give, so no thread waits on the pool while a spare sits idle. The spares
 stay counted as in use by the pool, so ``client.close()`` still disconnects them (they
 reconnect on their next command, as pooled ones do), and a forked child never uses its
 parent's (they are kept per process id).
@@ -28,7 +30,11 @@ _ATTR = "_keyqueue_spares"
 
 
 def _kept(pool: Any) -> bool:
-    return type(pool).__name__ == "ConnectionPool" and pool.max_connections >= MIN_POOL_SIZE
+    if pool.max_connections < MIN_POOL_SIZE:
+        return False
+    if type(pool).__name__ == "ConnectionPool":
+        return True
+    return type(pool).__name__ == "BlockingPool" and bool(pool.has_idle())
 
 
 def take(pool: Any) -> Any | None:

@@ -97,6 +97,7 @@ class Pinned:
             elif name == "" and spares.keep(pool, conn):
                 continue  # kept for this process' next operation
             pool.release(conn)
+        self.held.clear()
 
 
 def run(client: redis.Redis, op: Op[T]) -> T:
@@ -110,6 +111,8 @@ def run(client: redis.Redis, op: Op[T]) -> T:
                 step.send([])
             else:
                 step.send(pinned.round_trip(step.next))
+                if step.between_waits:
+                    pinned.release(True)
         return step.result
     finally:
         pinned.release(step.clean)
