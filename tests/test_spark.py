@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +20,8 @@ from keyqueue.server import RedisServer
 from .conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "spark"
 
 
 def fmt(reader: Any, url: str, queue: str, **options: Any) -> Any:
@@ -285,3 +290,81 @@ def test_the_source_extends_what_it_holds_while_the_query_lives(
     assert reaped == [0] and sorted(seen) == sorted(ids)
     s = q.stats()
     assert (s.waiting, s.processing) == (0, 0)
+
+
+def run_example(name: str, url: str, cwd: Path) -> str:
+    """An example as a user runs it: a process of its own, its own Spark session, and no
+    PYSPARK_PYTHON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env |= {"KEYQUEUE_URL": url, "LAKE": str(cwd / "lake"), "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_the_readme_examples_run_as_written(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    for example in sorted(EXAMPLES.glob("*.py")):
+        assert example.read_text().split('"""', 2)[2].strip() in readme, f"the README does not show {example}"
+    q = Queue("orders", client=r, max_receives=1)
+    q.enqueue_many(json.dumps({"order_id": -i, "items": i % 3}) for i in range(60))
+    out = run_example("drain_with_workers.py", redis_server.url, tmp_path)
+    assert "'processed': 40, 'failed': 20" in out
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed, s.dead) == (0, 0, 0, 20)
+    out = run_example("orders_pipeline.py", redis_server.url, tmp_path)
+    assert "processed: 1000" in out
+    assert re.search(r"\|ValueError: an order without items *\|20 *\|1 *\|", out), out
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed, s.dead) == (0, 0, 0, 20)
+
+
+#: A sitecustomize that hides keyqueue from the interpreter it starts in.
+HIDE_KEYQUEUE = """import sys
+
+
+class NoKeyqueue:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "keyqueue":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, NoKeyqueue())
+"""
+
+
+def python_without_keyqueue(tmp_path: Path) -> str:
+    """This interpreter, with PySpark and all, but keyqueue not installed."""
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_KEYQUEUE)
+    exe = tmp_path / "python-without-keyqueue"
+    exe.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "hide"}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_workers_that_cannot_import_keyqueue_are_one_clear_line(
+        spark: Any, r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import keyqueue.spark.workers as spark_workers
+    from keyqueue.errors import MissingDependency
+    from keyqueue.spark import register, run_workers
+
+    exe = python_without_keyqueue(tmp_path)
+    sc = spark.sparkContext
+    monkeypatch.setattr(sc, "pythonExec", sc.pythonExec)  # put back after the test
+    monkeypatch.setenv("PYSPARK_PYTHON", exe)
+    line = re.escape(f"Spark's Python workers run {exe} (PYSPARK_PYTHON is {exe}), which cannot import keyqueue: ")
+    with pytest.raises(MissingDependency, match=line):
+        register(spark)
+    q = Queue("elsewhere", client=r)
+    q.enqueue("x")
+    with pytest.raises(MissingDependency, match=line):
+        run_workers(spark, q, print, 1)
+    # Executors whose Python is not the driver's: the job fails there, and says the same.
+    monkeypatch.setattr(spark_workers, "keyqueue_python", lambda session: exe)
+    sc.pythonExec = exe
+    with pytest.raises(MissingDependency, match=line) as failed:
+        run_workers(spark, q, print, 1)
+    assert "\n" not in str(failed.value) and failed.value.__cause__ is None
+    assert q.stats().waiting == 1

@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "keyqueue.spark needs PySpark 4.2+ and pyarrow: pip install 'keyqueue[spark]'") from exc
 
 from ..errors import InvalidArgument
+from .interpreter import keyqueue_python
 from .options import Options
 from .sink import QueueStreamWriter, QueueWriter
 from .snapshot import SCHEMA as SNAPSHOT_SCHEMA
@@ -78,5 +79,7 @@ def append_only(overwrite: bool) -> None:
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("keyqueue")`` available in this session."""
+    """Make ``format("keyqueue")`` available in this session, once its Python workers can
+    import keyqueue (the registration carries the interpreter they will run)."""
+    keyqueue_python(spark)
     spark.dataSource.register(KeyQueueDataSource)

@@ -13,10 +13,11 @@ from urllib.parse import quote
 
 from pyspark.sql import SparkSession
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, MissingDependency
 from ..message import Message, QueueStats
 from ..queue import Queue
 from ..worker import Worker
+from .interpreter import NO_MODULE, cannot_import, keyqueue_python
 
 log = logging.getLogger("keyqueue.spark")
 
@@ -40,6 +41,7 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     processing and delayed."""
     if max_rounds < 1:
         raise InvalidArgument(f"max_rounds must be at least 1, not {max_rounds!r}")
+    exe = keyqueue_python(spark)
     target = url or _url_of(queue)
     name, prefix, scripting = queue.name, queue.prefix, queue.scripting
     replicas, replica_timeout = queue.min_replicas, queue.replica_timeout
@@ -63,6 +65,9 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
                 totals["processed"] += processed
                 totals["failed"] += failed
         except Exception as exc:  # noqa: BLE001  a failed job: its messages come back by deadline
+            missing = NO_MODULE.search(str(exc))
+            if missing:  # the executors' Python: no round would do better
+                raise MissingDependency(cannot_import(exe, missing.group(1))) from None
             totals["failed_jobs"] += 1
             log.warning("a worker job failed (its messages come back after their visibility "
                         "timeout): %s", str(exc).splitlines()[0][:300])
