@@ -362,7 +362,7 @@ def test_workers_that_cannot_import_keyqueue_are_one_clear_line(
     with pytest.raises(MissingDependency, match=line):
         run_workers(spark, q, print, 1)
     # Executors whose Python is not the driver's: the job fails there, and says the same.
-    monkeypatch.setattr(spark_workers, "keyqueue_python", lambda session: exe)
+    monkeypatch.setattr(spark_workers, "keyqueue_python", lambda session, **_: exe)
     sc.pythonExec = exe
     with pytest.raises(MissingDependency, match=line) as failed:
         run_workers(spark, q, print, 1)

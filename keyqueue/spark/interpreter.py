@@ -23,11 +23,12 @@ NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _CAN_IMPORT: set[str] = set()
 
 
-def keyqueue_python(spark: SparkSession) -> str:
+def keyqueue_python(spark: SparkSession, *, executors_only: bool = False) -> str:
     """The interpreter this session's Python workers run, made sure to import keyqueue:
     PYSPARK_PYTHON, else ``spark.pyspark.python``, else, for a local master, this very
     interpreter (a local session's workers run on this machine). Raises MissingDependency
-    in one line when it cannot import keyqueue."""
+    in one line when it cannot import keyqueue. ``executors_only``: no data source is planned
+    on this host, so on a cluster there is nothing here to check."""
     try:
         sc = spark.sparkContext
     except Exception:  # noqa: BLE001  Spark Connect: the server chooses its workers' Python
@@ -38,10 +39,11 @@ def keyqueue_python(spark: SparkSession) -> str:
     if wanted:
         sc.pythonExec = wanted  # read each time PySpark wraps a function for its workers
     exe = sc.pythonExec
-    if exe != sys.executable and exe not in _CAN_IMPORT:
-        if not _imports_keyqueue(exe):
-            raise MissingDependency(cannot_import(exe, "keyqueue"))
-        _CAN_IMPORT.add(exe)
+    if (executors_only and not local) or exe == sys.executable or exe in _CAN_IMPORT:
+        return exe
+    if not _imports_keyqueue(exe):
+        raise MissingDependency(cannot_import(exe, "keyqueue"))
+    _CAN_IMPORT.add(exe)
     return exe
 
 

@@ -41,7 +41,7 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     processing and delayed."""
     if max_rounds < 1:
         raise InvalidArgument(f"max_rounds must be at least 1, not {max_rounds!r}")
-    exe = keyqueue_python(spark)
+    exe = keyqueue_python(spark, executors_only=True)
     target = url or _url_of(queue)
     name, prefix, scripting = queue.name, queue.prefix, queue.scripting
     replicas, replica_timeout = queue.min_replicas, queue.replica_timeout
