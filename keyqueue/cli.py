@@ -19,7 +19,7 @@ import redis
 from click.core import ParameterSource
 
 from . import __version__
-from .connection import DEFAULT_URL, connection_kwargs, from_url, redact
+from .connection import DEFAULT_URL, TRANSIENT, connection_kwargs, from_url, redact
 from .errors import ConfigurationError, InvalidArgument, KeyQueueError, MessageTooLarge
 from .message import json_body
 from .queue import BATCH, Queue, list_queues
@@ -475,7 +475,7 @@ def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: 
     problems remain. Uses no scripts."""
     from .check import WRONG_TYPE, check_queue
 
-    report = check_queue(cfg.queue(queue), repair=repair, settle=settle)
+    report = check_queue(cfg.existing(queue), repair=repair, settle=settle)
     click.echo(json.dumps(report.to_dict()) if as_json else str(report))
     if not report.consistent:
         left = [p for p in report.problems if not p.repaired]
@@ -555,12 +555,16 @@ def client_url(client: redis.Redis) -> str:
 def warn_missing(queues: list[Any], log: logging.Logger,
                  names_of: Callable[[Any, str], list[str]] = list_queues) -> None:
     """One warning line per queue nobody has created yet (a typo, or producers to come);
-    ``names_of(client, prefix)``: the names registered there."""
+    ``names_of(client, prefix)``: the names registered there. Redis unreachable: nothing to
+    say yet (the worker waits for it, as through any outage)."""
     known: dict[tuple[int, str], list[str]] = {}
     for q in queues:
         key = (id(q.client), q.prefix)
         if key not in known:
-            known[key] = names_of(q.client, q.prefix)
+            try:
+                known[key] = names_of(q.client, q.prefix)
+            except TRANSIENT:
+                return
         names = known[key]
         if q.name not in names:
             log.warning("queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
@@ -681,9 +685,12 @@ def run_async_worker(w: Any, burst: bool, handler: str, url: str, clients: list[
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, signals, sig)
         try:
-            registered = {(id(q.client), q.prefix): await list_queues_async(q.client, q.prefix)
-                          for q in w.queues}
-            warn_missing(w.queues, log, lambda c, prefix: registered[(id(c), prefix)])
+            try:
+                registered = {(id(q.client), q.prefix): await list_queues_async(q.client, q.prefix)
+                              for q in w.queues}
+                warn_missing(w.queues, log, lambda c, prefix: registered[(id(c), prefix)])
+            except TRANSIENT:
+                pass  # the worker waits for Redis, as through any outage
             log_start(log, handler, w, url)
             await w.run(burst=burst)
         finally:

@@ -12,12 +12,12 @@ import logging
 import signal
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 import redis
 
-from .connection import TRANSIENT, resolve_client
+from .connection import TRANSIENT, outage_delay, resolve_client
 from .core.replication import Replication
 from .errors import KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
@@ -122,6 +122,7 @@ class Reaper:
         self._since = ReapResult()
         self._passes_since = 0
         self._failed_since = 0
+        self._outages = 0  # failures to reach Redis in a row: the wait before the next pass grows
 
     def queues(self) -> list[Queue]:
         """The queues of this pass: found again each time when reaping every queue."""
@@ -155,7 +156,10 @@ class Reaper:
                 self._checked = True
             queues = self.queues()
         except TRANSIENT as exc:
-            log.warning("reaper cannot reach Redis: %s; retrying next pass", exc)
+            self._outages += 1
+            delay = outage_delay(self._outages)
+            log.warning("reaper cannot reach Redis: %s; retrying in %.1fs", exc, delay)
+            self._put_off(delay)
             self._failed_since += 1
             self._summarize()
             return results
@@ -164,6 +168,7 @@ class Reaper:
             self._failed_since += 1
             self._summarize()
             return results
+        self._outages = 0
         moved = ReapResult()
         for q in queues:
             r = reap_and_log(q, log, refresh=True)
@@ -177,6 +182,12 @@ class Reaper:
                   self.passes, len(queues), moved.requeued, moved.dead_lettered, moved.delayed_released)
         self._summarize()
         return results
+
+    def _put_off(self, seconds: float) -> None:
+        """The next pass in ``seconds`` rather than at the next interval."""
+        scheduler = self._scheduler
+        if scheduler is not None and scheduler.running:  # type: ignore[attr-defined]
+            scheduler.modify_job(JOB_ID, next_run_time=_now() + timedelta(seconds=seconds))  # type: ignore[attr-defined]
 
     def _summarize(self) -> None:
         """Every summary_interval: one INFO line with what the passes since the last did."""
@@ -196,7 +207,7 @@ class Reaper:
         blocking_cls, background_cls = _scheduler_classes()
         quiet_apscheduler()
         scheduler = (blocking_cls if blocking else background_cls)()
-        scheduler.add_job(self.reap_once, "interval", seconds=self.interval, id="keyqueue-reap",
+        scheduler.add_job(self.reap_once, "interval", seconds=self.interval, id=JOB_ID,
                           coalesce=True, max_instances=1, next_run_time=_now())
         self._scheduler = scheduler
         return scheduler
@@ -222,6 +233,9 @@ class Reaper:
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s: reaper stopping", sig.name)
         threading.Thread(target=self.shutdown, kwargs={"wait": False}).start()
+
+
+JOB_ID = "keyqueue-reap"
 
 
 def _now() -> datetime:

@@ -113,6 +113,7 @@ class Worker(WorkerBase[Queue, Handler]):
             self._stopping.set()
             restore()
             self._stop_metrics()
+            self._log_stopped()
         self._signals.reraise()
         if self._fatal is not None:
             raise self._fatal

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Generic, Iterable, Iterator, Sequence, TypeVar, Union
 
-from .connection import TRANSIENT
+from .connection import TRANSIENT, outage_delay
 from .errors import InvalidArgument, KeyQueueError
 from .face import QueueFace
 from .message import Message
@@ -46,8 +46,6 @@ MAX_BACKOFF = 300.0
 REAP_INTERVAL = 1.0
 #: Seconds between two looks at what is held (heartbeats are due every third of a timeout).
 TICK = 0.1
-#: Longest wait between two tries of a call while Redis is unreachable.
-MAX_PAUSE = 5.0
 #: Errors that fail one call but must not stop a worker.
 RECOVERABLE = TRANSIENT + (KeyQueueError,)
 #: How a handler's own settlement reads in a log line.
@@ -96,7 +94,7 @@ def batch_size(avg_seconds: float, handled: int) -> int:
 
 def outage_pause(failures: int, why: str) -> Pause:
     """The wait after the ``failures``-th failure in a row (0.1 s doubling to 5 s), logged."""
-    delay = min(0.1 * 2 ** (failures - 1), MAX_PAUSE)
+    delay = outage_delay(failures)
     log.warning("%s; retrying in %.1fs", why, delay)
     return Pause(delay)
 
@@ -395,6 +393,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         raise NotImplementedError
 
     # -- options --------------------------------------------------------------------------
+
+    def _log_stopped(self) -> None:
+        """The last line of a run: an operator reading a log after SIGTERM sees it drained."""
+        left = len(self._held_now())
+        log.info("worker stopped: %d messages processed, %d failed, %s", self.processed, self.failed,
+                 "nothing left held" if not left else f"{left} still held (they come back after their timeout)")
 
     def _log_options(self) -> None:
         """One INFO line with the worker's options (one per queue follows)."""

@@ -325,7 +325,8 @@ def test_unknown_queue_exits_1_naming_the_closest(redis_server, r: redis.Redis) 
     before = snapshot(r)
     results = kq_all(["len", "emials"], ["stats", "emials"], ["peek", "emials"], ["requeue", "emials"],
                      ["purge", "emials", "--yes"], ["destroy", "emials", "--yes"], ["config", "emials"],
-                     ["config", "emials", "--set", "max_receives=3"], url=redis_server.url)
+                     ["config", "emials", "--set", "max_receives=3"], ["check", "emials"],
+                     ["check", "emials", "--repair"], url=redis_server.url)
     for res in results:
         assert one_error_line(res, 1, "Error: no queue 'emials' under prefix 'kq' at redis://"), res.args
         assert res.stderr.endswith("; did you mean 'emails', 'email'?\n") and res.stdout == ""

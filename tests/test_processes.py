@@ -183,3 +183,27 @@ def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, 
         p.send_signal(signal.SIGTERM)
         assert p.wait(15) == 0
     assert "retrying" in procs.log(w)  # it noticed the outage and backed off
+
+
+@pytest.mark.parametrize("handler", ["tests.handlers:record", "tests.aio_handlers:slow"], ids=["threads", "asyncio"])
+def test_worker_and_reaper_started_before_redis_wait_for_it(tmp_path: Path, procs, scripting: bool,
+                                                            handler: str) -> None:
+    """Redis still down when they start (slow at boot): both back off (0.1 s doubling, each
+    wait logged), neither exits, and the worker serves once Redis is up. SIGTERM then ends
+    the worker with a line saying it stopped with nothing held."""
+    server = RedisServer(["--appendonly", "no"])
+    w = procs.spawn(server.url, "worker", handler, "-q", "q")
+    reaper = procs.spawn(server.url, "reaper", "q", "--interval", "0.5")
+    wait_until(lambda: "retrying in 0.4s" in procs.log(w) and "retrying in 0.4s" in procs.log(reaper), 30)
+    assert w.poll() is None and reaper.poll() is None
+    with server:
+        r = redis.Redis(port=server.port)
+        q = Queue("q", client=r, scripting=scripting)
+        q.enqueue_many(["0"] * 5)
+        wait_until(lambda: r.hlen(DONE) == 5 and q.stats().processing == 0, timeout=60)
+        for p in (w, reaper):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(15) == 0
+        last = procs.log(w).strip().splitlines()[-1]
+        assert "worker stopped: 5 messages processed, 0 failed, nothing left held" in last, last
+        r.close()

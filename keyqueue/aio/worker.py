@@ -145,6 +145,7 @@ class Worker(WorkerBase[Queue, Handler]):
             self._loop = None
             if self.metrics is not None:  # (its shutdown waits for the server's poll)
                 await asyncio.to_thread(self._stop_metrics)
+            self._log_stopped()
         if self._fatal is not None:
             raise self._fatal
 
