@@ -473,7 +473,7 @@ def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_jso
 def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: float) -> None:
     """Check that every message of QUEUE is in exactly one state (an fsck); exit 1 while
     problems remain. Uses no scripts."""
-    from .check import WRONG_TYPE, check_queue
+    from .fsck import WRONG_TYPE, check_queue
 
     report = check_queue(cfg.existing(queue), repair=repair, settle=settle)
     click.echo(json.dumps(report.to_dict()) if as_json else str(report))

@@ -20,7 +20,7 @@ from .settings import QueueSettings
 from .transport.sync import is_cluster, run, run_plan
 
 if TYPE_CHECKING:
-    from .check import CheckReport
+    from .fsck import CheckReport
 
 __all__ = ["Queue", "list_queues", "claim_any", "BATCH", "REQUEUE_BATCH", "WAIT_SLICE", "REAP_INTERVAL"]
 
@@ -202,7 +202,7 @@ class Queue(QueueFace):
         """fsck: verify every message is in exactly one state; with ``repair``, fix what can
         be fixed without losing a message. Findings must hold for ``settle`` seconds, so a
         live operation caught between two commands is not mistaken for damage."""
-        from .check import check_op
+        from .fsck import check_op
 
         return self._run(check_op(self._core, repair=repair, settle=settle))
 

@@ -162,6 +162,12 @@ class FakeClock:
         self.now += seconds
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    """A FakeClock of its own for each test."""
+    return FakeClock()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for every Spark test (UI off, driver on 127.0.0.1); its

@@ -16,39 +16,22 @@ import pytest
 import redis
 
 from keyqueue import Queue
-from keyqueue.check import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
-                            STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, UNTIMED,
-                            WRONG_TYPE, CheckReport, check_queue)
+from keyqueue.fsck import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
+                           STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, UNTIMED,
+                           WRONG_TYPE, CheckReport, check_queue)
 from keyqueue.server import RedisServer
 
+from .check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, acked_before_the_repair_looks,
+                            claim_and_ack_all, item, notes, problems)
 from .conftest import FakeClock, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "kq:{q}:"
-PROCESSING, ITEMS, QUEUE, DEAD, TIMERS = (BASE + n for n in ("processing", "items", "queue", "dead", "timers"))
-
-
-def item(i: str) -> str:
-    return f"{BASE}item:{i}"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
 def cq(make_queue: Callable[..., Queue], clock: FakeClock) -> Queue:
     """Queue "q" on a clock the test moves: deadlines and delays pass when it says so."""
     return make_queue("q", clock=clock, visibility_timeout=30)
-
-
-def problems(report: CheckReport) -> dict[str, list[str]]:
-    return {p.kind: p.ids for p in report.problems}
-
-
-def notes(report: CheckReport) -> dict[str, list[str]]:
-    return {p.kind: p.ids for p in report.notes}
 
 
 def timer_keys(r: redis.Redis) -> list[str]:
@@ -77,10 +60,7 @@ def drain(q: Queue, clock: FakeClock, r: redis.Redis) -> list[str]:
     clock.advance(3600)
     q.reap()
     q.requeue()
-    got: list[str] = []
-    while batch := q.claim_many(100):
-        got += [m.id for m in batch]
-        assert q.ack_many(batch) == len(batch)
+    got = claim_and_ack_all(q)
     s = q.stats()
     assert (s.waiting, s.processing, s.delayed, s.dead) == (0, 0, 0, 0)
     assert r.keys(BASE + "item:*") == [] and timer_keys(r) == [] and r.zcard(TIMERS) == 0
@@ -331,17 +311,9 @@ def test_a_state_still_there_on_the_second_look_is_reported(cq: Queue, r: redis.
 def test_repair_leaves_an_id_alone_when_its_state_changed_since(cq: Queue, r: redis.Redis,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The repair re-reads each id: a change since the check found it is not overwritten."""
-    import keyqueue.check as check
-
     cq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
-    real = check.read_view
-
-    def meanwhile(*args: Any, **kw: Any) -> Any:
-        r.delete(item("1"))  # acked by someone else right before the repair looks
-        return real(*args, **kw)
-
-    monkeypatch.setattr(check, "read_view", meanwhile)
+    acked_before_the_repair_looks(monkeypatch, r, "1")
     report = check_queue(cq, repair=True, settle=0)
     assert problems(report) == {OWNED_AND_WAITING: ["1"]} and not report.consistent
     assert r.sismember(PROCESSING, "1") and r.sismember(ITEMS, "1")  # untouched

@@ -14,29 +14,17 @@ import redis.asyncio
 
 from keyqueue import Queue
 from keyqueue.aio import Queue as AioQueue
-from keyqueue.check import (DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
-                            STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, WRONG_TYPE,
-                            CheckReport, check_queue)
 from keyqueue.errors import InvalidArgument
+from keyqueue.fsck import (DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
+                           STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, WRONG_TYPE,
+                           CheckReport, check_queue)
 from keyqueue.server import RedisServer
 
+from .check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, acked_before_the_repair_looks,
+                            claim_and_ack_all, item, notes, problems)
 from .conftest import FakeClock, snapshot
 
 T = TypeVar("T")
-BASE = "kq:{q}:"
-PROCESSING, ITEMS, QUEUE, DEAD, TIMERS = (BASE + n for n in ("processing", "items", "queue", "dead", "timers"))
-
-
-def item(i: str) -> str:
-    return f"{BASE}item:{i}"
-
-
-def problems(report: CheckReport) -> dict[str, list[str]]:
-    return {p.kind: p.ids for p in report.problems}
-
-
-def notes(report: CheckReport) -> dict[str, list[str]]:
-    return {p.kind: p.ids for p in report.notes}
 
 
 def on_loop(port: int, scripting: bool, body: Callable[[AioQueue], Awaitable[T]], *,
@@ -51,11 +39,6 @@ def on_loop(port: int, scripting: bool, body: Callable[[AioQueue], Awaitable[T]]
             await client.aclose()
 
     return asyncio.run(main())
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -105,10 +88,7 @@ def test_async_check_finds_and_repairs_what_the_sync_check_does(
 
     clock.advance(3600)  # every message delivered exactly once: nothing lost or doubled
     sq.reap()
-    got: list[str] = []
-    while batch := sq.claim_many(100):
-        got += [m.id for m in batch]
-        assert sq.ack_many(batch) == len(batch)
+    got = claim_and_ack_all(sq)
     assert sorted(got, key=int) == ["1", "2", "3", "4", "5", "6", "7"]
     assert r.keys(BASE + "item:*") == [] and r.zcard(TIMERS) == 0 and r.llen(DEAD) == 0
 
@@ -174,17 +154,9 @@ def test_async_wrong_types_are_reported_and_never_changed(redis_server: RedisSer
 def test_async_repair_leaves_an_id_alone_when_its_state_changed_since(
         redis_server: RedisServer, r: redis.Redis, scripting: bool, sq: Queue,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import keyqueue.check as check
-
     sq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
-    real = check.read_view
-
-    def meanwhile(*args: Any, **kw: Any) -> Any:
-        r.delete(item("1"))  # acked by someone else right before the repair looks
-        return real(*args, **kw)
-
-    monkeypatch.setattr(check, "read_view", meanwhile)
+    acked_before_the_repair_looks(monkeypatch, r, "1")
     report = on_loop(redis_server.port, scripting, lambda q: q.check(repair=True, settle=0))
     assert problems(report) == {OWNED_AND_WAITING: ["1"]} and not report.consistent
     assert r.sismember(PROCESSING, "1") and r.sismember(ITEMS, "1")  # untouched

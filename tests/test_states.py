@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import itertools
 
-from keyqueue.check import IdView, plan
 from keyqueue.core.states import Act, Seen, decide, owed
+from keyqueue.fsck.analyse import plan
+from keyqueue.fsck.scan import IdView
 from keyqueue.keys import QueueKeys
 
 K = QueueKeys("kq", "q")

@@ -21,7 +21,7 @@ from ..transport.aio import run, run_plan
 from .message import Message
 
 if TYPE_CHECKING:
-    from ..check import CheckReport
+    from ..fsck import CheckReport
     from .worker import Worker
 
 
@@ -171,7 +171,7 @@ class Queue(QueueFace):
     async def check(self, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
         """fsck, as ``keyqueue.Queue.check``: the same operation, awaited (the second look
         ``settle`` seconds later waits without blocking the loop)."""
-        from ..check import check_op
+        from ..fsck import check_op
 
         return await self._run(check_op(self._core, repair=repair, settle=settle))
 

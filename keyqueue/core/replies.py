@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar, overload
 
 from redis.exceptions import NoPermissionError, ResponseError
 
@@ -14,21 +14,41 @@ from .results import Fields
 #: item hash stays a compact listpack; a larger body is one field b.
 FIELD = 64
 
+D = TypeVar("D")
 
-def text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+
+def text(v: Any, errors: str = "strict") -> str:
+    return v.decode("utf-8", errors) if isinstance(v, bytes) else str(v)
 
 
 def maybe_text(v: Any) -> str | None:
-    return None if v is None else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    return None if v is None else text(v, "replace")
 
 
-def int_or(v: Any, default: int = 0) -> int:
-    """An integer reply or field, ``default`` when absent or not a number."""
+def name(v: Any) -> str:
+    """A key name, member or list entry as text that never raises: bytes that are not UTF-8
+    (damage an fsck may meet) come out escaped."""
+    return text(v, "backslashreplace")
+
+
+@overload
+def int_or(v: Any) -> int: ...
+@overload
+def int_or(v: Any, default: D) -> int | D: ...
+def int_or(v: Any, default: Any = 0) -> Any:
+    """An integer reply or field, ``default`` when absent or not a number (``int_or(v, None)``
+    keeps an absent timer apart from timer 0)."""
     try:
         return int(v)
     except (TypeError, ValueError):
         return default
+
+
+def ok(reply: Any) -> Any:
+    """A reply, or the error reply raised (a command of a round trip that must not fail)."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def body_fields(body: bytes, size: int = FIELD) -> list[bytes]:
@@ -79,11 +99,17 @@ def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
     return out
 
 
+def scored(raw: Sequence[Any]) -> list[tuple[Any, float]]:
+    """ZRANGE ... WITHSCORES as (member, score) pairs: a flat list under RESP2, pairs under RESP3."""
+    if raw and isinstance(raw[0], (list, tuple)):
+        return [(m, float(sc)) for m, sc in raw]
+    return [(raw[j], float(raw[j + 1])) for j in range(0, len(raw), 2)]
+
+
 def zscore_pair(first: Sequence[Any]) -> float | None:
-    """The score of ZRANGE key 0 0 WITHSCORES: [member, score] (RESP2) or [[member, score]] (RESP3)."""
-    if not first:
-        return None
-    return float(first[0][1] if isinstance(first[0], (list, tuple)) else first[1])
+    """The score of ZRANGE key 0 0 WITHSCORES (the first pair of ``scored``)."""
+    pairs = scored(first)
+    return pairs[0][1] if pairs else None
 
 
 def error_for(exc: Exception, default_key: str) -> Exception:

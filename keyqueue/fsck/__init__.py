@@ -1,0 +1,71 @@
+"""An fsck for one queue: find messages that are not in exactly one state, and repair them.
+
+It uses plain commands only (no Lua), so it works where the server denies EVAL. Its reads
+are not atomic and the queue may be live, so a finding counts only when a second look
+``settle`` seconds later sees it too, and every repair is a small WATCH/MULTI/EXEC
+transaction that re-reads its id and acts only if what it finds is what was confirmed:
+a message is never lost or owned twice because of a repair.
+
+The whole check is one operation of the I/O-free core (``check_op``): its reads are round
+trips, its wait a ``Sleep``, so ``Queue.check`` and ``keyqueue.aio.Queue.check`` run the
+same code; every round trip goes to one connection, which WATCH/MULTI/EXEC needs.
+
+One room a step: ``scan`` reads the queue's keys, ``analyse`` finds what is wrong,
+``repair`` fixes what was confirmed, ``report`` says what was found (text and JSON).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core.roundtrip import Op, Sleep
+from ..settings import check_seconds
+from .analyse import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, KINDS, MISSING_HASH, NOTE_KINDS, ORPHAN,
+                      OWNED_AND_WAITING, STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED,
+                      UNTIMED, WRONG_TYPE, findings)
+from .repair import Repairer
+from .report import CheckReport, Problem
+from .scan import read_snapshot
+
+if TYPE_CHECKING:
+    from ..core.queue_core import QueueCore
+
+__all__ = [
+    # the check
+    "check_op", "check_queue",
+    # what it reports
+    "CheckReport", "Problem", "KINDS", "NOTE_KINDS",
+    # the kinds of finding: problems, then notes
+    "OWNED_AND_WAITING", "UNTIMED", "ORPHAN", "MISSING_HASH", "UNLISTED", "TIMER_INDEX",
+    "DEAD_DUPLICATE", "WRONG_TYPE", "STRAY_FIELDS",
+    "STALE_LIST", "STALE_TIMER", "EMPTY_INDEX", "CLAIMING",
+]
+
+
+def check_op(core: QueueCore, *, repair: bool, settle: float) -> Op[CheckReport]:
+    """Check every message of the queue is in exactly one state; with ``repair``, fix what
+    is not. Only findings still there after ``settle`` seconds count: a live operation
+    passes through some of these states for a round trip or two. One operation: every
+    round trip on one connection, the wait a ``Sleep`` (so it runs sync or on asyncio)."""
+    check_seconds("settle", settle)  # before any I/O
+    return _check(core, repair, settle)
+
+
+def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
+    k, bucket_ms = core.keys, (yield from core.ready()).bucket_ms
+    snap = yield from read_snapshot(k)
+    found, states = findings(snap, k, bucket_ms)
+    if found and settle > 0:
+        yield Sleep(settle)
+        first = set(found)
+        snap = yield from read_snapshot(k)
+        again, states = findings(snap, k, bucket_ms)
+        found = [f for f in again if f in first]
+    repaired = (yield from Repairer(k, bucket_ms).run(found)) if repair else set()
+    return CheckReport.of(core.name, found, repaired, states, keys=len(snap.types),
+                          complete=snap.complete(k))
+
+
+def check_queue(queue: Any, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
+    """``queue.check(...)``: the check of a blocking Queue (``check_op`` run on its client)."""
+    return queue.check(repair=repair, settle=settle)

@@ -1,0 +1,153 @@
+"""Repairing confirmed findings. Each repair is a small WATCH/MULTI/EXEC transaction that
+re-reads its id (or entry, or bucket) and acts only if what it finds is what was confirmed:
+a message is never lost or owned twice because of a repair."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Sequence
+
+from redis.exceptions import ResponseError
+
+from ..core.replies import int_or, ok
+from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
+from ..keys import QueueKeys
+from .analyse import EMPTY_INDEX, ID_KINDS, STALE_LIST, STALE_TIMER, TIMER_INDEX, Finding, keeps_timer, plan
+from .scan import batched, read_sets, read_view
+
+ATTEMPTS = 8   # tries of one repair when a watched key keeps changing
+
+
+class Repairer:
+    """Applies the fixes of confirmed findings, each in its own watched transaction."""
+
+    def __init__(self, keys: QueueKeys, bucket_ms: int) -> None:
+        self.k, self.bucket_ms = keys, bucket_ms
+
+    def run(self, findings: Sequence[Finding]) -> Op[set[Finding]]:
+        """The findings now repaired. Ids first: their fixes may add timers and index entries."""
+        done: set[Finding] = set()
+        by_id: dict[str, list[Finding]] = defaultdict(list)
+        for f in findings:
+            if f.kind in ID_KINDS:
+                by_id[f.subject].append(f)
+        for i, found in by_id.items():
+            if (yield from self.fix_id(i, {f.kind for f in found})):
+                done.update(found)
+        entry_fixes: dict[str, Callable[[Finding], Op[bool]]] = {
+            TIMER_INDEX: self.reindex, STALE_TIMER: self.drop_timer_entry,
+            STALE_LIST: self.drop_list_entries, EMPTY_INDEX: self.drop_index_entry}
+        for kind, fix in entry_fixes.items():
+            for f in findings:
+                if f.kind == kind and (yield from fix(f)):
+                    done.add(f)
+        return done
+
+    def fix_id(self, i: str, confirmed: set[str]) -> Op[bool]:
+        """Put an id in one state, if what is wrong with it now is what was confirmed."""
+        def decide() -> Op[list[Command] | None]:
+            v = yield from read_view(self.k, self.bucket_ms, i)
+            if v is None:
+                return None
+            p = plan(v, self.k, self.bucket_ms)
+            return p.ops if set(p.kinds) <= confirmed else None
+
+        return (yield from _transact([self.k.item(i), self.k.items, self.k.processing], decide))
+
+    def reindex(self, f: Finding) -> Op[bool]:
+        """Index a bucket no later than its earliest timer (ZADD LT only lowers: always safe)."""
+        tk = self.k.timer(f.subject)
+
+        def decide() -> Op[list[Command] | None]:
+            (ids,) = yield from read_sets([tk])
+            got = yield from batched([("HGET", self.k.item(i), "d") for i in sorted(ids)])
+            timers = [t for t in (int_or(x, None) for x in got)
+                      if t is not None and str(t // self.bucket_ms) == f.subject]
+            return [("ZADD", self.k.timers, "LT", min(timers), f.subject)] if timers else []
+
+        return (yield from _transact([tk], decide))
+
+    def drop_timer_entry(self, f: Finding) -> Op[bool]:
+        """Remove a timer entry the id does not need, only when the id is otherwise sound."""
+        tk = self.k.timer(f.bucket)
+
+        def decide() -> Op[list[Command] | None]:
+            v = yield from read_view(self.k, self.bucket_ms, f.subject, lists=False)
+            if v is None:
+                return None
+            p = plan(v, self.k, self.bucket_ms)
+            if keeps_timer(v, p, f.bucket, self.bucket_ms):
+                return []
+            if p.kinds:
+                return None
+            replies = yield [("SISMEMBER", tk, f.subject), ("SCARD", tk),
+                             ("ZSCORE", self.k.timers, f.bucket)]
+            member, size, score = map(ok, replies)
+            if not member:
+                return []
+            cmds: list[Command] = [("SREM", tk, f.subject)]
+            if size == 1 and score is not None:  # its last entry: the bucket leaves the index
+                cmds.append(("ZREM", self.k.timers, f.bucket))
+            return cmds
+
+        return (yield from _transact([self.k.item(f.subject), self.k.items, self.k.processing, tk],
+                                     decide))
+
+    def drop_list_entries(self, f: Finding) -> Op[bool]:
+        """Remove the queue list entries of an id that is not waiting."""
+        def decide() -> Op[list[Command] | None]:
+            (member,) = yield [("SISMEMBER", self.k.items, f.subject)]
+            return [] if ok(member) else [("LREM", self.k.queue, 0, f.subject)]
+
+        return (yield from _transact([self.k.items, self.k.item(f.subject)], decide))
+
+    def drop_index_entry(self, f: Finding) -> Op[bool]:
+        """Remove an index entry whose timer set does not exist."""
+        tk = self.k.timer(f.subject)
+
+        def decide() -> Op[list[Command] | None]:
+            (exists,) = yield [("EXISTS", tk)]
+            return [] if ok(exists) else [("ZREM", self.k.timers, f.subject)]
+
+        return (yield from _transact([tk], decide))
+
+
+def _transact(watch: Sequence[str], decide: Callable[[], Op[list[Command] | None]]) -> Op[bool]:
+    """WATCH ``watch``, let ``decide`` re-read the state and name the commands that fix it,
+    and run them in MULTI/EXEC, again from the start when a watched key changed meanwhile.
+    ``decide`` returns None to leave the state alone (not what was confirmed), [] when
+    there is nothing left to fix. True when the state is now fixed."""
+    for attempt in range(ATTEMPTS):
+        try:
+            cmds = yield from _watching(watch, decide())
+            if not cmds:
+                yield from one(("UNWATCH",))
+                return cmds is not None
+            done = yield from transaction(cmds)
+        except ResponseError:  # a key turned into the wrong type: leave it
+            yield from one(("UNWATCH",))
+            return False
+        if done is not None:
+            return not any(isinstance(x, Exception) for x in done)
+        yield Sleep(0.002 * (attempt + 1))
+    return False
+
+
+def _watching(keys: Sequence[str], op: Op[T]) -> Op[T]:
+    """``op`` with WATCH ``keys`` sent ahead of its first round trip (not in one of its own)."""
+    try:
+        step = next(op)
+    except StopIteration as stop:
+        yield [("WATCH", *keys)]
+        return stop.value
+    first = True
+    while True:
+        if first and not isinstance(step, Sleep):
+            replies = (yield [("WATCH", *keys), *step])[1:]
+            first = False
+        else:
+            replies = yield step
+        try:
+            step = op.send(replies)
+        except StopIteration as stop:
+            return stop.value

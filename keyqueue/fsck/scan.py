@@ -1,0 +1,164 @@
+"""Reading a queue for the fsck, with plain commands only (no Lua, so it works where the
+server denies EVAL): every key in one pass (``read_snapshot``), or one id afresh
+(``read_view``). The reads are not atomic and the queue may be live; what they show is
+judged in ``analyse``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..core.replies import int_or, name, ok, scored, text
+from ..core.roundtrip import Command, Op
+from ..keys import QueueKeys
+
+#: Keys whose wrong type makes every other check meaningless.
+CORE = ("queue", "items", "processing", "timers", "dead")
+
+BATCH = 1000   # commands per round trip, elements per LRANGE/SSCAN step
+
+
+@dataclass(frozen=True)
+class IdView:
+    """What one look showed of one id."""
+
+    id: str
+    exists: bool             # its item hash exists
+    receipt: bool            # c is set
+    timer: int | None        # d in ms (None: absent or not a number)
+    waiting: bool            # in items
+    processing: bool         # in processing
+    listed: int | None       # entries in the queue list (None: not looked up)
+    dead: int                # entries in the dead list
+    timed: bool              # in the timer set of its own bucket
+    intent: bool = False     # in a timer set whose bucket has not passed (a claim's intent)
+
+
+@dataclass
+class Snapshot:
+    """Every key of the queue as one pass of plain reads saw it (not atomically)."""
+
+    types: dict[str, str]
+    listed: Counter[str] = field(default_factory=Counter)
+    waiting: set[str] = field(default_factory=set)
+    processing: set[str] = field(default_factory=set)
+    dead: Counter[str] = field(default_factory=Counter)
+    index: dict[str, float] = field(default_factory=dict)
+    timers: dict[str, set[str]] = field(default_factory=dict)        # bucket -> ids
+    hashes: dict[str, tuple[bool, int | None]] = field(default_factory=dict)  # id -> (c?, d)
+    broken: set[str] = field(default_factory=set)                    # keys of the wrong type
+    now: int = 0                                                     # server time, ms
+
+    def broken_ids(self, k: QueueKeys) -> set[str]:
+        """Ids whose item key has the wrong type: left alone, reported as that key."""
+        base = k.item("")
+        return {n[len(base):] for n in self.broken if n.startswith(base)}
+
+    def complete(self, k: QueueKeys) -> bool:
+        """Whether no core key has the wrong type (else the ids were not read, nor checked)."""
+        return not any(getattr(k, n) in self.broken for n in CORE)
+
+
+def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
+    """One pass of plain reads over every key of the queue, in round trips of up to BATCH
+    commands (the lists, and the sets, are paged side by side)."""
+    names: dict[str, None] = {}  # SCAN may return a key twice: one TYPE each
+    cursor = "0"
+    while True:
+        (reply,) = yield [("SCAN", cursor, "MATCH", k.pattern, "COUNT", BATCH)]
+        cursor = text(ok(reply)[0])
+        names.update((name(n), None) for n in reply[1])
+        if cursor == "0":
+            break
+    *kinds, now = yield from batched([*(("TYPE", n) for n in names), ("TIME",)])
+    types = {n: text(t) for n, t in zip(names, kinds) if text(t) != "none"}
+    sec, usec = ok(now)
+    s = Snapshot(types, broken={n for n, t in types.items() if k.kind(n) not in ("", t)},
+                 now=int(sec) * 1000 + int(usec) // 1000)
+    if not s.complete(k):
+        return s
+    queue, dead = yield from _read_lists([k.queue, k.dead])
+    s.listed.update(queue)
+    s.dead.update(dead)
+    (index,) = yield [("ZRANGE", k.timers, 0, -1, "WITHSCORES")]
+    s.index = {name(b): sc for b, sc in scored(ok(index))}
+    timer_base = k.base + "timer:"
+    timer_keys = [n for n in types if n.startswith(timer_base) and n not in s.broken]
+    sets = yield from read_sets([k.items, k.processing, *timer_keys])
+    s.waiting, s.processing = sets[0], sets[1]
+    s.timers = {n[len(timer_base):]: members for n, members in zip(timer_keys, sets[2:])}
+    item_base = k.base + "item:"
+    ids = {n[len(item_base):] for n in types if n.startswith(item_base) and n not in s.broken}
+    ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)
+    ids = ids.union(*s.timers.values())
+    looked = sorted(ids - s.broken_ids(k))
+    out = yield from batched([cmd for i in looked
+                              for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d"))])
+    for j, i in enumerate(looked):
+        exists, fields = out[2 * j], out[2 * j + 1]
+        if isinstance(fields, Exception):  # became something else since the SCAN
+            s.broken.add(k.item(i))
+        elif exists:
+            s.hashes[i] = (fields[0] is not None, int_or(fields[1], None))
+    return s
+
+
+def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op[IdView | None]:
+    """A fresh look at one id (None: one of its keys has the wrong type). ``lists=False``
+    skips counting its queue list entries (a scan of the list)."""
+    ik = k.item(i)
+    reads: list[Command] = [
+        ("TYPE", ik), ("HMGET", ik, "c", "d"), ("SISMEMBER", k.items, i),
+        ("SISMEMBER", k.processing, i), ("LPOS", k.dead, i, "COUNT", 0)]
+    if lists:
+        reads.append(("LPOS", k.queue, i, "COUNT", 0))
+    out = yield reads
+    if any(isinstance(x, Exception) for x in out) or text(out[0]) not in ("hash", "none"):
+        return None
+    timer = int_or(out[1][1], None)
+    timed = False
+    if timer is not None:
+        (member,) = yield [("SISMEMBER", k.timer(timer // bucket_ms), i)]
+        if isinstance(member, Exception):
+            return None
+        timed = bool(member)
+    return IdView(i, text(out[0]) == "hash", out[1][0] is not None, timer, bool(out[2]),
+                  bool(out[3]), len(out[5]) if lists else None, len(out[4]), timed)
+
+
+def read_sets(keys: Sequence[str]) -> Op[list[set[str]]]:
+    """The members of each set (SSCAN), up to BATCH sets a round trip."""
+    out: list[set[str]] = [set() for _ in keys]
+    cursors = {j: "0" for j in range(len(keys))}
+    while cursors:
+        step = list(cursors)[:BATCH]
+        replies = yield [("SSCAN", keys[j], cursors[j], "COUNT", BATCH) for j in step]
+        for j, reply in zip(step, replies):
+            cursor = text(ok(reply)[0])
+            out[j].update(name(m) for m in reply[1])
+            if cursor == "0":
+                del cursors[j]
+            else:
+                cursors[j] = cursor
+    return out
+
+
+def batched(commands: Sequence[Command]) -> Op[list[Any]]:
+    """The replies of ``commands`` (errors in place), sent BATCH commands a round trip."""
+    out: list[Any] = []
+    for start in range(0, len(commands), BATCH):
+        out += yield list(commands[start : start + BATCH])
+    return out
+
+
+def _read_lists(keys: Sequence[str]) -> Op[list[list[str]]]:
+    """The whole of each list, BATCH elements a step, the lists side by side."""
+    out: list[list[str]] = [[] for _ in keys]
+    pending = list(range(len(keys)))
+    while pending:
+        parts = yield [("LRANGE", keys[j], len(out[j]), len(out[j]) + BATCH - 1) for j in pending]
+        for j, part in zip(pending, parts):
+            out[j] += [name(x) for x in ok(part)]
+        pending = [j for j, part in zip(pending, parts) if len(part) == BATCH]
+    return out
