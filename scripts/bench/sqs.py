@@ -21,7 +21,7 @@ call in Python) share its cores with the servers.
 
 Run from the repository root (a minute or two; --quick: seconds):
 
-    .venv/bin/python scripts/bench_sqs.py [--quick] [--json] [--rounds R] [--messages N]
+    .venv/bin/python scripts/bench/sqs.py [--quick] [--json] [--rounds R] [--messages N]
         [--threads T] [--batches B]
 
 The exit status is 1 when a target is missed.
@@ -29,7 +29,6 @@ The exit status is 1 when a target is missed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -41,15 +40,18 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import boto3
 
-from keyqueue.server import RedisServer, free_port
+from keyqueue.server import free_port
+
+from harness import BODY_SIZE, Options, Spread, exit_status, interleaved, ratios, throwaway_redis, timed
 
 KEY_ID, SECRET = "AKIABENCHMARK", "bench-secret"
-BODY = "x" * 100
+BODY = "x" * BODY_SIZE
 BIN = Path(sys.executable).parent
 
 
@@ -88,12 +90,6 @@ def drain(c: Any, url: str, n: int) -> None:
             c.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                                                           for i, m in enumerate(messages)])
             got += len(messages)
-
-
-def timed(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def fresh_queue(c: Any) -> str:
@@ -172,23 +168,20 @@ def rate_parallel(endpoint: str, server_pid: int, workers: int, batches: int,
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return asdict(Spread.of(values))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
+def main(argv: list[str] | None = None) -> int:
+    ap = Options(__doc__, rounds=3)
     ap.add_argument("--messages", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--batches", type=int, default=300)
-    args = ap.parse_args()
+    args = ap.parse(argv)
     if args.quick:
-        args.messages, args.batches = 300, 30
+        args.messages, args.batches = 50, 5
     env = dict(os.environ, KEYQUEUE_SQS_ACCESS_KEY_ID=KEY_ID, KEYQUEUE_SQS_SECRET_ACCESS_KEY=SECRET)
     procs: list[subprocess.Popen[bytes]] = []
-    with RedisServer() as redis_server:
+    with throwaway_redis() as (redis_server, _):
         try:
             kq_port, moto_port = free_port(), free_port()
             procs.append(subprocess.Popen([str(BIN / "keyqueue"), "--url", redis_server.url, "serve", "--sqs",
@@ -202,11 +195,9 @@ def main() -> int:
                      "keyqueue": client(f"http://127.0.0.1:{kq_port}")}
             for c in sides.values():  # warm both: connections, imports, first queue
                 rate_send(c, 50)
-            rates: dict[str, dict[str, list[float]]] = {"send": {}, "receive_delete": {}}
-            for _ in range(args.rounds):
-                for name, c in sides.items():  # moto first, then keyqueue, every round
-                    rates["send"].setdefault(name, []).append(rate_send(c, args.messages))
-                    rates["receive_delete"].setdefault(name, []).append(rate_drain(c, args.messages))
+            runs = interleaved({f"{name} {what}": (lambda c=c, f=f: f(c, args.messages))  # moto first, every round
+                                for name, c in sides.items()
+                                for what, f in (("send", rate_send), ("receive_delete", rate_drain))}, args.rounds)
             endpoint = f"http://127.0.0.1:{kq_port}"
             threaded = [rate_parallel(endpoint, procs[0].pid, args.threads, args.batches, False)
                         for _ in range(args.rounds)]
@@ -217,14 +208,15 @@ def main() -> int:
                 p.terminate()
                 p.wait(10)
     report: dict[str, Any] = {}
-    for what, by_side in rates.items():
-        ratios = [k / m for k, m in zip(by_side["keyqueue"], by_side["moto"])]
-        report[what] = {"keyqueue_msgs_per_s": spread(by_side["keyqueue"]), "moto_msgs_per_s": spread(by_side["moto"]),
-                        "ratio": spread(ratios), "target": 5.0, "met": statistics.median(ratios) >= 5.0}
-    for key, runs in (("threads_send", threaded), ("processes_send", processed)):
-        report[key] = {"senders": args.threads, "msgs_per_s": spread([r[0] for r in runs]),
-                       "server_cpu_ms_per_call": statistics.median(r[1] for r in runs),
-                       "client_cpu_ms_per_call": statistics.median(r[2] for r in runs)}
+    for what in ("send", "receive_delete"):
+        kq, moto = runs[f"keyqueue {what}"], runs[f"moto {what}"]
+        ratio = ratios(kq, moto)
+        report[what] = {"keyqueue_msgs_per_s": spread(kq), "moto_msgs_per_s": spread(moto),
+                        "ratio": spread(ratio), "target": 5.0, "met": statistics.median(ratio) >= 5.0}
+    for key, results in (("threads_send", threaded), ("processes_send", processed)):
+        report[key] = {"senders": args.threads, "msgs_per_s": spread([r[0] for r in results]),
+                       "server_cpu_ms_per_call": statistics.median(r[1] for r in results),
+                       "client_cpu_ms_per_call": statistics.median(r[2] for r in results)}
     report["threads_send"].update(target=5000.0, met=report["threads_send"]["msgs_per_s"]["median"] >= 5000.0)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -243,7 +235,7 @@ def main() -> int:
                   f" {'':>12} min {t['msgs_per_s']['min']:,.0f} max {t['msgs_per_s']['max']:,.0f}{verdict}")
             print(f"{'':<34} CPU ms a call: server {t['server_cpu_ms_per_call']:.2f}, "
                   f"clients {t['client_cpu_ms_per_call']:.2f}")
-    return 0 if all(v.get("met", True) for v in report.values()) else 1
+    return exit_status(args, all(v.get("met", True) for v in report.values()))
 
 
 if __name__ == "__main__":

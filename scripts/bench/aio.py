@@ -25,7 +25,7 @@ without them, measurement 2 is skipped.
 
 Run from the repository root (a few minutes on a 2-core machine; --quick: seconds):
 
-    .venv/bin/python scripts/bench_aio.py [--quick] [--json] [--rounds R]
+    .venv/bin/python scripts/bench/aio.py [--quick] [--json] [--rounds R]
         [--enqueue N] [--drain N] [--producers P] [--per-producer M] [--concurrency C]
 
 The exit status is 1 when a target is missed.
@@ -37,20 +37,17 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import redis
 
-from keyqueue.server import RedisServer
+from harness import (BODY_SIZE, QUEUE_NAME, RAW_QUEUE, Options, Row, Spread, exit_status, interleaved,
+                     markdown_table, row, throwaway_redis)
 
-BODY = "x" * 100
-QUEUE_NAME = "bench"
-RAW_KEY = "raw:queue"
+BODY = "x" * BODY_SIZE
 SIDE_TIMEOUT = 300.0  # seconds: a side that takes longer is killed and the run fails
 
 
@@ -97,9 +94,9 @@ def side_raw_enqueue(url: str, n: int) -> float:
         body = BODY.encode()
         start = time.perf_counter()
         for _ in range(n):
-            await r.lpush(RAW_KEY, body)
+            await r.lpush(RAW_QUEUE, body)
         took = time.perf_counter() - start
-        assert await r.llen(RAW_KEY) == n
+        assert await r.llen(RAW_QUEUE) == n
         await r.aclose()
         return took
 
@@ -297,39 +294,22 @@ def run_side(side: Callable[..., float], *args: Any) -> float:
     return float(value)
 
 
-# -- rounds and reporting -----------------------------------------------------------------
+def rates(sides: dict[str, tuple[Callable[..., float], tuple[Any, ...]]], n: int, rounds: int,
+          label: str) -> dict[str, list[float]]:
+    """msg/s of every side in every round, each run in a process of its own."""
+    return interleaved({k: (lambda s=side, a=args: n / run_side(s, *a)) for k, (side, args) in sides.items()},
+                       rounds, label)
 
 
-@dataclass
-class Figure:
-    name: str
-    messages: int
-    baseline: str
-    target: float | None
-    rates: dict[str, list[float]] = field(default_factory=dict)  # side -> msg/s per round
-    ratios: list[float] = field(default_factory=list)  # keyqueue / baseline per round
-
-    def summary(self) -> dict[str, Any]:
-        med = statistics.median(self.ratios)
-        return {
-            "name": self.name, "messages": self.messages, "baseline": self.baseline,
-            "median_msgs_per_s": {k: round(statistics.median(v)) for k, v in self.rates.items()},
-            "ratio_min": round(min(self.ratios), 2), "ratio_median": round(med, 2),
-            "ratio_max": round(max(self.ratios), 2), "rounds": len(self.ratios),
-            "target": self.target, "met": None if self.target is None else med >= self.target,
-        }
+# -- reporting ----------------------------------------------------------------------------
 
 
-def interleave(sides: dict[str, tuple[Callable[..., float], tuple[Any, ...]]], n: int, rounds: int,
-               label: str) -> dict[str, list[float]]:
-    """msg/s of every side in every round, the sides run in turn within each round."""
-    rates: dict[str, list[float]] = {k: [] for k in sides}
-    for r in range(rounds):
-        for key, (side, args) in sides.items():
-            rates[key].append(n / run_side(side, *args))
-        print(f"  {label}: round {r + 1}/{rounds}: "
-              + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in rates.items()), file=sys.stderr)
-    return rates
+def summary(baseline: str, t: Row) -> dict[str, Any]:
+    s = Spread.of(t.ratios).rounded()
+    return {"name": t.name, "messages": t.messages, "baseline": baseline,
+            "median_msgs_per_s": {"keyqueue": round(t.keyqueue_msgs_per_s), "baseline": round(t.baseline_msgs_per_s)},
+            "ratio_min": s["min"], "ratio_median": s["median"], "ratio_max": s["max"], "rounds": len(t.ratios),
+            "target": t.min_ratio, "met": t.passed}
 
 
 def drain_skipped() -> str | None:
@@ -338,17 +318,46 @@ def drain_skipped() -> str | None:
 
     for module, why in (("arq", "arq is not installed (see this script's docstring)"),
                         ("saq", "saq is not installed (see this script's docstring)"),
-                        ("keyqueue.aio.worker", "keyqueue.aio.Worker does not exist in this checkout")):
+                        ("keyqueue.worker.tasks", "keyqueue.aio.Worker does not exist in this checkout")):
         if importlib.util.find_spec(module) is None:
             return why
     return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small counts: a smoke test of seconds")
-    ap.add_argument("--json", action="store_true", help="print the results as JSON")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per measurement (>= 3)")
+def measure(args: argparse.Namespace, url: str) -> list[tuple[str, Row]]:
+    """(the baseline's name, the row) of every figure."""
+    figures = []
+    # 1. enqueue one at a time
+    runs = rates({"baseline": (side_raw_enqueue, (url, args.enqueue)),
+                  "keyqueue": (side_kq_enqueue, (url, args.enqueue))}, args.enqueue, args.rounds, "enqueue")
+    figures.append(("redis.asyncio LPUSH", row("async enqueue, one at a time", args.enqueue, runs, "keyqueue",
+                                               "baseline", min_ratio=0.5)))
+
+    # 2. worker drain
+    skipped = drain_skipped()
+    if skipped is None:
+        c = args.concurrency
+        runs = rates({"arq": (side_arq_drain, (url, args.drain, c, args.arq_poll_delay)),
+                      "saq": (side_saq_drain, (url, args.drain, c)),
+                      "keyqueue": (side_kq_drain, (url, args.drain, c))}, args.drain, args.rounds, "drain")
+        runs["better of arq, saq"] = [max(a, s) for a, s in zip(runs["arq"], runs["saq"])]
+        for base, target in (("arq", None), ("saq", None), ("better of arq, saq", 3.0)):
+            figures.append((base, row(f"async worker drain, concurrency {c}", args.drain, runs, "keyqueue", base,
+                                      min_ratio=target)))
+    else:
+        print(f"  drain: SKIPPED, {skipped}", file=sys.stderr)
+
+    # 3. many producers
+    p, m = args.producers, args.per_producer
+    runs = rates({"baseline": (side_threads_produce, (url, p, m)), "keyqueue": (side_tasks_produce, (url, p, m))},
+                 p * m, args.rounds, "producers")
+    figures.append((f"sync keyqueue.Queue in {p} threads",
+                    row(f"{p} producers: asyncio tasks vs threads", p * m, runs, "keyqueue", "baseline")))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Options(__doc__, rounds=3)
     ap.add_argument("--enqueue", type=int, default=20_000, help="messages of measurement 1")
     ap.add_argument("--drain", type=int, default=10_000, help="messages of measurement 2")
     ap.add_argument("--producers", type=int, default=100, help="tasks / threads of measurement 3")
@@ -356,69 +365,24 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=10, help="handlers at once in every worker (2)")
     ap.add_argument("--arq-poll-delay", type=float, default=0.0,
                     help="arq's poll_delay (its default 0.5 s idles between batches)")
-    args = ap.parse_args()
-    if args.rounds < 3:
-        ap.error("--rounds must be at least 3")
+    args = ap.parse(argv)
     if args.quick:
-        args.enqueue, args.drain, args.per_producer = 1000, 1000, 10
-    url_server = RedisServer().start()
-    figures: list[Figure] = []
-    try:
-        url = url_server.url
-        # 1. enqueue one at a time
-        fig = Figure("async enqueue, one at a time", args.enqueue, "redis.asyncio LPUSH", 0.5)
-        fig.rates = interleave({"baseline": (side_raw_enqueue, (url, args.enqueue)),
-                                "keyqueue": (side_kq_enqueue, (url, args.enqueue))},
-                               args.enqueue, args.rounds, "enqueue")
-        fig.ratios = [k / b for k, b in zip(fig.rates["keyqueue"], fig.rates["baseline"])]
-        figures.append(fig)
-
-        # 2. worker drain
-        skipped = drain_skipped()
-        if skipped is None:
-            c = args.concurrency
-            rates = interleave({"arq": (side_arq_drain, (url, args.drain, c, args.arq_poll_delay)),
-                                "saq": (side_saq_drain, (url, args.drain, c)),
-                                "keyqueue": (side_kq_drain, (url, args.drain, c))},
-                               args.drain, args.rounds, "drain")
-            for base, target in (("arq", None), ("saq", None), ("better of arq, saq", 3.0)):
-                fig = Figure(f"async worker drain, concurrency {c}", args.drain, base, target)
-                if base in rates:
-                    fig.rates = {"baseline": rates[base], "keyqueue": rates["keyqueue"]}
-                else:
-                    best = [max(a, s) for a, s in zip(rates["arq"], rates["saq"])]
-                    fig.rates = {"baseline": best, "keyqueue": rates["keyqueue"]}
-                fig.ratios = [k / b for k, b in zip(fig.rates["keyqueue"], fig.rates["baseline"])]
-                figures.append(fig)
-        else:
-            print(f"  drain: SKIPPED, {skipped}", file=sys.stderr)
-
-        # 3. many producers
-        p, m = args.producers, args.per_producer
-        fig = Figure(f"{p} producers: asyncio tasks vs threads", p * m,
-                     f"sync keyqueue.Queue in {p} threads", None)
-        fig.rates = interleave({"baseline": (side_threads_produce, (url, p, m)),
-                                "keyqueue": (side_tasks_produce, (url, p, m))},
-                               p * m, args.rounds, "producers")
-        fig.ratios = [k / b for k, b in zip(fig.rates["keyqueue"], fig.rates["baseline"])]
-        figures.append(fig)
-    finally:
-        url_server.stop()
-
-    results = [f.summary() for f in figures]
+        args.enqueue, args.drain, args.per_producer = 200, 200, 2
+    with throwaway_redis() as (server, _):
+        figures = measure(args, server.url)
+    results = [summary(base, t) for base, t in figures]
     if args.json:
         print(json.dumps({"rounds": args.rounds, "concurrency": args.concurrency,
                           "arq_poll_delay": args.arq_poll_delay, "results": results}, indent=2))
     else:
-        print(f"| measurement | messages | baseline | keyqueue msg/s (median) | baseline msg/s (median) "
-              f"| ratio min / median / max ({args.rounds} rounds) | target |")
-        print("|---|---:|---|---:|---:|---:|---:|")
-        for x in results:
-            target = "-" if x["target"] is None else f">= {x['target']:g} ({'met' if x['met'] else 'MISSED'})"
-            print(f"| {x['name']} | {x['messages']:,} | {x['baseline']} "
-                  f"| {x['median_msgs_per_s']['keyqueue']:,} | {x['median_msgs_per_s']['baseline']:,} "
-                  f"| {x['ratio_min']:.2f} / {x['ratio_median']:.2f} / {x['ratio_max']:.2f} | {target} |")
-    return 0 if all(x["met"] is not False for x in results) else 1
+        print("\n".join(markdown_table(
+            ["measurement", "messages", "baseline", "keyqueue msg/s (median)", "baseline msg/s (median)",
+             f"ratio min / median / max ({args.rounds} rounds)", "target"], "lrlrrrr",
+            ([t.name, f"{t.messages:,}", base, f"{round(t.keyqueue_msgs_per_s):,}", f"{round(t.baseline_msgs_per_s):,}",
+              Spread.of(t.ratios).text(),
+              "-" if t.min_ratio is None else f">= {t.min_ratio:g} ({'met' if t.passed else 'MISSED'})"]
+             for base, t in figures))))
+    return exit_status(args, all(t.passed is not False for _, t in figures))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,25 @@
 """Spark throughput: the "keyqueue" sink beside bare foreachPartition RPUSH writers, and the
 streaming read with acknowledgement, in one run on a local[2] session and a private redis-server.
 
-Usage: .venv/bin/python scripts/bench_spark.py [--rows 1000000] [--rounds 2] [--stream-rows 200000]
+Each writer's figure is the best of interleaved rounds (``--rounds``, default 2: noise hits
+them alike). ``--quick`` writes and reads a few thousand rows: Spark's own start-up (a JVM,
+its Python workers) is most of its time.
+
+    .venv/bin/python scripts/bench/spark.py [--quick] [--rows 1000000] [--rounds 2] [--stream-rows 200000]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
-import time
 from typing import Any, Callable, Iterable
 
 import redis
 
 from keyqueue import Queue
-from keyqueue.server import RedisServer
+
+from harness import Options, flushed_rate, interleaved, markdown_table, throwaway_redis, timed
 
 
 def session() -> Any:
@@ -56,42 +59,31 @@ def bare_writer(url: str, values_per_rpush: int) -> Callable[[Iterable[Any]], No
     return write
 
 
-def timed(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = Options(__doc__, rounds=2, min_rounds=1, json=False)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--stream-rows", type=int, default=200_000)
-    args = ap.parse_args()
+    args = ap.parse(argv)
+    if args.quick:
+        args.rows, args.stream_rows = 2_000, 1_000
     spark = session()
-    with RedisServer() as server:
-        r = redis.Redis(port=server.port)
+    with throwaway_redis() as (server, r):
         url = server.url
         df = spark.range(0, args.rows, numPartitions=2).selectExpr("cast(id as string) as value").cache()
         df.count()
-        runs: dict[str, list[float]] = {}
-        candidates: dict[str, Callable[[], None]] = {
+        writers: dict[str, Callable[[], None]] = {
             "bare foreachPartition, one pipelined RPUSH per row": lambda: df.foreachPartition(bare_writer(url, 1)),
             "bare foreachPartition, 1,000 values per RPUSH": lambda: df.foreachPartition(bare_writer(url, 1000)),
             'df.write.format("keyqueue") (real enqueues)': lambda: df.write.format("keyqueue")
             .option("url", url).option("queue", "sink").mode("append").save(),
         }
-        for _ in range(args.rounds):  # interleaved; best of each, as noise hits them alike
-            for name, fn in candidates.items():
-                r.flushall()
-                runs.setdefault(name, []).append(timed(fn))
-        base = args.rows / min(runs["bare foreachPartition, one pipelined RPUSH per row"])
+        runs = interleaved({name: (lambda w=write: flushed_rate(r, lambda: w, args.rows))
+                            for name, write in writers.items()}, args.rounds)
+        best = {name: max(rates) for name, rates in runs.items()}
+        base = best["bare foreachPartition, one pipelined RPUSH per row"]
         print(f"write {args.rows:,} small rows, 2 partitions, best of {args.rounds}:\n")
-        print("| writer | rows/s | vs one pipelined RPUSH per row |")
-        print("|---|---:|---:|")
-        for name, times in runs.items():
-            rate = args.rows / min(times)
-            print(f"| {name} | {rate:,.0f} | {rate / base:.2f}x |")
+        print("\n".join(markdown_table(["writer", "rows/s", "vs one pipelined RPUSH per row"], "lrr",
+                                       ([name, f"{rate:,.0f}", f"{rate / base:.2f}x"] for name, rate in best.items()))))
 
         r.flushall()
         q = Queue("stream", client=r, visibility_timeout=300)
@@ -109,7 +101,8 @@ def main() -> None:
               f"{args.stream_rows / took:,.0f} rows/s (maxRowsPerTrigger 50,000, AvailableNow, "
               f"noop sink; every message claimed, read and acknowledged)")
     spark.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

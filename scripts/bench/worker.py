@@ -17,12 +17,11 @@ starts on a new message, each against a raw baseline measured in the same run.
 
 It starts its own redis-server on a free loopback port. Run from the repository root:
 
-    .venv/bin/python scripts/bench_worker.py [--messages N] [--rounds R] [--samples S] [--quick] [--json]
+    .venv/bin/python scripts/bench/worker.py [--messages N] [--rounds R] [--samples S] [--quick] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -35,14 +34,13 @@ from typing import Any, Callable
 import redis
 
 from keyqueue import Message, Queue, Worker
-from keyqueue.server import RedisServer
 
-QUEUE = "bench"
-RAW_QUEUE, RAW_PROCESSING = "raw:queue", "raw:processing"
+from harness import (BODY, QUEUE_NAME, RAW_PROCESSING, RAW_QUEUE, Options, Spread, exit_status, interleaved,
+                     markdown_table, ratios, throwaway_redis)
+
 STREAM, GROUP = "raw:stream", "g"
 HANDLED = "bench:handled"
 STARTS = "bench:starts"
-BODY = b"x" * 100
 
 _handler_client: redis.Redis | None = None
 
@@ -59,7 +57,7 @@ def handle() -> None:
 
 
 def keyqueue_drain(url: str) -> None:
-    Worker(Queue(QUEUE, url=url), lambda m: handle()).run(burst=True)
+    Worker(Queue(QUEUE_NAME, url=url), lambda m: handle()).run(burst=True)
 
 
 def streams_drain(url: str) -> None:
@@ -87,7 +85,7 @@ def fill(r: redis.Redis, side: str, n: int) -> None:
     for i in range(0, n, 1000):
         k = min(1000, n - i)
         if side == "keyqueue":
-            Queue(QUEUE, client=r).enqueue_many([BODY] * k)
+            Queue(QUEUE_NAME, client=r).enqueue_many([BODY] * k)
         elif side == "streams":
             pipe = r.pipeline(transaction=False)
             for _ in range(k):
@@ -103,7 +101,7 @@ def drained(r: redis.Redis, side: str, n: int) -> None:
     """Every message handled once and none left: a broken side cannot look fast."""
     handled = int(r.get(HANDLED) or 0)
     if side == "keyqueue":
-        s = Queue(QUEUE, client=r).stats()
+        s = Queue(QUEUE_NAME, client=r).stats()
         left = s.waiting + s.processing
     elif side == "streams":
         left = r.xpending(STREAM, GROUP)["pending"]
@@ -146,22 +144,15 @@ def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> f
     return n / (max(ends) - start)
 
 
-def ratios(a: list[float], b: list[float]) -> dict[str, float]:
-    rs = [x / y for x, y in zip(a, b)]
-    return {"min": round(min(rs), 2), "median": round(statistics.median(rs), 2), "max": round(max(rs), 2)}
-
-
 def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for processes in (1, 2):
-        runs: dict[str, list[float]] = {side: [] for side in SIDES}
-        for _ in range(rounds):
-            for side in SIDES:  # baseline, keyqueue, baseline: neighbours in time
-                runs[side].append(drain_rate(r, url, side, processes, n))
+        # baseline, keyqueue, baseline: neighbours in time
+        runs = interleaved({side: (lambda s=side: drain_rate(r, url, s, processes, n)) for side in SIDES}, rounds)
         rows.append({"processes": processes, "messages": n,
                      **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in runs.items()},
-                     "vs_streams": ratios(runs["keyqueue"], runs["streams"]),
-                     "vs_lmove": ratios(runs["keyqueue"], runs["lmove"])})
+                     "vs_streams": Spread.of(ratios(runs["keyqueue"], runs["streams"])).rounded(),
+                     "vs_lmove": Spread.of(ratios(runs["keyqueue"], runs["lmove"])).rounded()})
         print(f"  drained with {processes} process(es)", file=sys.stderr)
     return rows
 
@@ -232,18 +223,14 @@ def summary(lat: list[float]) -> dict[str, float]:
     return {"median_ms": round(statistics.median(lat), 3), "p99_ms": round(p99, 3), "max_ms": round(lat[-1], 3)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = Options(__doc__, rounds=3)
     ap.add_argument("--messages", type=int, default=60_000)
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--quick", action="store_true", help="small counts, a smoke test")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    n, samples = (5000, 100) if args.quick else (args.messages, args.samples)
-    with RedisServer() as server:
-        r = redis.Redis(port=server.port)
-        rows = drain_rows(r, server.url, n, max(3, args.rounds))
+    args = ap.parse(argv)
+    n, samples = (500, 20) if args.quick else (args.messages, args.samples)
+    with throwaway_redis() as (server, r):
+        rows = drain_rows(r, server.url, n, args.rounds)
         latency = {}
         for raw in (False, True):
             from_return, from_call = wake_latency(server.url, samples, raw)
@@ -253,26 +240,22 @@ def main() -> int:
     ok &= latency["keyqueue_from_call"]["median_ms"] <= 0.5 and latency["keyqueue_from_call"]["p99_ms"] <= 2.0
     if args.json:
         print(json.dumps({"drain": rows, "latency": latency}, indent=2))
-        return 0 if ok else 1
-    print("| worker processes | messages | keyqueue msg/s | Streams consumer msg/s | LMOVE loop msg/s | "
-          "vs Streams min / median / max (target >= 1) | vs LMOVE (target >= 2) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        s, lm = row["vs_streams"], row["vs_lmove"]
-        print(f"| {row['processes']} | {row['messages']:,} | {row['keyqueue_msgs_per_s']:,} | "
-              f"{row['streams_msgs_per_s']:,} | {row['lmove_msgs_per_s']:,} | "
-              f"{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f} | {lm['min']:.2f} / {lm['median']:.2f} / "
-              f"{lm['max']:.2f} |")
+        return exit_status(args, ok)
+    spread = "{min:.2f} / {median:.2f} / {max:.2f}".format_map
+    print("\n".join(markdown_table(
+        ["worker processes", "messages", "keyqueue msg/s", "Streams consumer msg/s", "LMOVE loop msg/s",
+         "vs Streams min / median / max (target >= 1)", "vs LMOVE (target >= 2)"], "rrrrrrr",
+        ([row["processes"], f"{row['messages']:,}", f"{row['keyqueue_msgs_per_s']:,}", f"{row['streams_msgs_per_s']:,}",
+          f"{row['lmove_msgs_per_s']:,}", spread(row["vs_streams"]), spread(row["vs_lmove"])] for row in rows))))
     print()
-    print(f"| idle consumer, until its handler starts ({samples} samples) | median ms | p99 ms | max ms |")
-    print("|---|---:|---:|---:|")
-    for key, label in (("keyqueue_from_call", "keyqueue worker, from enqueue's call (target 0.5 / 2)"),
-                       ("keyqueue_from_return", "keyqueue worker, from enqueue's return"),
-                       ("raw_from_call", "raw BLPOP consumer, from LPUSH's call (the floor)"),
-                       ("raw_from_return", "raw BLPOP consumer, from LPUSH's return")):
-        x = latency[key]
-        print(f"| {label} | {x['median_ms']:.3f} | {x['p99_ms']:.3f} | {x['max_ms']:.3f} |")
-    return 0 if ok else 1
+    print("\n".join(markdown_table(
+        [f"idle consumer, until its handler starts ({samples} samples)", "median ms", "p99 ms", "max ms"], "lrrr",
+        ([label, *(f"{latency[key][k]:.3f}" for k in ("median_ms", "p99_ms", "max_ms"))] for key, label in (
+            ("keyqueue_from_call", "keyqueue worker, from enqueue's call (target 0.5 / 2)"),
+            ("keyqueue_from_return", "keyqueue worker, from enqueue's return"),
+            ("raw_from_call", "raw BLPOP consumer, from LPUSH's call (the floor)"),
+            ("raw_from_return", "raw BLPOP consumer, from LPUSH's return"))))))
+    return exit_status(args, ok)
 
 
 if __name__ == "__main__":
