@@ -17,7 +17,7 @@ from .errors import (
 from .message import Message, QueueStats, ReapResult
 from .queue import Queue
 from .reaper import Reaper
-from .worker import Worker
+from .worker.threads import Worker
 
 __version__ = "0.1.0"
 

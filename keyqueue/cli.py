@@ -19,8 +19,9 @@ import redis
 from click.core import ParameterSource
 
 from . import __version__
-from .connection import DEFAULT_URL, TRANSIENT, connection_kwargs, from_url, redact
+from .connection import DEFAULT_URL, from_url, redact
 from .errors import ConfigurationError, InvalidArgument, KeyQueueError, MessageTooLarge
+from .keys import unknown_queue
 from .message import json_body
 from .queue import BATCH, Queue, list_queues
 from .settings import QueueSettings, check_seconds, validate
@@ -81,19 +82,27 @@ class Config:
     def shown_url(self) -> str:
         return redact(self.url or DEFAULT_URL)
 
+    def served_queues(self, queue_class: Any, names: tuple[str, ...], like: list[Any] | None,
+                      made: list[Any]) -> list[Any]:
+        """The queues ``keyqueue worker`` serves: ``names``, or a decorated worker's own
+        queues (``like``); a decorated worker's queues keep what the group options given do
+        not override. The one client made from the URL is put in ``made``, to be closed."""
+        def client() -> Any:
+            if not made:
+                made.append(from_url(self.url or DEFAULT_URL, queue_class.client_class))
+            return made[0]
 
-def unknown_queue(name: str, prefix: str, url: str, names: list[str]) -> str:
-    return f"no queue {name!r} under prefix {prefix!r} at {url}{closest(name, names)}"
-
-
-def closest(name: str, names: list[str]) -> str:
-    """What to say about the registered names closest to a name that is not among them."""
-    if not names:
-        return " (no queue is registered under that prefix)"
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    if close:
-        return f"; did you mean {', '.join(repr(c) for c in close)}?"
-    return f"; no registered name is close ('keyqueue ls' lists all {len(names)})"
+        if like is None:
+            return [queue_class(name, client=client(), prefix=self.prefix, **self.options()) for name in names]
+        if not names and not (self.url_given or self.prefix_given or self.scripting_given or self.replicas_given):
+            return like
+        pairs = [(name, like[0]) for name in names] if names else [(q.name, q) for q in like]
+        return [queue_class(name, client=client() if self.url_given else q.client,
+                            prefix=self.prefix if self.prefix_given else q.prefix,
+                            scripting=self.scripting if self.scripting_given else q.scripting,
+                            min_replicas=self.min_replicas if self.replicas_given else q.min_replicas,
+                            replica_timeout=self.replica_timeout if self.replicas_given else q.replica_timeout)
+                for name, q in pairs]
 
 
 pass_config = click.make_pass_decorator(Config)
@@ -522,6 +531,8 @@ def load_handler(spec: str) -> Any:
     """The object MODULE:FUNC names: a function (plain or ``async def``), or a Worker made
     with ``@queue.worker`` (a ``keyqueue.Worker``, or a ``keyqueue.aio.Worker`` from an
     asyncio queue)."""
+    from .worker.base import WorkerBase
+
     if not HANDLER_RE.fullmatch(spec):
         raise InvalidArgument(f"handler must be MODULE:FUNC (like 'app.tasks:send'), not {spec!r}")
     module_name, func_name = spec.split(":")
@@ -531,44 +542,33 @@ def load_handler(spec: str) -> Any:
     except ImportError as exc:
         raise InvalidArgument(f"cannot import module {module_name!r}: {exc}") from None
     func = getattr(module, func_name, None)
-    if not isinstance(func, worker_classes()) and not callable(func):
+    if not isinstance(func, WorkerBase) and not callable(func):
         raise InvalidArgument(f"module {module_name!r} has no function {func_name!r}")
     return func
 
 
-def worker_classes() -> tuple[type, type]:
-    """The blocking and the asyncio Worker (imported on use: other commands never load them)."""
-    from .aio.worker import Worker as AsyncWorker
-    from .worker import Worker
+def worker_class(target: Any) -> Any:
+    """The Worker class that runs ``target``: a decorated Worker's own, keyqueue.aio.Worker
+    for an ``async def`` function, else keyqueue.Worker (imported on use: other commands
+    never load them)."""
+    from .worker.base import WorkerBase
+    from .worker.rules import is_async
 
-    return Worker, AsyncWorker
+    if isinstance(target, WorkerBase):
+        return type(target)
+    if is_async(target):
+        from .worker.tasks import Worker as AsyncWorker
+
+        return AsyncWorker
+    from .worker.threads import Worker
+
+    return Worker
 
 
-def client_url(client: redis.Redis) -> str:
-    """Where a client connects, without its password (for a log line)."""
-    kw = connection_kwargs(client)
-    if kw.get("path"):
-        return f"unix://{kw['path']}"
-    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
-
-
-def warn_missing(queues: list[Any], log: logging.Logger,
-                 names_of: Callable[[Any, str], list[str]] = list_queues) -> None:
-    """One warning line per queue nobody has created yet (a typo, or producers to come);
-    ``names_of(client, prefix)``: the names registered there. Redis unreachable: nothing to
-    say yet (the worker waits for it, as through any outage)."""
-    known: dict[tuple[int, str], list[str]] = {}
-    for q in queues:
-        key = (id(q.client), q.prefix)
-        if key not in known:
-            try:
-                known[key] = names_of(q.client, q.prefix)
-            except TRANSIENT:
-                return
-        names = known[key]
-        if q.name not in names:
-            log.warning("queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
-                        q.name, q.prefix, client_url(q.client), closest(q.name, names))
+#: The worker command's options that override a decorated Worker's: option name, parameter.
+WORKER_OPTIONS = (("concurrency", "concurrency"), ("grace_period", "grace"),
+                  ("visibility_timeout", "visibility_timeout"), ("metrics_port", "metrics_port"),
+                  ("metrics_host", "metrics_host"))
 
 
 @cli.command()
@@ -588,121 +588,27 @@ def warn_missing(queues: list[Any], log: logging.Logger,
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of --metrics-port.")
 @LOG_LEVEL
 @click.pass_context
-def worker(ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, burst: bool,
-           grace: float, visibility_timeout: float | None, metrics_port: int | None, metrics_host: str,
-           log_level: str) -> None:
+def worker(ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: bool, log_level: str,
+           **options: Any) -> None:
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
     override them. An `async def` HANDLER (or one decorated on a keyqueue.aio.Queue) runs
     on asyncio, with keyqueue.aio.Worker."""
-    import redis.asyncio
-
-    from .aio.queue import Queue as AsyncQueue
-    from .worker_rules import is_async
-
     cfg = ctx.find_object(Config)
     assert cfg is not None
     target = load_handler(handler)
-    Worker, AsyncWorker = worker_classes()
-    decorated = isinstance(target, (Worker, AsyncWorker))
-    on_asyncio = isinstance(target, AsyncWorker) or (not decorated and is_async(target))
-    kind, queue_class = (AsyncWorker, AsyncQueue) if on_asyncio else (Worker, Queue)
-    clients: list[Any] = []  # the client made from --url (made once, on first use)
-
-    def client() -> Any:
-        if not clients:
-            clients.append(from_url(cfg.url or DEFAULT_URL, redis.asyncio.Redis) if on_asyncio else cfg.client())
-        return clients[0]
-
-    def given(param: str) -> bool:
-        return ctx.get_parameter_source(param) in GIVEN
-
-    if decorated:
-        def rebuilt(name: str, like: Any) -> Any:
-            return queue_class(name, client=client() if cfg.url_given else like.client,
-                               prefix=cfg.prefix if cfg.prefix_given else like.prefix,
-                               scripting=cfg.scripting if cfg.scripting_given else like.scripting,
-                               min_replicas=cfg.min_replicas if cfg.replicas_given else like.min_replicas,
-                               replica_timeout=(cfg.replica_timeout if cfg.replicas_given
-                                                else like.replica_timeout))
-
-        if queues:
-            qs = [rebuilt(name, target.queues[0]) for name in queues]
-        elif cfg.url_given or cfg.prefix_given or cfg.scripting_given or cfg.replicas_given:
-            qs = [rebuilt(q.name, q) for q in target.queues]
-        else:
-            qs = list(target.queues)
-        w = kind(qs, target.handler,
-                 concurrency=concurrency if given("concurrency") else target.concurrency,
-                 visibility_timeout=(visibility_timeout if given("visibility_timeout")
-                                     else target.visibility_timeout),
-                 heartbeat=target.heartbeat, retry_backoff=target.retry_backoff,
-                 reap_on_start=target.reap_on_start,
-                 grace_period=grace if given("grace") else target.grace_period,
-                 metrics_port=metrics_port if metrics_port is not None or target.metrics is None
-                 else target.metrics.port,
-                 metrics_host=metrics_host if given("metrics_host") or target.metrics is None
-                 else target.metrics.host)
-    else:
-        if not queues:
-            raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
-                                   "so name the queues it serves", ctx)
-        w = kind([queue_class(name, client=client(), prefix=cfg.prefix, **cfg.options())
-                  for name in queues], target, concurrency=concurrency, grace_period=grace,
-                 visibility_timeout=visibility_timeout, metrics_port=metrics_port, metrics_host=metrics_host)
+    kind = worker_class(target)
+    decorated = isinstance(target, kind)
+    given = {name: options[param] for name, param in WORKER_OPTIONS if ctx.get_parameter_source(param) in GIVEN}
+    if not decorated and not queues:
+        raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
+                               "so name the queues it serves", ctx)
+    made: list[Any] = []  # the client made from --url (made once, on first use)
+    qs = cfg.served_queues(kind.queue_class, queues, target.queues if decorated else None, made)
+    w = target.with_options(queues=qs, **given) if decorated else kind(qs, target, **given)
     setup_logging(log_level)
-    log = logging.getLogger("keyqueue.worker")
-    url = cfg.shown_url if cfg.url_given or not decorated else client_url(w.queues[0].client)
-    if on_asyncio:
-        run_async_worker(w, burst, handler, url, clients, log)
-        return
-    warn_missing(w.queues, log)
-    log_start(log, handler, w, url)
-    w.run(burst=burst)
-
-
-def log_start(log: logging.Logger, handler: str, w: Any, url: str) -> None:
-    log.info("worker %s on %s at %s, concurrency %d", handler, ", ".join(q.name for q in w.queues), url,
-             w.concurrency)
-
-
-def run_async_worker(w: Any, burst: bool, handler: str, url: str, clients: list[Any],
-                     log: logging.Logger) -> None:
-    """Run a ``keyqueue.aio.Worker`` with ``asyncio.run``, SIGINT/SIGTERM handled on its
-    loop as the blocking worker handles them: the first stops it (in-flight handlers get
-    the grace period, exit 0), a second releases what is held at once (exit 130 for
-    SIGINT, 143 for SIGTERM), a third exits at once."""
-    import asyncio
-
-    from .aio.queue import list_queues as list_queues_async
-    from .signals import STOP_SIGNALS
-    from .worker_rules import StopSignals
-
-    signals = StopSignals(w.grace_period, lambda: w.stopping, w.stop, lambda: w.stop(now=True))
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, signals, sig)
-        try:
-            try:
-                registered = {(id(q.client), q.prefix): await list_queues_async(q.client, q.prefix)
-                              for q in w.queues}
-                warn_missing(w.queues, log, lambda c, prefix: registered[(id(c), prefix)])
-            except TRANSIENT:
-                pass  # the worker waits for Redis, as through any outage
-            log_start(log, handler, w, url)
-            await w.run(burst=burst)
-        finally:
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
-            for q in w.queues:  # the clients it made: closed on the loop they ran on
-                await q.aclose()
-            for c in clients:
-                await c.aclose()
-
-    asyncio.run(main())
-    signals.reraise()
+    w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst,
+                  close=made)
 
 
 @cli.command()

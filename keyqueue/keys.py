@@ -7,6 +7,7 @@ the two dynamic suffixes ``item:<id>`` and ``timer:<bucket>`` to ``base``.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,22 @@ def validate_prefix(prefix: object) -> str:
             f"invalid key prefix {prefix!r}: use 1 to 100 characters from A-Z a-z 0-9 . _ - :"
         )
     return prefix
+
+
+def unknown_queue(name: str, prefix: str, url: str, names: list[str]) -> str:
+    """Why ``name`` is refused when it is not among the registered ``names`` (a typo must not
+    read as an empty queue)."""
+    return f"no queue {name!r} under prefix {prefix!r} at {url}{closest(name, names)}"
+
+
+def closest(name: str, names: list[str]) -> str:
+    """What to say about the registered names closest to a name that is not among them."""
+    if not names:
+        return " (no queue is registered under that prefix)"
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {', '.join(repr(c) for c in close)}?"
+    return f"; no registered name is close ('keyqueue ls' lists all {len(names)})"
 
 
 #: The Redis type of each fixed key of a queue, by its name after the key base, and of each

@@ -209,7 +209,7 @@ class Queue(QueueFace):
     def worker(self, handler: Callable[[Message], Any] | None = None, **options: Any) -> Any:
         """Decorator: ``@queue.worker(concurrency=4)`` (or bare ``@queue.worker``) turns
         ``fn(message)`` into a Worker."""
-        from .worker import Worker
+        from .worker.threads import Worker
 
         def decorate(handler: Callable[[Message], Any]) -> Worker:
             return Worker(self, handler, **options)

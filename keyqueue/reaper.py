@@ -25,7 +25,8 @@ from .keys import validate_prefix
 from .message import ReapResult
 from .queue import Queue, list_queues
 from .settings import check_seconds
-from .signals import on_stop_signals
+from .worker.reaping import reap_and_log
+from .worker.signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.reaper")
 
@@ -53,33 +54,6 @@ def _scheduler_classes() -> tuple[type, type]:
     except ImportError as exc:  # pragma: no cover - apscheduler is a dependency
         raise MissingDependency("the Reaper needs APScheduler: pip install 'apscheduler>=3.10,<4'") from exc
     return BlockingScheduler, BackgroundScheduler
-
-
-def reap_and_log(q: Queue, logger: logging.Logger, *, refresh: bool = False) -> ReapResult | None:
-    """One reap of ``q`` (after re-reading its settings with ``refresh``), logged; None when
-    it failed, which is logged too: reaping goes on."""
-    try:
-        if refresh:
-            q.refresh_settings()
-        outcome: ReapResult | Exception = q.reap()
-    except TRANSIENT + (KeyQueueError,) as exc:
-        outcome = exc
-    return log_reap(q.name, outcome, logger)
-
-
-def log_reap(name: str, outcome: ReapResult | Exception, logger: logging.Logger) -> ReapResult | None:
-    """Log one reap's outcome (what it moved, or why it failed: reaping goes on), for a
-    blocking or an asyncio caller alike; None when it failed."""
-    if isinstance(outcome, KeyQueueError):
-        logger.error("reap of queue=%s: %s", name, outcome)
-        return None
-    if isinstance(outcome, Exception):
-        logger.warning("reap of queue=%s failed: %s; retrying next pass", name, outcome)
-        return None
-    if outcome.total:
-        logger.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                    name, outcome.requeued, outcome.dead_lettered, outcome.delayed_released)
-    return outcome
 
 
 class Reaper:

@@ -9,7 +9,7 @@ import socket
 from typing import Any, Mapping
 
 from .errors import ConfigurationError, KeyQueueError, MissingDependency
-from .signals import on_stop_signals
+from .worker.signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.serve")
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from keyqueue import InvalidArgument, Message, Queue, Worker
-from keyqueue.worker import MAX_BACKOFF, backoff
+from keyqueue.worker.rules import MAX_BACKOFF, backoff
 
 from .conftest import wait_until
 

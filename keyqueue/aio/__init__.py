@@ -17,7 +17,7 @@ __all__ = ["Queue", "Message", "Worker", "claim_any", "list_queues"]
 
 def __getattr__(name: str) -> Any:
     if name == "Worker":  # imported on use: a producer never loads the worker runtime
-        from .worker import Worker
+        from ..worker.tasks import Worker
 
         return Worker
     raise AttributeError(name)

@@ -22,7 +22,7 @@ from .message import Message
 
 if TYPE_CHECKING:
     from ..fsck import CheckReport
-    from .worker import Worker
+    from ..worker.tasks import Worker
 
 
 class Queue(QueueFace):
@@ -178,7 +178,7 @@ class Queue(QueueFace):
     def worker(self, handler: Callable[[Message], Awaitable[Any]] | None = None, **options: Any) -> Any:
         """Decorator: ``@queue.worker(concurrency=10)`` turns ``async def fn(message)`` into an
         ``aio.Worker``."""
-        from .worker import Worker
+        from ..worker.tasks import Worker
 
         def decorate(handler: Callable[[Message], Awaitable[Any]]) -> Worker:
             return Worker(self, handler, **options)

@@ -13,9 +13,9 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..cli import unknown_queue
 from ..connection import redact
 from ..errors import InvalidArgument
+from ..keys import unknown_queue
 from ..message import Message
 from ..queue import Queue, list_queues
 from .options import Options

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from ..errors import InvalidArgument, MissingDependency
 from ..message import Message, QueueStats
 from ..queue import Queue
-from ..worker import Worker
+from ..worker.threads import Worker
 from .interpreter import NO_MODULE, cannot_import, keyqueue_python
 
 log = logging.getLogger("keyqueue.spark")

@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .errors import InvalidArgument, KeyQueueError, MissingDependency
-from .settings import whole_number
+from ..errors import InvalidArgument, KeyQueueError, MissingDependency
+from ..settings import whole_number
 
 log = logging.getLogger("keyqueue.worker")
 
 #: What a handled message became: acked, released for a retry, dead-lettered.
 OUTCOMES = ("ok", "retry", "dead")
+#: Where the metrics are served unless asked otherwise: loopback, not the network.
+METRICS_HOST = "127.0.0.1"
 
 
 class WorkerMetrics:
@@ -22,7 +24,7 @@ class WorkerMetrics:
     workers in one process do not mix), served while the worker runs. ``port`` 0: any free
     port (``port`` says which once started)."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, host: str = METRICS_HOST) -> None:
         try:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError:

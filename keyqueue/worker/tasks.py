@@ -1,9 +1,9 @@
-"""asyncio Worker: ``async def`` handlers, ``concurrency`` at once on one event loop, doing
-all the blocking Worker does (what happens to a claimed message is written once, in
-``keyqueue.worker_rules``).
+"""keyqueue.aio.Worker: ``async def`` handlers, ``concurrency`` at once on one event loop,
+doing all the thread worker does (what happens to a claimed message is written once, in
+base.py and steps.py).
 
 Each of ``concurrency`` lanes (tasks) claims (queues in priority order), handles and acks
-its own batches, as the blocking worker's threads do, batches adapting to how long handlers
+its own batches, as the thread worker's threads do, batches adapting to how long handlers
 take. The lanes take turns to claim, so an idle worker holds one long-poll, whatever its
 concurrency. Each handler runs in a task of its own: whatever it raises (any BaseException,
 a CancelledError too) fails its delivery, and a SystemExit or KeyboardInterrupt then stops
@@ -14,8 +14,8 @@ out.
 ``stop()`` is a plain call (from the loop or any thread): claims under way are cancelled (a
 cancelled claim takes nothing), claimed messages not yet started go back at once, running
 handlers get ``grace_period``; then their tasks are cancelled and their messages released.
-``stop(now=True)`` releases every held message at once. run() installs no signal handlers:
-``keyqueue worker`` does.
+``stop(now=True)`` releases every held message at once. run() installs no signal handlers
+(the application owns its loop); ``run_process`` does, for ``keyqueue worker``.
 """
 
 from __future__ import annotations
@@ -24,17 +24,20 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import redis
 
+from ..aio.message import Message
+from ..aio.queue import Queue, claim_any, list_queues
 from ..health import judge_eviction
 from ..queue import WAIT_SLICE
-from ..reaper import log_reap
 from ..settings import QueueSettings
-from ..worker_rules import RECOVERABLE, Held, Pause, Stepper, Steps, WorkerBase, outage_pause
-from .message import Message
-from .queue import Queue, claim_any
+from .base import WorkerBase
+from .reaping import log_reap
+from .rules import RECOVERABLE
+from .signals import StopSignals, on_loop_stop_signals
+from .steps import Held, Pause, Steps, Walker, outage_pause
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -63,7 +66,7 @@ class Worker(WorkerBase[Queue, Handler]):
 
     ``Worker(queues, handler, *, concurrency=10, visibility_timeout=None, heartbeat=True,
     retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
-    options of ``keyqueue.Worker`` (``keyqueue.worker_rules.WorkerBase``).
+    options of ``keyqueue.Worker`` (``keyqueue.worker.base.WorkerBase``).
     """
 
     queue_class = Queue
@@ -149,6 +152,35 @@ class Worker(WorkerBase[Queue, Handler]):
         if self._fatal is not None:
             raise self._fatal
 
+    def run_process(self, name: str, *, url: str | None = None, burst: bool = False,
+                    close: Sequence[Any] = ()) -> None:
+        """run() as a process's main work (``keyqueue worker``), with ``asyncio.run``: first a
+        warning per queue nobody created yet and a line saying what runs where (``name``:
+        the handler; ``url``: where, by default where the first queue's client connects).
+        SIGINT/SIGTERM are handled on the loop as the thread worker handles them: the first
+        stops it (in-flight handlers get the grace period, return), a second releases what
+        is held at once (KeyboardInterrupt for SIGINT, SystemExit(143) for SIGTERM), a third
+        exits at once. At the end the queues close the clients they made, and ``close``
+        (clients) is closed, on the loop they ran on."""
+        signals = StopSignals(self.grace_period, lambda: self.stopping, self.stop, lambda: self.stop(now=True))
+
+        async def main() -> None:
+            restore = on_loop_stop_signals(asyncio.get_running_loop(), signals)
+            try:
+                try:
+                    await self._drive(self._announce_steps(name, url))
+                    await self.run(burst=burst)
+                finally:
+                    restore()
+            finally:
+                for q in self.queues:
+                    await q.aclose()
+                for client in close:
+                    await client.aclose()
+
+        asyncio.run(main())
+        signals.reraise()
+
     def _lane_done(self, lane: asyncio.Task[None]) -> None:
         """A lane that ended on an error (a bug: lanes handle Redis' errors) stops the worker,
         and run() raises the error."""
@@ -161,11 +193,11 @@ class Worker(WorkerBase[Queue, Handler]):
 
     async def _drive(self, steps: Steps[T]) -> T:
         """Run shared steps on the loop: await each call, wait out each Pause."""
-        stepper = Stepper(steps)
-        for step in stepper:
-            with stepper.answering():
-                stepper.reply = await (self._pause(step) if isinstance(step, Pause) else step())
-        return stepper.result
+        walker = Walker(steps)
+        for step in walker:
+            with walker.answering():
+                walker.reply = await (self._pause(step) if isinstance(step, Pause) else step())
+        return walker.result
 
     async def _pause(self, pause: Pause) -> None:
         if not pause.interruptible:
@@ -191,6 +223,9 @@ class Worker(WorkerBase[Queue, Handler]):
         except RECOVERABLE as exc:
             reply = exc
         log_reap(q.name, reply, log)
+
+    async def _queue_names(self, q: Queue) -> list[str]:
+        return await list_queues(q.client, q.prefix)
 
     # -- one lane: claim, handle, ack -----------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Worker: runs a handler on every message of one or more queues, SQS-consumer style.
+"""keyqueue.Worker: runs a handler on every message of one or more queues, in threads.
 
 Each of ``concurrency`` threads claims (queues in priority order), handles and acks its
 own batches: no hand-off between threads, so an idle worker starts on a new message one
@@ -17,9 +17,9 @@ run() re-raises it. A second SIGINT/SIGTERM during the grace period releases eve
 message at once and makes run() raise KeyboardInterrupt (SIGINT) or SystemExit(143); a
 third one (should releasing hang) ends the process at once.
 
-What happens to a message once claimed (handle, fail, ack, heartbeat, give back) is written
-once, in ``keyqueue.worker_rules``, and shared with the asyncio worker
-(``keyqueue.aio.Worker``); this module has the threads, the claims and the shutdown.
+What happens to a message once claimed is written once (base.py, steps.py) and shared
+with the asyncio worker (tasks.py); this module has the threads, the claims and the
+shutdown.
 """
 
 from __future__ import annotations
@@ -27,30 +27,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
-from .errors import InvalidArgument
-from .health import warn_unless_noeviction
-from .message import Message
-from .queue import WAIT_SLICE, Queue, claim_any
-from .reaper import reap_and_log
-from .settings import QueueSettings
-from .signals import on_stop_signals
-from .worker_rules import (  # noqa: F401 (MAX_BACKOFF, backoff, describe: the names this module had)
-    BATCH_SECONDS,
-    MAX_BACKOFF,
-    MAX_BATCH,
-    RECOVERABLE,
-    Held,
-    Steps,
-    StopSignals,
-    WorkerBase,
-    backoff,
-    describe,
-    drive,
-    is_async,
-    outage_pause,
-)
+from ..errors import InvalidArgument
+from ..health import warn_unless_noeviction
+from ..message import Message
+from ..queue import WAIT_SLICE, Queue, claim_any, list_queues
+from ..settings import QueueSettings
+from .base import WorkerBase
+from .reaping import reap_and_log
+from .rules import RECOVERABLE, is_async
+from .signals import StopSignals, on_stop_signals
+from .steps import Held, Steps, drive, outage_pause
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -64,7 +52,7 @@ class Worker(WorkerBase[Queue, Handler]):
 
     ``Worker(queues, handler, *, concurrency=1, visibility_timeout=None, heartbeat=True,
     retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
-    options are those of every worker (``keyqueue.worker_rules.WorkerBase``).
+    options are those of every worker (``keyqueue.worker.base.WorkerBase``).
     """
 
     queue_class = Queue
@@ -118,6 +106,19 @@ class Worker(WorkerBase[Queue, Handler]):
         if self._fatal is not None:
             raise self._fatal
 
+    def run_process(self, name: str, *, url: str | None = None, burst: bool = False,
+                    close: Sequence[Any] = ()) -> None:
+        """run() as a process's main work (``keyqueue worker``): first a warning per queue
+        nobody created yet and a line saying what runs where (``name``: the handler; ``url``:
+        where, by default where the first queue's client connects); ``close``: clients to
+        close once run() is over."""
+        try:
+            self._drive(self._announce_steps(name, url))
+            self.run(burst=burst)
+        finally:
+            for client in close:
+                client.close()
+
     def _drive(self, steps: Steps[Any]) -> Any:
         return drive(steps, self._stopping.wait)
 
@@ -129,6 +130,9 @@ class Worker(WorkerBase[Queue, Handler]):
 
     def _reap(self, q: Queue) -> None:
         reap_and_log(q, log)
+
+    def _queue_names(self, q: Queue) -> list[str]:
+        return list_queues(q.client, q.prefix)
 
     # -- one thread: claim, handle, ack ---------------------------------------------------
 
@@ -164,7 +168,7 @@ class Worker(WorkerBase[Queue, Handler]):
 
     def _invoke(self, h: Held) -> BaseException | None:
         try:
-            self.handler(h.message)
+            self.handler(cast(Message, h.message))  # (a Queue's claims are Messages)
         except BaseException as exc:  # the handler's failure, not ours: whatever it raised
             return exc
         return None
