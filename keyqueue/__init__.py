@@ -14,7 +14,8 @@ from .errors import (
     NotReplicated,
     PoolExhausted,
 )
-from .message import Message, QueueStats, ReapResult
+from .core.results import QueueStats, ReapResult
+from .message import Message
 from .queue import Queue
 from .reaper import Reaper
 from .worker.threads import Worker

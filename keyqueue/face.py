@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .backends.commands import CommandOps
 import redis
 
+from .backends.commands import CommandOps
+from .backends.scripted import ScriptOps
 from .connection import connection_kwargs, resolve_client
 from .core.backend import Backend
 from .core.queue_core import QueueCore
@@ -16,20 +17,20 @@ from .core.replication import Replication
 from .core.results import Fields
 from .errors import ConfigurationError
 from .keys import QueueKeys
-from .message import Message
-from .backends.scripted import ScriptOps
-from .settings import UNSET, Unset
+from .message import BaseMessage, Message
+from .settings import UNSET, QueueSettings, Unset, validate
 from .transport.sync import is_cluster
 
 
-def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None) -> Backend:
+def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None,
+            replication: Replication) -> Backend:
     """The operations of a mode; the script-free mode needs one server (WATCH/MULTI)."""
     if scripting:
-        return ScriptOps(keys, clock)
+        return ScriptOps(keys, clock, replication)
     if is_cluster(client):
         raise ConfigurationError("the script-free mode needs a single Redis server "
                                  "(WATCH/MULTI on one connection); use the scripted mode on a cluster")
-    return CommandOps(keys, clock)
+    return CommandOps(keys, clock, replication)
 
 
 def socket_timeout(client: Any) -> float | None:
@@ -37,12 +38,20 @@ def socket_timeout(client: Any) -> float | None:
     return float(t) if isinstance(t, (int, float)) and t > 0 else None
 
 
+def one_connection(queues: Sequence[Any]) -> bool:
+    """Whether one BLPOP can watch all their signal lists (same client, no cluster)."""
+    first = queues[0]
+    if is_cluster(first.client):
+        return len(queues) == 1
+    return all(q.client is first.client for q in queues)
+
+
 class QueueFace:
     """The parts of a Queue that do not depend on how round trips are sent."""
 
     client: Any
     scripting: bool
-    message_class: type[Message] = Message
+    message_class: type[BaseMessage] = Message
 
     #: redis.Redis or redis.asyncio.Redis: the client a URL is turned into.
     client_class: Any = redis.Redis
@@ -66,15 +75,15 @@ class QueueFace:
     ) -> None:
         given = dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
                      bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes, dedup_window=dedup_window)
-        core = QueueCore(name, prefix, {k: v for k, v in given.items() if v is not UNSET}, None)
-        self._core = core  # the name and settings are validated before any connection is made
-        core.replication = Replication.of(min_replicas, replica_timeout)
+        given = {k: v for k, v in given.items() if v is not UNSET}
+        keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read
+        validate(QueueSettings(), given)
+        replication = Replication.of(min_replicas, replica_timeout)
         self.scripting = scripting
         self._owns_client = client is None
         self.client = resolve_client(client, url, self.client_class)
-        core.socket_timeout = socket_timeout(self.client)
-        core.ops = backend(self.client, core.keys, scripting, clock)
-        core.ops.replication = core.replication
+        self._core = QueueCore(keys, given, backend(self.client, keys, scripting, clock, replication),
+                               socket_timeout(self.client))
         self._made()
 
     def _made(self) -> None:
@@ -108,11 +117,11 @@ class QueueFace:
     def _bind(self, fields: list[Fields], with_receipt: bool = True) -> list[Any]:
         return [self.message_class.of(f, self, with_receipt) for f in fields]
 
-    def _own(self, message: Message) -> None:
+    def _own(self, message: BaseMessage) -> None:
         q = message.queue
         self._core.own(None if q is None or q is self else q.keys, message.id, getattr(q, "name", None))
 
-    def _pairs(self, messages: Sequence[Message]) -> tuple[list[Message], list[tuple[str, str]]]:
+    def _pairs(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[tuple[str, str]]]:
         """The messages that carry a receipt (checked to be this queue's), with their pairs."""
         for m in messages:
             self._own(m)
@@ -120,7 +129,7 @@ class QueueFace:
         return owned, [(m.id, m.receipt) for m in owned]  # type: ignore[misc]
 
     @staticmethod
-    def _mark(messages: Sequence[Message], what: str) -> None:
+    def _mark(messages: Sequence[BaseMessage], what: str) -> None:
         """Record what was done to these deliveries (a Worker takes a handler at its word)."""
         for m in messages:
             if m.receipt is not None:

@@ -50,7 +50,7 @@ def closest(name: str, names: list[str]) -> str:
 
 
 #: The Redis type of each fixed key of a queue, by its name after the key base, and of each
-#: family of keys (the layout of SPEC 1 and its helper keys). The fsck and the script-free
+#: family of keys (the fixed layout and its helper keys). The fsck and the script-free
 #: mode's type checks read this one table.
 FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
                "timers": "zset", "dead": "list", "signal": "list", "config": "hash",
@@ -67,6 +67,11 @@ def registry_key(prefix: str) -> str:
 class QueueKeys:
     prefix: str
     name: str
+
+    @classmethod
+    def checked(cls, prefix: object, name: object) -> QueueKeys:
+        """The keys of a queue, once its name and prefix are known to be valid."""
+        return cls(validate_prefix(prefix), validate_name(name))
 
     @property
     def base(self) -> str:

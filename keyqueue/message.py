@@ -1,11 +1,13 @@
-"""Value types handed to users: a delivered message, reap counts, queue stats."""
+"""A delivered message: ``BaseMessage`` holds what both faces' messages are (the fields,
+the body's readings), ``Message`` settles through a blocking Queue. ``keyqueue.aio.Message``
+is its sibling, whose settlement is awaited."""
 
 from __future__ import annotations
 
 import base64
 import json as _json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import MessageNotJSON
 
@@ -13,9 +15,11 @@ if TYPE_CHECKING:
     from .core.results import Fields
 
 
+M = TypeVar("M", bound="BaseMessage")
+
+
 class Settler(Protocol):
-    """What a message is bound to: its queue (keyqueue.Queue; the asyncio Queue's methods
-    are awaited by keyqueue.aio.Message instead). Declared here so messages import no queue."""
+    """What a message is bound to: its keyqueue.Queue. Declared here so messages import no queue."""
 
     name: str
 
@@ -29,7 +33,7 @@ class Settler(Protocol):
 
 
 @dataclass(eq=False)
-class Message:
+class BaseMessage:
     """One delivery of a message. ``receipt`` fences it: once the message is redelivered,
     this object's ack/extend/release return False. Times are epoch seconds, server clock."""
 
@@ -73,7 +77,7 @@ class Message:
         return _json.loads(text)
 
     @classmethod
-    def of(cls, f: Fields, queue: Any, with_receipt: bool = True) -> Message:
+    def of(cls: type[M], f: Fields, queue: Any, with_receipt: bool = True) -> M:
         """A delivered (or peeked: no receipt) message bound to ``queue``."""
         return cls(id=f.id, body=f.body, receipt=f.receipt if with_receipt else None,
                    receives=f.receives, enqueued_at=f.enqueued_ms / 1000.0,
@@ -81,10 +85,17 @@ class Message:
                    last_error=f.error, queue=queue, attributes=f.attributes,
                    first_claimed_at=None if f.first_ms is None else f.first_ms / 1000.0)
 
-    def _queue(self) -> Settler:
+    def _bound(self) -> Any:
         if self.queue is None:
             raise RuntimeError("this message is not bound to a Queue")
-        queue: Settler = self.queue
+        return self.queue
+
+
+class Message(BaseMessage):
+    """A delivery from a ``keyqueue.Queue``: ``msg.ack()`` and friends settle it there."""
+
+    def _queue(self) -> Settler:
+        queue: Settler = self._bound()
         return queue
 
     def ack(self) -> bool:
@@ -99,33 +110,6 @@ class Message:
 
     def dead_letter(self, reason: str = "") -> bool:
         return self._queue().dead_letter(self, reason)
-
-
-@dataclass(frozen=True)
-class ReapResult:
-    requeued: int = 0
-    dead_lettered: int = 0
-    delayed_released: int = 0
-
-    def __add__(self, other: ReapResult) -> ReapResult:
-        return ReapResult(
-            self.requeued + other.requeued,
-            self.dead_lettered + other.dead_lettered,
-            self.delayed_released + other.delayed_released,
-        )
-
-    @property
-    def total(self) -> int:
-        return self.requeued + self.dead_lettered + self.delayed_released
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    waiting: int
-    processing: int
-    delayed: int
-    dead: int
-    oldest_age: float | None
 
 
 def json_body(body: bytes) -> tuple[str, bool]:

@@ -5,7 +5,7 @@ module only binds results to Message objects."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import redis
 
@@ -13,11 +13,13 @@ from .connection import TRANSIENT
 from .core import multi
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
 from .core.roundtrip import Op, T
-from .face import QueueFace
+from .core.sources import PeekSource, PurgeSource, RequeueSource
+from .face import QueueFace, one_connection
 from .keys import registry_key, validate_prefix
-from .message import Message, QueueStats, ReapResult
+from .core.results import QueueStats, ReapResult
+from .message import Message
 from .settings import QueueSettings
-from .transport.sync import is_cluster, run, run_plan
+from .transport.sync import run, run_plan
 
 if TYPE_CHECKING:
     from .fsck import CheckReport
@@ -25,10 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "list_queues", "claim_any", "BATCH", "REQUEUE_BATCH", "WAIT_SLICE", "REAP_INTERVAL"]
 
 log = logging.getLogger("keyqueue.queue")
-
-PeekSource = Literal["waiting", "processing", "delayed", "dead"]
-PurgeSource = Literal["waiting", "delayed", "dead", "all"]
-RequeueSource = Literal["dead", "processing"]
 
 
 class Queue(QueueFace):
@@ -47,7 +45,7 @@ class Queue(QueueFace):
     """
 
     def _made(self) -> None:
-        """Load the settings (and write the given ones) now, as SPEC 1 says, unless Redis
+        """Load the settings (read those not given, write the given ones) at construction, unless Redis
         is unreachable: then on first use, so a module-level Queue always imports."""
         try:
             self._run(self._core.load_settings())
@@ -220,14 +218,6 @@ class Queue(QueueFace):
 def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
     """Names of the queues registered under ``prefix`` (those that were ever written to)."""
     return run(client, list_queues_op(registry_key(validate_prefix(prefix))))
-
-
-def one_connection(queues: Sequence[Any]) -> bool:
-    """Whether one BLPOP can watch all their signal lists (same client, no cluster)."""
-    first = queues[0]
-    if is_cluster(first.client):
-        return len(queues) == 1
-    return all(q.client is first.client for q in queues)
 
 
 def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,

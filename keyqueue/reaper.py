@@ -22,7 +22,7 @@ from .core.replication import Replication
 from .errors import KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
 from .keys import validate_prefix
-from .message import ReapResult
+from .core.results import ReapResult
 from .queue import Queue, list_queues
 from .settings import check_seconds
 from .worker.reaping import reap_and_log

@@ -9,6 +9,7 @@ import inspect
 import threading
 from typing import Any
 
+from keyqueue import Message
 from keyqueue.aio import Message as AioMessage
 from keyqueue.aio import Queue as AioQueue
 
@@ -80,8 +81,8 @@ class SyncMessage(_Proxy):
         return self._face  # type: ignore[attr-defined]
 
     @property  # type: ignore[misc]
-    def __class__(self) -> type:  # isinstance(m, keyqueue.Message) holds, as for the real one
-        return type(self._t)
+    def __class__(self) -> type:  # it settles as a keyqueue.Message does: isinstance holds
+        return Message
 
     def __repr__(self) -> str:
         return repr(self._t)

@@ -11,11 +11,11 @@ from ..connection import sentinels_of
 from ..core import multi
 from ..core.queue_core import list_queues_op
 from ..core.roundtrip import Op, T
+from ..core.sources import PeekSource, PurgeSource, RequeueSource
 from ..errors import InvalidArgument
-from ..face import QueueFace
+from ..face import QueueFace, one_connection
 from ..keys import registry_key, validate_prefix
-from ..message import QueueStats, ReapResult
-from ..queue import PeekSource, PurgeSource, RequeueSource, one_connection
+from ..core.results import QueueStats, ReapResult
 from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
 from .message import Message

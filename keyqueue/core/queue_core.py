@@ -12,14 +12,14 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
-from ..keys import QueueKeys, validate_name, validate_prefix
-from ..message import QueueStats, ReapResult
+from ..keys import QueueKeys
+from .results import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
-from .replication import Replication
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
 from .results import START, Claimed, Enqueued, Fields, ReapPosition
 from .roundtrip import Command, Op, transaction
+from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
 COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
@@ -37,9 +37,6 @@ REAP_INTERVAL = 1.0
 #: Ids one claim-time reap examines at most: a backlog is reaped over the following claims.
 CLAIM_REAP_LIMIT = 500
 
-PEEK_SOURCES = ("waiting", "processing", "delayed", "dead")
-PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
-REQUEUE_SOURCES = ("dead", "processing")
 
 
 def not_one(values: object, what: str, instead: str) -> None:
@@ -84,17 +81,15 @@ class QueueCore:
     """The state one Queue object keeps (its settings, registration, claim-time reaping)
     and its operations. ``ops`` is the backend: ScriptOps or CommandOps."""
 
-    def __init__(self, name: str, prefix: str, given: dict[str, Any], ops: Backend | None,
+    def __init__(self, keys: QueueKeys, given: dict[str, Any], ops: Backend,
                  socket_timeout: float | None = None) -> None:
-        self.name = validate_name(name)
-        self.prefix = validate_prefix(prefix)
-        self.keys = QueueKeys(self.prefix, self.name)
+        self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.wanted = dict(given)
         self.given = validate(QueueSettings(), given).to_hash(set(given))
-        self._ops = ops
+        self.ops = ops
         self.socket_timeout = socket_timeout
-        #: WAIT after writes (min_replicas); the backend holds the same object.
-        self.replication = Replication()
+        #: WAIT after writes (min_replicas): the backend's.
+        self.replication = ops.replication
         self.settings: QueueSettings | None = None
         #: The config fields this Queue restores if the hash vanishes: those it was given or
         #: found when it loaded (never defaults it merely fell back to).
@@ -109,15 +104,6 @@ class QueueCore:
         self.reap_position: ReapPosition = START
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
-
-    @property
-    def ops(self) -> Backend:
-        assert self._ops is not None, "a QueueCore is given its backend before use"
-        return self._ops
-
-    @ops.setter
-    def ops(self, ops: Backend) -> None:
-        self._ops = ops
 
     # -- settings and registration ------------------------------------------------------
 
@@ -418,8 +404,7 @@ class QueueCore:
 
     def requeue(self, ids: Iterable[object] | None, source: str,
                 progress: Callable[[int], None] | None) -> Op[int]:
-        if source not in REQUEUE_SOURCES:
-            raise InvalidArgument(f"requeue source must be 'dead' or 'processing', not {source!r}")
+        source = requeue_source(source)
         if ids is not None:
             not_one(ids, "ids", "requeue([id])")
         s = yield from self.ready()
@@ -452,8 +437,7 @@ class QueueCore:
 
     def purge(self, source: str, progress: Callable[[int], None] | None,
               ids: Iterable[object] | None = None) -> Op[int]:
-        if source not in PURGE_SOURCES:
-            raise InvalidArgument(f"purge source must be one of waiting, delayed, dead, all, not {source!r}")
+        source = purge_source(source)
         if ids is not None:
             return (yield from self.purge_dead(source, ids, progress))
         s = yield from self.ready()
@@ -556,8 +540,7 @@ class QueueCore:
 
     def ids(self, source: str) -> Op[list[str]]:
         """Every id in one state, in the order peek gives them (for snapshots)."""
-        if source not in PEEK_SOURCES:
-            raise InvalidArgument(f"source must be one of waiting, processing, delayed, dead, not {source!r}")
+        source = peek_source(source)
         k = self.keys
         if source == "delayed":
             return [f.id for f in (yield from self.ops.peek("delayed", 2**31 - 1))]
@@ -578,8 +561,7 @@ class QueueCore:
         return ids
 
     def peek(self, count: int, source: str) -> Op[list[Fields]]:
-        if source not in PEEK_SOURCES:
-            raise InvalidArgument(f"peek source must be one of waiting, processing, delayed, dead, not {source!r}")
+        source = one_of(source, PEEK_SOURCES, "peek source")
         whole_number("count", count, 0)
         return (yield from self.ops.peek(source, count))
 

@@ -1,12 +1,38 @@
 """What the backends' operations return: plain values, the same from either mode, so the
-queue never reads a script's reply format."""
+queue never reads a script's reply format; and the two a user is handed as they are
+(``QueueStats``, ``ReapResult``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..message import ReapResult
+
+@dataclass(frozen=True)
+class ReapResult:
+    requeued: int = 0
+    dead_lettered: int = 0
+    delayed_released: int = 0
+
+    def __add__(self, other: ReapResult) -> ReapResult:
+        return ReapResult(
+            self.requeued + other.requeued,
+            self.dead_lettered + other.dead_lettered,
+            self.delayed_released + other.delayed_released,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead_lettered + self.delayed_released
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    waiting: int
+    processing: int
+    delayed: int
+    dead: int
+    oldest_age: float | None
 
 
 class Fields(NamedTuple):

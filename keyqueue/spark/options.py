@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..core.sources import PeekSource, peek_source
 from ..errors import InvalidArgument
 from ..queue import Queue
 
@@ -30,7 +31,7 @@ class Options:
     #: stream read: claim's visibility timeout (None: the queue's)
     visibility_timeout: float | None = None
     #: batch read: waiting | processing | delayed | dead
-    source: str = "waiting"
+    source: PeekSource = "waiting"
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Options:
@@ -41,9 +42,7 @@ class Options:
                                   "(or KEYQUEUE_URL in the environment)")
         if not o.get("queue"):
             raise InvalidArgument('the "keyqueue" format needs option("queue", NAME)')
-        source = o.get("source", "waiting")
-        if source not in ("waiting", "processing", "delayed", "dead"):
-            raise InvalidArgument(f"source must be waiting, processing, delayed or dead, not {source!r}")
+        source = peek_source(o.get("source", "waiting"))
         vis = o.get("visibilitytimeout")
         parsed = cls(
             url=url, queue=o["queue"], prefix=o.get("prefix", "kq"),

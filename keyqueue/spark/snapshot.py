@@ -35,11 +35,6 @@ def utc(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def state_ids(q: Queue, source: str) -> list[str]:
-    """The ids in one state, in the order peek gives them."""
-    return q.ids(source)  # type: ignore[arg-type]
-
-
 class SnapshotReader(DataSourceReader):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
@@ -49,7 +44,7 @@ class SnapshotReader(DataSourceReader):
         q = self.opts.open()
         try:
             known(q, self.opts.url)
-            ids = state_ids(q, self.opts.source)
+            ids = q.ids(self.opts.source)
         finally:
             q.client.close()
         return [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)] or [Ids([])]

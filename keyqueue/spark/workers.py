@@ -14,7 +14,8 @@ from urllib.parse import quote
 from pyspark.sql import SparkSession
 
 from ..errors import InvalidArgument, MissingDependency
-from ..message import Message, QueueStats
+from ..core.results import QueueStats
+from ..message import Message
 from ..queue import Queue
 from ..worker.threads import Worker
 from .interpreter import NO_MODULE, cannot_import, keyqueue_python

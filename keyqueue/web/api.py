@@ -1,4 +1,4 @@
-"""The JSON API of SPEC section 8, and /healthz."""
+"""The JSON API of keyqueue serve (/api/queues, a queue, its messages, the overview), and /healthz."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..queue import PeekSource
+from ..core.sources import PeekSource, peek_source
+from ..errors import InvalidArgument
 from .store import Store
 
-SOURCES: tuple[PeekSource, ...] = ("waiting", "processing", "delayed", "dead")
 #: Most messages one request returns.
 MAX_COUNT = 1000
 
@@ -27,9 +27,10 @@ def store_of(request: Request) -> Store:
 
 
 def source_and_count(request: Request, default_count: int) -> tuple[PeekSource, int]:
-    source = request.query_params.get("source", "waiting")
-    if source not in SOURCES:
-        raise BadRequest(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    try:
+        source = peek_source(request.query_params.get("source", "waiting"))
+    except InvalidArgument as exc:
+        raise BadRequest(str(exc)) from None
     raw = request.query_params.get("count", str(default_count))
     # ASCII digits only: str.isdigit() takes "²" (int() then fails: a 500) and "١" (Arabic 1)
     if not re.fullmatch(r"[0-9]{1,9}", raw) or int(raw) > MAX_COUNT:
@@ -55,7 +56,7 @@ async def messages(request: Request) -> Response:
 
 
 async def overview(request: Request) -> Response:
-    """What the overview shows, with counters and rates (not in the SPEC's API: the
+    """What the overview shows, with counters and rates (beyond the /api/queues objects: the
     dashboard's own, documented in the README)."""
     out: list[dict[str, Any]] = []
     for v in await store_of(request).overview():

@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..core.sources import PEEK_SOURCES
 from .store import QueueView, Store
 
-STATES = ("waiting", "processing", "delayed", "dead")
+STATES = PEEK_SOURCES
 #: Counter name in Redis -> metric name (without ``_total``) and help.
 COUNTERS = {
     "enqueued": ("keyqueue_enqueued", "Messages enqueued (a deduplicated enqueue is none)."),

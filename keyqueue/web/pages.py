@@ -16,11 +16,12 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
-from .api import MAX_COUNT, SOURCES, BadRequest, source_and_count, store_of
+from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, purge_source
+from ..errors import InvalidArgument
+from .api import MAX_COUNT, BadRequest, source_and_count, store_of
 from .auth import Session, Sessions, form_csrf, set_cookie_header
 from .present import body_view
 
-PURGE_SOURCES = ("waiting", "delayed", "dead", "all")
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
 NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}.",
@@ -73,7 +74,7 @@ async def queue_page(request: Request) -> Response:
     view = await store.view(request.path_params["name"])
     source, count = source_and_count(request, PAGE_COUNT)
     messages = await store.peek(view.name, count, source)
-    return render(request, "queue.html", view=view, source=source, count=count, sources=SOURCES,
+    return render(request, "queue.html", view=view, source=source, count=count, sources=PEEK_SOURCES,
                   messages=[(m, body_view(m.body)) for m in messages], notice=notice_text(request),
                   purge_sources=PURGE_SOURCES, max_count=MAX_COUNT,
                   more=min(max(count * 4, PAGE_COUNT), MAX_COUNT))  # ("?count=0" asks for more than 0)
@@ -97,7 +98,7 @@ async def queue_live(request: Request) -> Response:
     """The counts and the tabs of a queue page, for its script to swap in."""
     view = await store_of(request).view(request.path_params["name"])
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", view=view, source=source, sources=SOURCES)
+    return render(request, "_queue_live.html", view=view, source=source, sources=PEEK_SOURCES)
 
 
 # -- actions ----------------------------------------------------------------------------
@@ -146,9 +147,10 @@ async def purge(request: Request) -> Response:
     if isinstance(got, Response):
         return got
     q, form = got
-    source = str(form.get("source") or "")
-    if source not in PURGE_SOURCES:
-        raise BadRequest(f"source must be one of {', '.join(PURGE_SOURCES)}, not {source!r}")
+    try:
+        source = purge_source(str(form.get("source") or ""))
+    except InvalidArgument as exc:
+        raise BadRequest(str(exc)) from None
     one = str(form.get("id") or "").strip()  # one dead letter
     if one and source != "dead":
         raise BadRequest(f"only a dead letter is deleted by id, not a {source} message")
@@ -161,7 +163,7 @@ async def purge(request: Request) -> Response:
         return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/purge",
                       fields={"source": source, "id": one}, title=title,
                       detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
-    n = await q.purge(source=source, ids=[one] if one else None)  # type: ignore[arg-type]
+    n = await q.purge(source=source, ids=[one] if one else None)
     if one:
         return back(request, q.name, source="dead", notice="deleted" if n else "missing", id=one)
     return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..message import Message, json_body
+from ..message import BaseMessage, json_body
 
 #: Characters of a body shown in a message row; the whole (up to FULL_CHARS) unfolds.
 PREVIEW_CHARS = 160
@@ -46,7 +46,7 @@ def body_view(body: bytes) -> BodyView:
     return BodyView(text[:PREVIEW_CHARS], text[:FULL_CHARS], len(body), False, len(text) > PREVIEW_CHARS)
 
 
-def api_message(m: Message) -> dict[str, Any]:
+def api_message(m: BaseMessage) -> dict[str, Any]:
     """A message of ``GET /api/queues/NAME/messages``: the body as text, or base64 with
     ``body_base64`` true (as ``keyqueue peek --json``)."""
     body, b64 = json_body(m.body)

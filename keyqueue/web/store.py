@@ -16,8 +16,8 @@ from ..connection import connection_kwargs, default_url, redact, resolve_client,
 from ..errors import CorruptQueue, InvalidQueueName
 from ..keys import validate_prefix
 from ..aio.message import Message
-from ..message import QueueStats
-from ..queue import PeekSource
+from ..core.results import QueueStats
+from ..core.sources import PeekSource
 from .rates import RATE_COUNTERS, RateHistory
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ class QueueView:
     error: str | None = None
 
     def api(self) -> dict[str, Any]:
-        """The object of ``GET /api/queues`` (SPEC section 8); for a queue that could not be
+        """The object of ``GET /api/queues`` (name, the four counts, oldest_age); for a queue that could not be
         read, null numbers and the ``error``."""
         if self.error is not None:
             return {"name": self.name, **dict.fromkeys(("waiting", "processing", "delayed", "dead", "oldest_age")),

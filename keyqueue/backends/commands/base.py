@@ -45,11 +45,12 @@ class _Claim:
 
 class CommandBase:
     """The keys, the clock and the round-trip helpers of one queue's operations."""
-    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
+    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None,
+                 replication: Replication = Replication()) -> None:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
-        self.replication = Replication()  # the face sets the queue's min_replicas
+        self.replication = replication
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)

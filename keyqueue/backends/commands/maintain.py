@@ -12,7 +12,7 @@ from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
-from ...message import ReapResult
+from ...core.results import ReapResult
 from ...core.states import Act, Decision, Seen, decide
 from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
 from .consume import Consume

@@ -4,9 +4,6 @@ group of operations, mirroring ``backends/commands``; each method returns a core
 
 from __future__ import annotations
 
-from typing import Callable
-
-from ...keys import QueueKeys
 from .consume import Consume
 from .inspect import Inspect
 from .maintain import Maintain
@@ -20,5 +17,3 @@ __all__ = ["ScriptOps", "SCRIPT_NAMES", "script_sha", "script_source"]
 class ScriptOps(Produce, Consume, Settle, Maintain, Inspect):
     """The operations of one queue as scripts. ``clock`` (tests only) replaces Redis TIME."""
 
-    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
-        super().__init__(keys, clock)

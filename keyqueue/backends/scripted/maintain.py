@@ -8,7 +8,7 @@ from typing import Sequence
 from ...core.replies import text
 from ...core.results import Purged, ReapPosition, ReapStep, Requeued
 from ...core.roundtrip import Op
-from ...message import ReapResult
+from ...core.results import ReapResult
 from .scripts import ScriptBase, _max_receives
 
 

@@ -86,11 +86,12 @@ def claimed(reply: Sequence[Any]) -> Claimed:
 
 class ScriptBase:
     """What every group of script operations shares: the key lists and the call."""
-    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None):
+    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None,
+                 replication: Replication = Replication()) -> None:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
-        self.replication = Replication()  # the face sets the queue's min_replicas
+        self.replication = replication
         k = keys
         # Key lists built once: they are on the hot path of every call.
         self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
