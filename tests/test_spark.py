@@ -304,9 +304,9 @@ def run_example(name: str, url: str, cwd: Path) -> str:
 
 
 def test_the_readme_examples_run_as_written(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
-    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    page = (EXAMPLES.parent.parent / "docs" / "spark.md").read_text()  # shows the files by snippet
     for example in sorted(EXAMPLES.glob("*.py")):
-        assert example.read_text().split('"""', 2)[2].strip() in readme, f"the README does not show {example}"
+        assert f'--8<-- "examples/spark/{example.name}"' in page, f"docs/spark.md does not show {example}"
     q = Queue("orders", client=r, max_receives=1)
     q.enqueue_many(json.dumps({"order_id": -i, "items": i % 3}) for i in range(60))
     out = run_example("drain_with_workers.py", redis_server.url, tmp_path)
@@ -368,3 +368,16 @@ def test_workers_that_cannot_import_keyqueue_are_one_clear_line(
         run_workers(spark, q, print, 1)
     assert "\n" not in str(failed.value) and failed.value.__cause__ is None
     assert q.stats().waiting == 1
+
+
+def test_a_stream_batch_with_nothing_left_to_read_is_one_empty_partition(redis_server, r) -> None:
+    """A batch replayed after a restart whose record has expired holds no ids: still one
+    partition (given none, PySpark calls read(None)), and it reads as no rows."""
+    from keyqueue.spark.options import Options
+    from keyqueue.spark.stream import StreamSource
+
+    Queue("replayed", client=r).enqueue("x")
+    source = StreamSource(Options.parse({"url": redis_server.url, "queue": "replayed"}))
+    start, end = source.initialOffset(), {"source": source.source, "batch": 1}
+    parts = source.partitions(start, end)
+    assert len(parts) == 1 and list(source.read(parts[0])) == []

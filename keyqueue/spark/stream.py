@@ -160,7 +160,8 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ids += [mid for mid, _ in self._held.get(b, [])]
         parts: list[InputPartition] = [Rows(rows[i : i + PER_PARTITION])
                                        for i in range(0, len(rows), PER_PARTITION)]
-        return parts + [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
+        parts += [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
+        return parts or [Rows([])]  # at least one: given none, PySpark calls read(None)
 
     def commit(self, end: dict[str, object]) -> None:
         self._ack_through(Offset.of(end))
