@@ -16,5 +16,5 @@ fi
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,spark,web,sqs]' 2>&1 | grep -v '^WARNING' || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,spark,web,sqs,docs]' 2>&1 | grep -v '^WARNING' || true
 .venv/bin/python -c 'import keyqueue' # fails loudly if the install did not work

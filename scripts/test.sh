@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: set-up, a strict type check, then pytest (the
-# tests start their own redis-servers).
+# The whole test suite on a fresh machine: set-up, lint, a strict type check, the docs site's
+# strict build, then pytest (the tests start their own redis-servers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,6 +16,7 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/nu
     exit 1
   fi
 fi
-.venv/bin/ruff check keyqueue tests scripts   # lint: unused imports and variables, undefined names
+.venv/bin/ruff check keyqueue tests scripts examples   # lint: unused imports and variables, undefined names
 .venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
