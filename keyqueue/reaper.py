@@ -87,7 +87,7 @@ class Reaper:
             self._fixed = [q for q in given if isinstance(q, Queue)]
             self._names = [q for q in given if isinstance(q, str)]
         self._cache: dict[str, Queue] = {}
-        self._scheduler: object | None = None
+        self._scheduler: Any = None  # APScheduler's (untyped)
         self._checked = False
         self.passes = 0
         #: Seconds between INFO summaries; what the passes since the last one did.
@@ -160,8 +160,8 @@ class Reaper:
     def _put_off(self, seconds: float) -> None:
         """The next pass in ``seconds`` rather than at the next interval."""
         scheduler = self._scheduler
-        if scheduler is not None and scheduler.running:  # type: ignore[attr-defined]
-            scheduler.modify_job(JOB_ID, next_run_time=_now() + timedelta(seconds=seconds))  # type: ignore[attr-defined]
+        if scheduler is not None and scheduler.running:
+            scheduler.modify_job(JOB_ID, next_run_time=_now() + timedelta(seconds=seconds))
 
     def _summarize(self) -> None:
         """Every summary_interval: one INFO line with what the passes since the last did."""
@@ -177,7 +177,7 @@ class Reaper:
         self._since = ReapResult()
         self._passes_since = self._failed_since = 0
 
-    def _schedule(self, blocking: bool) -> object:
+    def _schedule(self, blocking: bool) -> Any:
         blocking_cls, background_cls = _scheduler_classes()
         quiet_apscheduler()
         scheduler = (blocking_cls if blocking else background_cls)()
@@ -191,18 +191,18 @@ class Reaper:
         scheduler = self._schedule(blocking=True)
         restore = on_stop_signals(self._on_signal)
         try:
-            scheduler.start()  # type: ignore[attr-defined]
+            scheduler.start()
         finally:
             restore()
 
     def start(self) -> None:
         """Reap in a background thread."""
-        self._schedule(blocking=False).start()  # type: ignore[attr-defined]
+        self._schedule(blocking=False).start()
 
     def shutdown(self, wait: bool = True) -> None:
         scheduler = self._scheduler
-        if scheduler is not None and scheduler.running:  # type: ignore[attr-defined]
-            scheduler.shutdown(wait=wait)  # type: ignore[attr-defined]
+        if scheduler is not None and scheduler.running:
+            scheduler.shutdown(wait=wait)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s: reaper stopping", sig.name)

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from ..core.sources import (PEEK_SOURCES, PURGE_SOURCES, REQUEUE_SOURCES, peek_source, purge_source,
+                            requeue_source)
 from ..errors import InvalidArgument
 from ..message import json_body
 from ..queue import Queue, list_queues
@@ -18,8 +20,6 @@ from ..settings import QueueSettings, validate
 from .group import Config, cli, pass_config
 from .progress import progress
 
-SOURCES_PEEK = ("waiting", "processing", "delayed", "dead")
-SOURCES_PURGE = ("waiting", "delayed", "dead", "all")
 #: How each setting is written after ``--set NAME=``.
 SETTING_TYPES: dict[str, type] = {f.name: (int if f.name in ("max_receives", "max_body_bytes") else float)
                                   for f in fields(QueueSettings)}
@@ -76,14 +76,14 @@ def shown_body(body: bytes) -> str:
 
 @cli.command()
 @click.argument("queue")
-@click.option("--source", type=click.Choice(SOURCES_PEEK), default="waiting", show_default=True)
+@click.option("--source", type=click.Choice(PEEK_SOURCES), default="waiting", show_default=True)
 @click.option("-n", "count", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line; a body that is not UTF-8 is base64 with body_base64 true.")
 @pass_config
 def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> None:
     """Show messages without claiming them."""
-    for m in cfg.existing(queue).peek(count, source=source):  # type: ignore[arg-type]
+    for m in cfg.existing(queue).peek(count, source=peek_source(source)):
         if as_json:
             body, b64 = json_body(m.body)
             click.echo(json.dumps({"id": m.id, "receives": m.receives, "enqueued_at": m.enqueued_at,
@@ -97,7 +97,7 @@ def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> Non
 @cli.command()
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
-@click.option("--source", type=click.Choice(("dead", "processing")), default="dead", show_default=True)
+@click.option("--source", type=click.Choice(REQUEUE_SOURCES), default="dead", show_default=True)
 @pass_config
 def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
     """Put dead (or in-flight) messages back on the queue with receives reset to 0: the
@@ -107,7 +107,7 @@ def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
         s = q.stats()
         total = s.dead if source == "dead" else s.processing
         with progress(f"requeue {source}", total) as update:
-            n = q.requeue(None, source=source, progress=update)  # type: ignore[arg-type]
+            n = q.requeue(None, source=requeue_source(source), progress=update)
         click.echo(f"requeued {n}")
         return
     # One call per id: the library's batched requeue returns only a count, and the user
@@ -117,7 +117,7 @@ def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
     n = 0
     with progress(f"requeue {source}", len(wanted)) as update:
         for mid in wanted:
-            got = q.requeue([mid], source=source)  # type: ignore[arg-type]
+            got = q.requeue([mid], source=requeue_source(source))
             n += got
             if not got:
                 missing.append(mid)
@@ -131,7 +131,7 @@ def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
 
 @cli.command()
 @click.argument("queue")
-@click.option("--source", type=click.Choice(SOURCES_PURGE), default="waiting", show_default=True)
+@click.option("--source", type=click.Choice(PURGE_SOURCES), default="waiting", show_default=True)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_config
 def purge(cfg: Config, queue: str, source: str, yes: bool) -> None:
@@ -143,7 +143,7 @@ def purge(cfg: Config, queue: str, source: str, yes: bool) -> None:
     if not yes:
         click.confirm(f"Delete {total} {source} messages of {queue!r} at {cfg.shown_url}?", abort=True)
     with progress(f"purge {source}", total) as update:
-        n = q.purge(source=source, progress=update)  # type: ignore[arg-type]
+        n = q.purge(source=purge_source(source), progress=update)
     click.echo(f"purged {n}")
 
 
