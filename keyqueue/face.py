@@ -4,7 +4,7 @@ No I/O here; each face only runs (or awaits) the core's operations."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import redis
 
@@ -12,9 +12,11 @@ from .backends.commands import CommandOps
 from .backends.scripted import ScriptOps
 from .connection import connection_kwargs, resolve_client
 from .core.backend import Backend
+from .core import multi
 from .core.queue_core import QueueCore
 from .core.replication import Replication
 from .core.results import Fields
+from .core.roundtrip import Plan
 from .errors import ConfigurationError
 from .keys import QueueKeys
 from .message import BaseMessage, Message
@@ -38,6 +40,9 @@ def socket_timeout(client: Any) -> float | None:
     return float(t) if isinstance(t, (int, float)) and t > 0 else None
 
 
+Q = TypeVar("Q", bound="QueueFace")
+
+
 def one_connection(queues: Sequence[Any]) -> bool:
     """Whether one BLPOP can watch all their signal lists (same client, no cluster)."""
     first = queues[0]
@@ -46,8 +51,23 @@ def one_connection(queues: Sequence[Any]) -> bool:
     return all(q.client is first.client for q in queues)
 
 
+def claim_any_plan(queues: Sequence[Q], count: int, visibility_timeout: float | None, wait: float,
+                   poll_first: bool) -> Plan[tuple[Q | None, list[Any]]]:
+    """Claim from the first non-empty of ``queues`` (see ``keyqueue.queue.claim_any``), the
+    messages bound to the queue they came from; each face's transport runs it."""
+    index, fields = yield from multi.claim_any([(q.client, q._core) for q in queues], count, visibility_timeout,
+                                               wait, poll_first, one_connection(queues))
+    if index is None:
+        return None, []
+    q = queues[index]
+    return q, q._bind(fields)
+
+
 class QueueFace:
     """The parts of a Queue that do not depend on how round trips are sent."""
+
+    #: Whether its operations are awaited (keyqueue.aio.Queue): a worker serves one kind.
+    awaited = False
 
     client: Any
     scripting: bool

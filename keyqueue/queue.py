@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import redis
 
 from .connection import TRANSIENT
-from .core import multi
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
 from .core.roundtrip import Op, T
 from .core.sources import PeekSource, PurgeSource, RequeueSource
-from .face import QueueFace, one_connection
-from .keys import registry_key, validate_prefix
+from .face import QueueFace, claim_any_plan
 from .core.results import QueueStats, ReapResult
 from .message import Message
 from .settings import QueueSettings
@@ -217,17 +215,11 @@ class Queue(QueueFace):
 
 def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
     """Names of the queues registered under ``prefix`` (those that were ever written to)."""
-    return run(client, list_queues_op(registry_key(validate_prefix(prefix))))
+    return run(client, list_queues_op(prefix))
 
 
 def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
               wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
     """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
     them for up to ``wait`` seconds. Returns the queue the messages came from."""
-    plan = multi.claim_any([(q.client, q._core) for q in queues], count, visibility_timeout, wait,
-                           poll_first, one_connection(queues))
-    index, fields = run_plan(plan)
-    if index is None:
-        return None, []
-    q = queues[index]
-    return q, q._bind(fields)
+    return run_plan(claim_any_plan(queues, count, visibility_timeout, wait, poll_first))

@@ -8,13 +8,11 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
 import redis.asyncio
 
 from ..connection import sentinels_of
-from ..core import multi
 from ..core.queue_core import list_queues_op
 from ..core.roundtrip import Op, T
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
 from ..errors import InvalidArgument
-from ..face import QueueFace, one_connection
-from ..keys import registry_key, validate_prefix
+from ..face import QueueFace, claim_any_plan
 from ..core.results import QueueStats, ReapResult
 from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
@@ -34,6 +32,7 @@ class Queue(QueueFace):
 
     message_class = Message
     client_class = redis.asyncio.Redis
+    awaited = True
 
     def _run(self, op: Op[T]) -> Awaitable[T]:
         return run(self.client, op)
@@ -188,17 +187,11 @@ class Queue(QueueFace):
 
 async def list_queues(client: Any, prefix: str = "kq") -> list[str]:
     """Names of the queues registered under ``prefix``."""
-    return await run(client, list_queues_op(registry_key(validate_prefix(prefix))))
+    return await run(client, list_queues_op(prefix))
 
 
 async def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
                     wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
     """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
     them for up to ``wait`` seconds. Returns the queue the messages came from."""
-    plan = multi.claim_any([(q.client, q._core) for q in queues], count, visibility_timeout, wait,
-                           poll_first, one_connection(queues))
-    index, fields = await run_plan(plan)
-    if index is None:
-        return None, []
-    q = queues[index]
-    return q, q._bind(fields)
+    return await run_plan(claim_any_plan(queues, count, visibility_timeout, wait, poll_first))

@@ -126,7 +126,10 @@ def worker(ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: 
         raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
                                "so name the queues it serves", ctx)
     made: list[Any] = []  # the client made from --url (made once, on first use)
-    qs = cfg.served_queues(kind.queue_class, queues, target.queues if decorated else None, made)
+    from ..aio.queue import Queue as AsyncQueue
+    from ..queue import Queue
+
+    qs = cfg.served_queues(AsyncQueue if kind.awaited else Queue, queues, target.queues if decorated else None, made)
     w = target.with_options(queues=qs, **given) if decorated else kind(qs, target, **given)
     setup_logging(log_level)
     w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst,

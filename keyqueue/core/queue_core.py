@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
-from ..keys import QueueKeys
+from ..keys import QueueKeys, registry_key, validate_prefix
 from .results import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
@@ -573,8 +573,9 @@ def parse_settings(config_key: str, stored: dict[bytes, bytes]) -> QueueSettings
         raise CorruptQueue(config_key, f"holds a bad setting ({exc})") from None
 
 
-def list_queues_op(registry: str) -> Op[list[str]]:
+def list_queues_op(prefix: str) -> Op[list[str]]:
     """Names of the queues registered under a prefix (those that were ever written to)."""
+    registry = registry_key(validate_prefix(prefix))
     (reply,) = yield [("SMEMBERS", registry)]
     if isinstance(reply, Exception):
         raise error_for(reply, registry)

@@ -51,7 +51,8 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     """
 
     #: The queues it serves, and what it and they are called in error messages.
-    queue_class: type
+    #: Whether it serves keyqueue.aio.Queues (and awaits handlers) or blocking Queues.
+    awaited: bool
     kind, queue_kind = "Worker", "Queue"
     default_concurrency = 1
 
@@ -72,7 +73,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         many = isinstance(queues, Iterable) and not isinstance(queues, QueueFace)  # (a queue of the other kind)
         items: list[Any] = list(queues) if many else [queues]  # type: ignore[arg-type]
         self.queues: list[QueueT] = items
-        if not self.queues or not all(isinstance(q, self.queue_class) for q in self.queues):
+        if not self.queues or not all(isinstance(q, QueueFace) and q.awaited == self.awaited for q in self.queues):
             raise InvalidArgument(f"a {self.kind} needs a {self.queue_kind} or a non-empty list of them")
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {handler!r}")

@@ -4,17 +4,16 @@ share, here so that neither imports the other."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KeyQueueError
 from .rules import RECOVERABLE
 
 if TYPE_CHECKING:
     from ..core.results import ReapResult
-    from ..queue import Queue
 
 
-def reap_and_log(q: Queue, logger: logging.Logger, *, refresh: bool = False) -> ReapResult | None:
+def reap_and_log(q: Any, logger: logging.Logger, *, refresh: bool = False) -> ReapResult | None:
     """One reap of ``q`` (after re-reading its settings with ``refresh``), logged; None when
     it failed, which is logged too: reaping goes on."""
     try:

@@ -29,9 +29,10 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import redis
 
 from ..aio.message import Message
-from ..aio.queue import Queue, claim_any, list_queues
 from ..health import judge_eviction
-from ..queue import WAIT_SLICE
+from ..core.queue_core import WAIT_SLICE, list_queues_op
+from ..face import QueueFace, claim_any_plan
+from ..transport.aio import run, run_plan
 from ..settings import QueueSettings
 from .base import WorkerBase
 from .reaping import log_reap
@@ -59,7 +60,7 @@ async def _first(*aws: Awaitable[Any]) -> None:
             t.cancel()
 
 
-class Worker(WorkerBase[Queue, Handler]):
+class Worker(WorkerBase[QueueFace, Handler]):
     """Runs ``await handler(message)`` for every message of ``queues`` (a
     ``keyqueue.aio.Queue`` or a list of them in priority order: the first non-empty queue
     wins), ``concurrency`` handlers at once (default 10) as tasks on the running loop.
@@ -69,7 +70,7 @@ class Worker(WorkerBase[Queue, Handler]):
     options of ``keyqueue.Worker`` (``keyqueue.worker.base.WorkerBase``).
     """
 
-    queue_class = Queue
+    awaited = True
     kind, queue_kind = "keyqueue.aio.Worker", "keyqueue.aio.Queue"
     default_concurrency = 10
 
@@ -173,7 +174,8 @@ class Worker(WorkerBase[Queue, Handler]):
                 finally:
                     restore()
             finally:
-                for q in self.queues:
+                served: list[Any] = list(self.queues)  # keyqueue.aio.Queues (awaited)
+                for q in served:
                     await q.aclose()
                 for client in close:
                     await client.aclose()
@@ -213,10 +215,10 @@ class Worker(WorkerBase[Queue, Handler]):
             reply = exc
         judge_eviction(reply, log)
 
-    async def _read_settings(self, q: Queue) -> QueueSettings:
+    async def _read_settings(self, q: Any) -> QueueSettings:
         return await q.load()
 
-    async def _reap(self, q: Queue) -> None:
+    async def _reap(self, q: Any) -> None:
         reply: Any
         try:
             reply = await q.reap()
@@ -224,8 +226,8 @@ class Worker(WorkerBase[Queue, Handler]):
             reply = exc
         log_reap(q.name, reply, log)
 
-    async def _queue_names(self, q: Queue) -> list[str]:
-        return await list_queues(q.client, q.prefix)
+    async def _queue_names(self, q: QueueFace) -> list[str]:
+        return await run(q.client, list_queues_op(q.prefix))
 
     # -- one lane: claim, handle, ack -----------------------------------------------------
 
@@ -273,8 +275,8 @@ class Worker(WorkerBase[Queue, Handler]):
 
     async def _claim_now(self, wait: float, poll_first: bool) -> list[Held]:
         """Claim a batch, held (for heartbeats and release) the moment it arrives."""
-        q, msgs = await claim_any(self.queues, self._batch_size(), poll_first=poll_first,
-                                  visibility_timeout=self.visibility_timeout, wait=wait)
+        q, msgs = await run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait,
+                                                poll_first))
         return self._hold(q, msgs) if q is not None and msgs else []
 
     async def _invoke(self, h: Held) -> BaseException | None:

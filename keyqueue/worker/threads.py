@@ -32,7 +32,9 @@ from typing import Any, Callable, Sequence, cast
 from ..errors import InvalidArgument
 from ..health import warn_unless_noeviction
 from ..message import Message
-from ..queue import WAIT_SLICE, Queue, claim_any, list_queues
+from ..core.queue_core import WAIT_SLICE, list_queues_op
+from ..face import QueueFace, claim_any_plan
+from ..transport.sync import run, run_plan
 from ..settings import QueueSettings
 from .base import WorkerBase
 from .reaping import reap_and_log
@@ -45,7 +47,7 @@ log = logging.getLogger("keyqueue.worker")
 Handler = Callable[[Message], Any]
 
 
-class Worker(WorkerBase[Queue, Handler]):
+class Worker(WorkerBase[QueueFace, Handler]):
     """Runs ``handler(message)`` for every message of ``queues`` (a Queue or a list in
     priority order: the first non-empty queue wins), in ``concurrency`` threads (default
     1; they share the queues' connection pools).
@@ -55,7 +57,7 @@ class Worker(WorkerBase[Queue, Handler]):
     options are those of every worker (``keyqueue.worker.base.WorkerBase``).
     """
 
-    queue_class = Queue
+    awaited = False
 
     def _setup(self) -> None:
         if is_async(self.handler):  # called here, it would return an unawaited coroutine: acked unrun
@@ -125,14 +127,14 @@ class Worker(WorkerBase[Queue, Handler]):
     def _check_eviction(self, client: Any) -> None:
         warn_unless_noeviction(client, log)
 
-    def _read_settings(self, q: Queue) -> QueueSettings:
+    def _read_settings(self, q: Any) -> QueueSettings:
         return q.settings
 
-    def _reap(self, q: Queue) -> None:
+    def _reap(self, q: Any) -> None:
         reap_and_log(q, log)
 
-    def _queue_names(self, q: Queue) -> list[str]:
-        return list_queues(q.client, q.prefix)
+    def _queue_names(self, q: QueueFace) -> list[str]:
+        return run(q.client, list_queues_op(q.prefix))
 
     # -- one thread: claim, handle, ack ---------------------------------------------------
 
@@ -149,8 +151,8 @@ class Worker(WorkerBase[Queue, Handler]):
                 with self._lock:
                     self._claiming.add(threading.get_ident())
                 try:
-                    q, msgs = claim_any(self.queues, self._batch_size(), poll_first=not waited_empty,
-                                        visibility_timeout=self.visibility_timeout, wait=wait)
+                    q, msgs = run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout,
+                                                        wait, not waited_empty))
                     held = self._hold(q, msgs) if q is not None and msgs else []
                 finally:
                     with self._lock:
