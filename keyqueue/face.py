@@ -144,7 +144,8 @@ class QueueFace:
     def _pairs(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[tuple[str, str]]]:
         """The messages that carry a receipt (checked to be this queue's), with their pairs."""
         for m in messages:
-            self._own(m)
+            if m.queue is not self:  # (its own: nothing to check, on the hot path of every ack)
+                self._own(m)
         owned = [m for m in messages if m.receipt is not None]
         return owned, [(m.id, m.receipt) for m in owned]  # type: ignore[misc]
 

@@ -8,6 +8,7 @@ the two dynamic suffixes ``item:<id>`` and ``timer:<bucket>`` to ``base``.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass
 
@@ -73,8 +74,9 @@ class QueueKeys:
         """The keys of a queue, once its name and prefix are known to be valid."""
         return cls(validate_prefix(prefix), validate_name(name))
 
-    @property
+    @functools.cached_property
     def base(self) -> str:
+        """Every key's start (made once: item keys are built per message)."""
         return f"{self.prefix}:{{{self.name}}}:"
 
     @property

@@ -79,11 +79,10 @@ class BaseMessage:
     @classmethod
     def of(cls: type[M], f: Fields, queue: Any, with_receipt: bool = True) -> M:
         """A delivered (or peeked: no receipt) message bound to ``queue``."""
-        return cls(id=f.id, body=f.body, receipt=f.receipt if with_receipt else None,
-                   receives=f.receives, enqueued_at=f.enqueued_ms / 1000.0,
-                   deadline=None if f.timer_ms is None else f.timer_ms / 1000.0,
-                   last_error=f.error, queue=queue, attributes=f.attributes,
-                   first_claimed_at=None if f.first_ms is None else f.first_ms / 1000.0)
+        # positional (the fields' order): made once per delivered message
+        return cls(f.id, f.body, f.receipt if with_receipt else None, f.receives, f.enqueued_ms / 1000.0,
+                   None if f.timer_ms is None else f.timer_ms / 1000.0, f.error, queue, f.attributes,
+                   None if f.first_ms is None else f.first_ms / 1000.0)
 
     def _bound(self) -> Any:
         if self.queue is None:

@@ -93,9 +93,11 @@ def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
     out = []
     for i in range(start, len(reply), 9):
         mid, body, t, r, d, c, e, a, f = reply[i : i + 9]
-        out.append(Fields(text(mid), body if body is not None else b"", int_or(t), int_or(r),
-                          None if d is None else int(d), None if c is None else text(c), maybe_text(e),
-                          a, None if f is None else int(f)))
+        # ids and receipts are ASCII the scripts wrote: decoded inline (a claim reads 100 at once)
+        out.append(Fields(mid.decode() if type(mid) is bytes else text(mid), b"" if body is None else body,
+                          int_or(t), int_or(r), None if d is None else int(d),
+                          None if c is None else (c.decode() if type(c) is bytes else text(c)),
+                          None if e is None else text(e, "replace"), a, None if f is None else int(f)))
     return out
 
 

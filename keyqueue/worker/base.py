@@ -236,13 +236,14 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     # -- held messages --------------------------------------------------------------------
 
     def _hold(self, q: Any, msgs: Sequence[BaseMessage]) -> list[Held]:
-        timeout = self._timeout(q)
-        held = [Held(m, q, timeout) for m in msgs]
+        due = time.monotonic() + self._timeout(q)
+        held = [Held(m, q, due) for m in msgs]
         with self._lock:
             for h in held:
                 self._held[id(h.message)] = h
-        for m in msgs:
-            log.debug("claimed queue=%s id=%s receives=%d", q.name, m.id, m.receives)
+        if log.isEnabledFor(logging.DEBUG):
+            for m in msgs:
+                log.debug("claimed queue=%s id=%s receives=%d", q.name, m.id, m.receives)
         return held
 
     def _held_now(self) -> list[Held]:
@@ -268,7 +269,10 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                 break
             h.started = time.monotonic()
             outcome = yield functools.partial(self._invoke, h)
-            if (yield from self._handled(h, outcome)):
+            if outcome is None and not h.abandoned and h.message.settled is None and self.metrics is None:
+                self._took(time.monotonic() - h.started)  # the common case, without a generator
+                done.append(h)
+            elif (yield from self._handled(h, outcome)):
                 done.append(h)
         covered = yield from ack(done, lambda: self.stopping)
         self.processed += covered  # (not `+= yield from`: that reads processed before the ack)
@@ -300,9 +304,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                 self._stop_for(h, outcome)
         if self.metrics is not None:
             self.metrics.observe(q.name, result, handler_seconds)
-        took = time.monotonic() - (h.started or time.monotonic())
-        self._avg_seconds = took if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * took
+        self._took(time.monotonic() - (h.started or time.monotonic()))
         return ok
+
+    def _took(self, seconds: float) -> None:
+        """A handler's time, into the moving average that sizes the claims."""
+        self._avg_seconds = seconds if not self._avg_seconds else 0.9 * self._avg_seconds + 0.1 * seconds
 
     def _stop_metrics(self) -> None:
         """Stop serving the metrics (run() is over); they are served again by the next run."""

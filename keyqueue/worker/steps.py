@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterator, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generator, TypeVar, Union
 
 from ..connection import TRANSIENT, outage_delay
 from ..errors import KeyQueueError
@@ -40,50 +40,23 @@ Step = Union[Callable[[], Any], Pause]
 Steps = Generator[Step, Any, T]
 
 
-class Walker(Generic[T]):
-    """Walks ``steps``: iterate it for each step, set ``reply`` (or, in ``answering()``, let
-    the call's exception go back into the steps); ``result`` is what they returned. (Not
-    core's ``Stepper``: that one walks an operation's round trips for a transport.)"""
-
-    def __init__(self, steps: Steps[T]) -> None:
-        self.steps = steps
-        self.reply: Any = None
-        self.error: Exception | None = None
-        self.result: Any = None
-
-    def __iter__(self) -> Iterator[Step]:
-        while True:
-            try:
-                step = self.steps.send(self.reply) if self.error is None else self.steps.throw(self.error)
-            except StopIteration as stop:
-                self.result = stop.value
-                return
-            self.reply, self.error = None, None
-            yield step
-
-    def answering(self) -> Walker[T]:
-        """``with walker.answering():`` around a step's call (a plain context manager: this
-        runs once per message, where @contextmanager's generator costs a microsecond)."""
-        return self
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, Exception):  # back into the steps, which handle Redis errors
-            self.error = exc
-            return True
-        return False
-
-
 def drive(steps: Steps[T], pause: Callable[[float], Any]) -> T:
     """Run ``steps`` in this thread: make each call, wait out each Pause with ``pause``
-    (``threading.Event.wait``: cut short once the worker stops)."""
-    walker = Walker(steps)
-    for step in walker:
-        with walker.answering():
-            walker.reply = pause(step.seconds) if isinstance(step, Pause) else step()
-    return walker.result
+    (``threading.Event.wait``: cut short once the worker stops). A call's Exception goes
+    back into the steps, which handle Redis' errors; a BaseException ends the run. Written
+    as one loop (no iterator, no context manager): it runs twice per message."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        error = None
+        try:
+            reply = pause(step.seconds) if isinstance(step, Pause) else step()
+        except Exception as exc:
+            reply, error = None, exc
 
 
 def outage_pause(failures: int, why: str) -> Pause:
@@ -124,10 +97,10 @@ class Held:
 
     __slots__ = ("message", "queue", "due", "seen", "started", "abandoned", "task")
 
-    def __init__(self, message: BaseMessage, queue: Any, timeout: float) -> None:
+    def __init__(self, message: BaseMessage, queue: Any, due: float) -> None:
         self.message = message
         self.queue = queue
-        self.due = time.monotonic() + timeout
+        self.due = due
         self.seen = message.deadline
         self.started: float | None = None
         self.abandoned = False
@@ -190,8 +163,9 @@ def ack(done: list[Held], stopping: Callable[[], bool]) -> Steps[int]:
         elif acked < len(msgs):
             log.warning("queue=%s: %d of %d acks were stale (redelivered meanwhile)",
                         q.name, len(msgs) - acked, len(msgs))
-        for m in msgs:
-            log.debug("acked queue=%s id=%s receives=%d", q.name, m.id, m.receives)
+        if log.isEnabledFor(logging.DEBUG):
+            for m in msgs:
+                log.debug("acked queue=%s id=%s receives=%d", q.name, m.id, m.receives)
     return covered
 
 

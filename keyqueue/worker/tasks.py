@@ -38,7 +38,7 @@ from .base import WorkerBase
 from .reaping import log_reap
 from .rules import RECOVERABLE
 from .signals import StopSignals, on_loop_stop_signals
-from .steps import Held, Pause, Steps, Walker, outage_pause
+from .steps import Held, Pause, Steps, outage_pause
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -194,12 +194,20 @@ class Worker(WorkerBase[QueueFace, Handler]):
             self.stop()
 
     async def _drive(self, steps: Steps[T]) -> T:
-        """Run shared steps on the loop: await each call, wait out each Pause."""
-        walker = Walker(steps)
-        for step in walker:
-            with walker.answering():
-                walker.reply = await (self._pause(step) if isinstance(step, Pause) else step())
-        return walker.result
+        """Run shared steps on the loop: await each call, wait out each Pause (as
+        ``steps.drive`` runs them in a thread)."""
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            try:
+                reply = await (self._pause(step) if isinstance(step, Pause) else step())
+            except Exception as exc:
+                reply, error = None, exc
 
     async def _pause(self, pause: Pause) -> None:
         if not pause.interruptible:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 from ..errors import InvalidArgument
 from ..health import warn_unless_noeviction
@@ -170,7 +170,8 @@ class Worker(WorkerBase[QueueFace, Handler]):
 
     def _invoke(self, h: Held) -> BaseException | None:
         try:
-            self.handler(cast(Message, h.message))  # (a Queue's claims are Messages)
+            message: Any = h.message  # a Queue's claims are Messages
+            self.handler(message)
         except BaseException as exc:  # the handler's failure, not ours: whatever it raised
             return exc
         return None
