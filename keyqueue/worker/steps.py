@@ -47,16 +47,30 @@ def drive(steps: Steps[T], pause: Callable[[float], Any]) -> T:
     as one loop (no iterator, no context manager): it runs twice per message."""
     reply: Any = None
     error: Exception | None = None
-    while True:
+    while not isinstance(step := resume(steps, reply, error), End):
         try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        error = None
-        try:
-            reply = pause(step.seconds) if isinstance(step, Pause) else step()
+            reply, error = pause(step.seconds) if isinstance(step, Pause) else step(), None
         except Exception as exc:
             reply, error = None, exc
+    return step.result
+
+
+class End:
+    """What ``resume`` returns once the steps are over: ``result`` is what they returned."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def resume(steps: Steps[Any], reply: Any, error: Exception | None) -> Step | End:
+    """The next step, given the last one's reply or the error its call raised (thrown into
+    the steps); an ``End`` once they return."""
+    try:
+        return steps.send(reply) if error is None else steps.throw(error)
+    except StopIteration as stop:
+        return End(stop.value)
 
 
 def outage_pause(failures: int, why: str) -> Pause:

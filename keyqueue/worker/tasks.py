@@ -38,7 +38,7 @@ from .base import WorkerBase
 from .reaping import log_reap
 from .rules import RECOVERABLE
 from .signals import StopSignals, on_loop_stop_signals
-from .steps import Held, Pause, Steps, outage_pause
+from .steps import End, Held, Pause, Steps, outage_pause, resume
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -198,16 +198,12 @@ class Worker(WorkerBase[QueueFace, Handler]):
         ``steps.drive`` runs them in a thread)."""
         reply: Any = None
         error: Exception | None = None
-        while True:
+        while not isinstance(step := resume(steps, reply, error), End):
             try:
-                step = steps.send(reply) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            error = None
-            try:
-                reply = await (self._pause(step) if isinstance(step, Pause) else step())
+                reply, error = await (self._pause(step) if isinstance(step, Pause) else step()), None
             except Exception as exc:
                 reply, error = None, exc
+        return step.result
 
     async def _pause(self, pause: Pause) -> None:
         if not pause.interruptible:
