@@ -79,6 +79,35 @@ def test_null_bodies_are_refused_before_their_partition_writes_anything(
     assert Queue("nulls", client=r).stats().waiting == 0
 
 
+def test_null_bodies_skipped_when_asked_and_counted(spark: Any, redis_server: RedisServer, r: redis.Redis,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """With option("nullBodies", "skip") the other rows are written; each task counts what
+    it left out and the commit on the driver logs the sum (called here in-process: Spark
+    runs it in a Python process of its own)."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from keyqueue.spark.options import Options
+    from keyqueue.spark.sink import QueueWriter
+
+    rows = [(None if i % 10 == 0 else f"b{i}", i) for i in range(200)]
+    df = spark.createDataFrame(rows, "payload string, n int").repartition(3)
+    fmt(df.write, redis_server.url, "skipnulls", bodyColumn="payload", nullBodies="skip").mode("append").save()
+    assert sorted(drain(Queue("skipnulls", client=r))) == sorted(f"b{i}".encode() for i in range(200) if i % 10)
+
+    opts = Options.parse({"url": redis_server.url, "queue": "skipnulls", "nullBodies": "skip"})
+    writer = QueueWriter(opts, StructType([StructField("value", StringType())]))
+    batch = pa.RecordBatch.from_pydict({"value": ["a", None, "b", None, None]})
+    written = [writer.write(iter([batch])), writer.write(iter([batch]))]
+    assert [(w.rows, w.skipped) for w in written] == [(2, 3), (2, 3)]
+    with caplog.at_level("WARNING", logger="keyqueue.spark"):
+        writer.commit(written)
+    assert "skipped 6 rows whose body column was null" in caplog.text
+    assert sorted(drain(Queue("skipnulls", client=r))) == [b"a", b"a", b"b", b"b"]
+    with pytest.raises(Exception, match="option nullBodies must be refuse or skip, not 'drop'"):
+        fmt(df.write, redis_server.url, "skipnulls", nullBodies="drop").mode("append").save()
+
+
 def test_streaming_write(spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
     src = tmp_path / "in"
     spark.createDataFrame([(f"s{i}",) for i in range(400)], "value string").write.parquet(str(src))

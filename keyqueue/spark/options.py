@@ -32,6 +32,8 @@ class Options:
     visibility_timeout: float | None = None
     #: batch read: waiting | processing | delayed | dead
     source: PeekSource = "waiting"
+    #: write: rows whose body is null are skipped (and counted) instead of refused
+    skip_null_bodies: bool = False
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Options:
@@ -55,6 +57,7 @@ class Options:
             max_rows=_positive("maxRowsPerTrigger", o.get("maxrowspertrigger", "10000")),
             visibility_timeout=None if vis is None else float(vis),
             source=source,
+            skip_null_bodies=_choice("nullBodies", o.get("nullbodies", "refuse"), ("refuse", "skip")) == "skip",
         )
         parsed.open().client.close()  # fails early, on the driver: bad URL, name, corrupt config
         return parsed
@@ -63,6 +66,12 @@ class Options:
         """A Queue with a client of its own (call it where the work runs)."""
         return Queue(self.queue, url=self.url, prefix=self.prefix, scripting=self.scripting,
                      min_replicas=self.min_replicas, replica_timeout=self.replica_timeout)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value.lower() not in allowed:
+        raise InvalidArgument(f"option {name} must be {' or '.join(allowed)}, not {value!r}")
+    return value.lower()
 
 
 def _whole(name: str, value: str) -> int:

@@ -8,6 +8,7 @@ micro-batch enqueues again: with a ``dedupKey`` column the repeats return the fi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -24,17 +25,24 @@ from .options import Options
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger("keyqueue.spark")
+
 
 @dataclass
 class Written(WriterCommitMessage):
     rows: int
+    skipped: int = 0  # rows with a null body, with option("nullBodies", "skip")
 
 
 def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written:
     """Enqueue every row of ``batches``: the body column, and the optional delay (seconds)
     and dedup-key columns. The whole partition is read and checked before its first enqueue,
     so a partition with a null body writes nothing."""
-    held = [checked(opts, b) for b in batches]
+    held, skipped = [], 0
+    for b in batches:
+        kept = checked(opts, b)
+        skipped += b.num_rows - kept.num_rows
+        held.append(kept)
     q = opts.open()
     rows = 0
     try:
@@ -53,7 +61,7 @@ def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written
             rows += len(bodies)
     finally:
         q.client.close()
-    return Written(rows)
+    return Written(rows, skipped)
 
 
 def has_body(opts: Options, schema: StructType) -> None:
@@ -64,12 +72,24 @@ def has_body(opts: Options, schema: StructType) -> None:
 
 
 def checked(opts: Options, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A null body would become an empty message without a word."""
-    if batch.column(opts.body_column).null_count:
-        raise InvalidArgument(f"the body column {opts.body_column!r} holds nulls: a message needs a "
-                              f"body, so this partition wrote nothing (drop them first: "
-                              f"df.where(F.col({opts.body_column!r}).isNotNull()))")
-    return batch
+    """A null body would become an empty message without a word: refused, or with
+    option("nullBodies", "skip") left out (the driver logs how many)."""
+    column = batch.column(opts.body_column)
+    if not column.null_count:
+        return batch
+    if opts.skip_null_bodies:
+        return batch.filter(column.is_valid())
+    raise InvalidArgument(f"the body column {opts.body_column!r} holds nulls: a message needs a "
+                          f"body, so this partition wrote nothing (drop them first: "
+                          f"df.where(F.col({opts.body_column!r}).isNotNull()), or "
+                          f'option("nullBodies", "skip"))')
+
+
+def count_skipped(messages: list[WriterCommitMessage | None]) -> None:
+    """On the driver, once the write is committed: how many null bodies were left out."""
+    skipped = sum(m.skipped for m in messages if isinstance(m, Written))
+    if skipped:
+        log.warning("skipped %d rows whose body column was null (option nullBodies=skip)", skipped)
 
 
 #: Rows per enqueue_many call: its chunks of 1,000 messages go out in one pipeline.
@@ -84,6 +104,9 @@ class QueueWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         return enqueue_batches(self.opts, iterator)
 
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        count_skipped(messages)
+
 
 class QueueStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: Options, schema: StructType) -> None:
@@ -94,7 +117,9 @@ class QueueStreamWriter(DataSourceStreamArrowWriter):
         return enqueue_batches(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: the rows were enqueued by the tasks (a replay enqueues again)."""
+        """The rows were enqueued by the tasks (a replay enqueues again): only the count
+        of skipped null bodies is left to say."""
+        count_skipped(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: enqueued messages stay (at-least-once)."""
