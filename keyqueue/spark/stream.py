@@ -12,7 +12,6 @@ query lives; a stopped or crashed query's messages come back by their visibility
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -26,8 +25,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..core import manifest
+from ..core.manifest import Pairs
 from ..message import Message
 from ..queue import Queue
+from ..transport.sync import run
 from .options import Options
 from .snapshot import PER_PARTITION, Ids, messages, utc
 
@@ -40,9 +42,6 @@ MANIFEST_TTL = 7 * 24 * 3600
 MAX_PER_BATCH = 100_000
 #: Messages per claim call.
 CLAIM_CHUNK = 1000
-
-Pairs = list[tuple[str, str]]
-
 
 def stubs(q: Queue, pairs: Pairs) -> list[Message]:
     """Messages carrying only what ack and extend need: id and receipt."""
@@ -95,18 +94,16 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         q = self._queue()
         return self.opts.visibility_timeout or q.settings.visibility_timeout
 
-    def _key(self, source: str) -> str:
-        return self._queue().keys.stream(source)
-
     def _load(self, source: str) -> None:
         """After a restart: the batches this source claimed and Spark has not committed."""
         if source in self._loaded:
             return
         self._loaded.add(source)
-        stored = self._queue().client.hgetall(self._key(source))
+        q = self._queue()
+        stored = run(q.client, manifest.batches(q.keys, source))
         with self._lock:
             for b, pairs in stored.items():
-                self._held.setdefault(int(b), [tuple(p) for p in json.loads(pairs)])
+                self._held.setdefault(b, pairs)
 
     def initialOffset(self) -> dict[str, object]:
         return Offset(self.source, 0).to_dict()
@@ -138,10 +135,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = Offset(at.source, at.batch + 1)
         pairs: Pairs = [(m.id, m.receipt) for m in got if m.receipt is not None]
         rows = [_row(m) for m in got]
-        pipe = q.client.pipeline(transaction=True)
-        pipe.hset(self._key(end.source), str(end.batch), json.dumps(pairs))
-        pipe.expire(self._key(end.source), MANIFEST_TTL)
-        pipe.execute()
+        run(q.client, manifest.record(q.keys, end.source, end.batch, pairs, MANIFEST_TTL))
         with self._lock:
             self._held[end.batch] = pairs
             self._rows[end.batch] = rows
@@ -176,7 +170,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         q = self._queue()
         acked = q.ack_many(stubs(q, pairs)) if pairs else 0
-        q.client.hdel(self._key(end.source), *map(str, done))
+        run(q.client, manifest.forget(q.keys, end.source, done))
         if acked < len(pairs):
             log.info("acknowledged %d of %d messages of batches %s (the rest were redelivered "
                      "after their visibility timeout)", acked, len(pairs), done)
