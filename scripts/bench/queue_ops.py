@@ -1,5 +1,5 @@
 """Throughput of keyqueue's queue operations against the raw redis-py commands they replace,
-measured as ratios in the same run (issue 11).
+measured as ratios in the same run.
 
 It starts its own throwaway redis-server. Every row is a ratio keyqueue / baseline measured
 in interleaved rounds (``--rounds``, default 5), each run on a freshly flushed server; the

@@ -1,4 +1,4 @@
-"""What replicated writes cost (issue 13, SPEC 9): enqueue, enqueue_many, claim + ack one at
+"""What replicated writes cost (Queue(min_replicas=1)): enqueue, enqueue_many, claim + ack one at
 a time and in batches with ``min_replicas=1``, each against itself with ``min_replicas=0``,
 on a primary with one replica on loopback (WAIT rides in the same round trip as the write,
 so the difference is the replica's acknowledgement).
