@@ -174,3 +174,31 @@ def test_bad_pool_settings_are_a_bad_url(query: str, why: str) -> None:
 
     with pytest.raises(ConfigurationError, match=why):
         from_url(f"redis://127.0.0.1:1/0?{query}")
+
+
+def test_the_dashboard_and_metrics_under_300_requests_at_once(redis_server: RedisServer, r: redis.Redis) -> None:
+    """keyqueue serve's pages, API and /metrics share one pool (100 connections): 300
+    requests at once over 5 queues, every one answered 200 with the right numbers."""
+    import httpx
+
+    from keyqueue.web import create_app
+
+    from .web_support import Served
+
+    for i in range(5):
+        Queue(f"dash{i}", client=r).enqueue_many([b"x"] * (i + 1))
+    served = Served(create_app(url=redis_server.url))
+
+    async def main() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(base_url=served.url, limits=limits, timeout=60) as client:
+            paths = ["/api/queues", "/metrics", "/api/queues/dash3", "/"] * 75
+            return await asyncio.gather(*[client.get(p) for p in paths])
+
+    try:
+        replies = asyncio.run(main())
+    finally:
+        served.stop()
+    assert [x.status_code for x in replies] == [200] * 300
+    waiting = {q["name"]: q["waiting"] for q in replies[0].json() if q["name"].startswith("dash")}
+    assert waiting == {f"dash{i}": i + 1 for i in range(5)}
