@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -158,6 +159,36 @@ def script_call_durations(r: redis.Redis, work: Callable[[], object],
         r.config_set("slowlog-max-len", 128)
     return calls, sorted(e["duration"] / 1000 for e in entries
                          if e["command"].split(b" ")[0].upper() == b"EVALSHA")
+
+
+@dataclass
+class Spawned:
+    """Processes started by ``spawned``: set ``go`` to let them start; each puts its result in
+    ``finished``."""
+
+    procs: list[Any]
+    go: Any
+    finished: Any
+
+    def results(self, timeout: float) -> list[Any]:
+        """Each process's result, in the order they finished; then every process joined."""
+        out = [self.finished.get(timeout=timeout) for _ in self.procs]
+        for p in self.procs:
+            p.join()
+        return out
+
+
+def spawned(target: Callable[..., None], args: Sequence[Any], processes: int) -> Spawned:
+    """``processes`` fresh interpreters running ``target(*args, ready, go, finished)``, each
+    done with its set-up (it released ``ready``) when this returns, all waiting for ``go``."""
+    ctx = mp.get_context("spawn")
+    ready, go, finished = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, ready, go, finished)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    return Spawned(procs, go, finished)
 
 
 # -- timing and interleaved rounds -------------------------------------------------------

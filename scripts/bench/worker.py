@@ -36,7 +36,7 @@ import redis
 from keyqueue import Message, Queue, Worker
 
 from harness import (BODY, QUEUE_NAME, RAW_PROCESSING, RAW_QUEUE, Options, Spread, exit_status, interleaved,
-                     markdown_table, ratios, throwaway_redis)
+                     markdown_table, ratios, spawned, throwaway_redis)
 
 STREAM, GROUP = "raw:stream", "g"
 HANDLED = "bench:handled"
@@ -127,19 +127,11 @@ def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
 def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> float:
     """Messages per second for ``processes`` processes draining n pre-filled messages."""
     fill(r, side, n)
-    ctx = mp.get_context("spawn")
-    ready, go, finished = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_process, args=(side, url, ready, go, finished)) for _ in range(processes)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready.acquire()
+    started = spawned(_process, (side, url), processes)
     r.delete(HANDLED)  # the warm-up INCRs
     start = time.monotonic()
-    go.set()
-    ends = [finished.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join()
+    started.go.set()
+    ends = started.results(600)
     drained(r, side, n)
     return n / (max(ends) - start)
 

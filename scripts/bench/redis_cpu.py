@@ -1,0 +1,366 @@
+"""Redis CPU per delivered message: redis-server's own CPU time over a drain by
+two worker processes whose handler touches no Redis, divided by the messages.
+
+Redis runs every command on one core, so the Redis CPU a message costs sets how many
+messages one queue can ever move, however many workers it has. Wall-clock rates on a busy
+2-core machine are noisy; the server's CPU time per message much less so. Each round drains
+a pre-filled queue once per side (on a freshly flushed server, the scripts loaded before
+the clock starts), reading INFO ``used_cpu_user + used_cpu_sys`` before and after:
+
+- **Streams**: a Redis Streams consumer group, XREADGROUP COUNT 100 and one XACK of each
+  batch (context: the least any reliable consumer costs Redis).
+- **floor**: the layout floor, a pair of benchmark-only scripts doing only what keyqueue's
+  key layout itself requires per message, batched as the worker batches (100): claim takes
+  the ids off the list, moves them from ``items`` to ``processing``, adds them to the timer
+  bucket of their deadline, writes receives / receipt / deadline and reads the body; ack
+  checks each receipt, removes the ids from ``processing`` and their timer bucket, and
+  deletes the items. No type checks, no ownership check per id, no counters, no
+  dead-lettering, no reaping, no self-healing reply.
+- **keyqueue**: ``Worker(Queue(...))`` with default settings (batches of up to 100, one
+  ack_many per batch, claim-time and worker reaping, heartbeats).
+- **script-free**: the same Worker on ``Queue(..., scripting=False)``.
+
+The enqueue before each drain is measured the same way (each side enqueuing in batches of
+100: ``enqueue_many``, the floor's enqueue script, 100 pipelined XADDs), for the cost over
+a message's whole life. The per-round ratios keyqueue / floor and keyqueue / Streams give
+min / median / max; targets (scripted mode): at most 1.3x the floor and 4.5x Streams, on
+the median. INFO commandstats over every drain gives each side's per-command costs: the
+calls per message and microseconds per call of each command, and for the scripts, the time
+EVALSHA took beyond the commands it ran (the scripts' own Lua work).
+
+    .venv/bin/python scripts/bench/redis_cpu.py [--quick] [--json] [--messages N] [--rounds R]
+
+The exit status is 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import redis
+
+from keyqueue import Queue, Worker
+from keyqueue.backends.scripted.scripts import SCRIPT_NAMES, script_source
+
+from harness import (QUEUE_NAME, Options, Spread, about, about_line, bodies, exit_status, interleaved,
+                     markdown_table, ratios, spawned, throwaway_redis)
+
+STREAM, GROUP = "raw:stream", "g"
+BATCH = 100  # the worker's largest batch (keyqueue.worker.rules.MAX_BATCH)
+PROCESSES = 2
+VISIBILITY_MS, BUCKET_MS = 30_000, 60_000
+TARGETS = {"floor": 1.3, "streams": 4.5}  # keyqueue (scripted) / side, at most, median
+SIDES = ("streams", "floor", "keyqueue", "script-free")
+LABELS = {"streams": "Redis Streams consumer group (XREADGROUP COUNT 100 + XACK)",
+          "floor": "layout floor (bare claim + ack scripts, batches of 100)",
+          "keyqueue": "keyqueue Worker (scripted)", "script-free": "keyqueue Worker (scripting=False)"}
+
+# -- the layout floor ------------------------------------------------------------------------
+
+FLOOR = "floor"
+FLOOR_BASE = "floor:{f}:"
+FLOOR_KEYS = tuple(FLOOR_BASE + k for k in ("seq", "queue", "items", "processing", "timers"))
+
+#: Enqueue a batch: INCRBY seq, one HSET a message (enqueue time, body), RPUSH, SADD.
+FLOOR_ENQUEUE = """
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local n = #ARGV - 1
+local first = redis.call('INCRBY', KEYS[1], n) - n
+local item, ids = ARGV[1] .. 'item:', {}
+for i = 1, n do
+  local id = string.format('%d', first + i)
+  redis.call('HSET', item .. id, 't', now, 'b', ARGV[i + 1])
+  ids[i] = id
+end
+redis.call('RPUSH', KEYS[2], unpack(ids))
+redis.call('SADD', KEYS[3], unpack(ids))
+return n
+"""
+
+#: Claim up to ARGV[2]: the ids off the list, items -> processing, the timer bucket of the
+#: deadline (and its index entry), receives / receipt / deadline written and the body read.
+#: Returns id, receipt, body, ...
+FLOOR_CLAIM = """
+local ids = redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1)
+if #ids == 0 then return {} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + tonumber(ARGV[3])
+local bucket = string.format('%d', math.floor(deadline / tonumber(ARGV[4])))
+local deadline_s, suffix = string.format('%d', deadline), string.format('-%d', now)
+redis.call('LTRIM', KEYS[2], #ids, -1)
+redis.call('SREM', KEYS[3], unpack(ids))
+redis.call('SADD', KEYS[4], unpack(ids))
+redis.call('SADD', ARGV[1] .. 'timer:' .. bucket, unpack(ids))
+redis.call('ZADD', KEYS[5], deadline_s, bucket)
+local item, out = ARGV[1] .. 'item:', {}
+for i = 1, #ids do
+  local id = ids[i]
+  local k = item .. id
+  local v = redis.call('HMGET', k, 'b', 'r')
+  local r = v[2] and tostring(tonumber(v[2]) + 1) or '1'
+  local receipt = r .. suffix
+  redis.call('HSET', k, 'r', r, 'c', receipt, 'd', deadline_s)
+  out[3 * i - 2], out[3 * i - 1], out[3 * i] = id, receipt, v[1]
+end
+return out
+"""
+
+#: Ack id, receipt pairs (ARGV[3..]): each whose receipt is current leaves processing and its
+#: timer bucket, and its item is deleted. Returns how many.
+FLOOR_ACK = """
+local item, bucket_ms = ARGV[1] .. 'item:', tonumber(ARGV[2])
+local gone, keys, buckets, last, ids = {}, {}, {}, nil, nil
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  local k = item .. id
+  local v = redis.call('HMGET', k, 'c', 'd')
+  if v[1] == ARGV[i + 1] then
+    gone[#gone + 1], keys[#keys + 1] = id, k
+    if v[2] ~= last then  -- a batch's deadlines are mostly one
+      last = v[2]
+      local b = math.floor(tonumber(last) / bucket_ms)
+      ids = buckets[b]
+      if not ids then ids = {}; buckets[b] = ids end
+    end
+    ids[#ids + 1] = id
+  end
+end
+if #gone == 0 then return 0 end
+redis.call('SREM', KEYS[1], unpack(gone))
+for b, members in pairs(buckets) do
+  redis.call('SREM', ARGV[1] .. 'timer:' .. string.format('%d', b), unpack(members))
+end
+redis.call('DEL', unpack(keys))
+return #gone
+"""
+
+
+def floor_drain(url: str) -> int:
+    r = redis.Redis.from_url(url)
+    claim, ack = (r.script_load(s) for s in (FLOOR_CLAIM, FLOOR_ACK))
+    done = 0
+    while got := r.execute_command("EVALSHA", claim, 5, *FLOOR_KEYS, FLOOR_BASE, BATCH, VISIBILITY_MS, BUCKET_MS):
+        pairs = [x for i in range(0, len(got), 3) for x in (got[i], got[i + 1])]
+        done += r.execute_command("EVALSHA", ack, 2, FLOOR_KEYS[3], FLOOR_KEYS[4], FLOOR_BASE, BUCKET_MS, *pairs)
+    return done
+
+
+# -- the other drains ------------------------------------------------------------------------
+
+
+def streams_drain(url: str) -> int:
+    r = redis.Redis.from_url(url)
+    consumer = f"c{os.getpid()}"
+    done = 0
+    while got := r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=BATCH):
+        ids = [entry_id for _, entries in got for entry_id, _ in entries]
+        done += r.xack(STREAM, GROUP, *ids)
+    return done
+
+
+def worker_drain(url: str, scripting: bool) -> Callable[[], int]:
+    """A Worker made (its settings read) before the clock starts; run() drains the queue."""
+    handled = 0
+
+    def handler(message: Any) -> None:
+        nonlocal handled
+        handled += 1
+
+    worker = Worker(Queue(QUEUE_NAME, url=url, scripting=scripting), handler)
+
+    def run() -> int:
+        worker.run(burst=True)
+        return handled
+
+    return run
+
+
+def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
+    if side in ("keyqueue", "script-free"):
+        drain = worker_drain(url, side == "keyqueue")
+    else:
+        drain = functools.partial(floor_drain if side == "floor" else streams_drain, url)
+    ready.release()
+    go.wait()
+    finished.put(drain())
+
+
+# -- filling ----------------------------------------------------------------------------------
+
+
+def fill(r: redis.Redis, side: str, data: list[bytes]) -> None:
+    """This side's messages, enqueued in batches of BATCH (the whole-life figure's enqueue)."""
+    if side == "streams":
+        for i in range(0, len(data), BATCH):
+            pipe = r.pipeline(transaction=False)
+            for body in data[i : i + BATCH]:
+                pipe.xadd(STREAM, {"b": body})
+            pipe.execute()
+    elif side == "floor":
+        sha = r.script_load(FLOOR_ENQUEUE)
+        for i in range(0, len(data), BATCH):
+            r.execute_command("EVALSHA", sha, 3, *FLOOR_KEYS[:3], FLOOR_BASE, *data[i : i + BATCH])
+    else:
+        q = Queue(QUEUE_NAME, client=r, scripting=side == "keyqueue")
+        for i in range(0, len(data), BATCH):
+            q.enqueue_many(data[i : i + BATCH])
+
+
+def drained(r: redis.Redis, side: str) -> int:
+    """What is left undelivered or unacknowledged: a broken side cannot look cheap."""
+    if side == "streams":
+        return int(r.xpending(STREAM, GROUP)["pending"]) + int(r.xinfo_groups(STREAM)[0]["lag"] or 0)
+    if side == "floor":
+        return int(r.llen(FLOOR_KEYS[1]) + r.scard(FLOOR_KEYS[3]))
+    # (not stats().delayed: the script-free claim can leave a timer entry of an id another
+    # worker took and acked meanwhile, a stale entry the reaper drops once its bucket is due)
+    s = Queue(QUEUE_NAME, client=r).stats()
+    return s.waiting + s.processing + s.dead + len(r.keys(f"kq:{{{QUEUE_NAME}}}:item:*"))
+
+
+# -- one measurement ------------------------------------------------------------------------
+
+
+def cpu_seconds(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+#: Commands of the benchmark's own bookkeeping, left out of the per-command tables.
+OWN = {"info", "config|resetstat", "config|set", "flushall", "script|load", "ping", "client|setinfo"}
+
+
+@dataclass
+class Sample:
+    """One side in one round: Redis CPU in microseconds per message (enqueue, drain) and the
+    commandstats of the drain (command -> calls, usec)."""
+
+    enqueue_us: float
+    drain_us: float
+    commands: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def measure(r: redis.Redis, url: str, side: str, data: list[bytes]) -> Sample:
+    n = len(data)
+    r.flushall()
+    for name in SCRIPT_NAMES:  # compiled before the clock starts, as on a server in use
+        r.script_load(script_source(name))
+    before = cpu_seconds(r)
+    fill(r, side, data)
+    enqueue = cpu_seconds(r) - before
+    if side == "streams":
+        r.xgroup_create(STREAM, GROUP, id="0")
+    started = spawned(_process, (side, url), PROCESSES)
+    r.config_resetstat()
+    before = cpu_seconds(r)
+    started.go.set()
+    handled = sum(started.results(900))
+    drain = cpu_seconds(r) - before
+    stats = r.info("commandstats")
+    left = drained(r, side)
+    if handled != n or left:
+        raise RuntimeError(f"{side}: handled {handled} of {n}, {left} left")
+    commands = {k[len("cmdstat_"):]: (int(v["calls"]), int(v["usec"])) for k, v in stats.items()
+                if k[len("cmdstat_"):] not in OWN}
+    return Sample(enqueue / n * 1e6, drain / n * 1e6, commands)
+
+
+# -- the tables ---------------------------------------------------------------------------
+
+
+@dataclass
+class CommandCost:
+    command: str
+    calls_per_message: float
+    us_per_call: float
+    us_per_message: float
+
+
+#: Commands a client sends itself (anything else a side runs is called from its scripts).
+TOP_LEVEL = {"evalsha", "xreadgroup", "xack", "blpop", "wait"}
+
+
+def command_costs(samples: list[Sample], n: int) -> list[CommandCost]:
+    """Per-command costs over every round of a side, most expensive first; for a scripted
+    side, a last row with EVALSHA's time beyond the commands its scripts ran."""
+    calls: dict[str, int] = {}
+    usec: dict[str, int] = {}
+    for s in samples:
+        for cmd, (c, u) in s.commands.items():
+            calls[cmd] = calls.get(cmd, 0) + c
+            usec[cmd] = usec.get(cmd, 0) + u
+    messages = n * len(samples)
+    rows = [CommandCost(cmd, calls[cmd] / messages, usec[cmd] / calls[cmd], usec[cmd] / messages)
+            for cmd in sorted(calls, key=lambda c: -usec[c]) if calls[cmd]]
+    if "evalsha" in calls:
+        inside = sum(u for cmd, u in usec.items() if cmd not in TOP_LEVEL)
+        own = usec["evalsha"] - inside
+        rows.append(CommandCost("(EVALSHA beyond the commands inside: the scripts' own work)",
+                                calls["evalsha"] / messages, own / calls["evalsha"], own / messages))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Options(__doc__, rounds=5)
+    ap.add_argument("--messages", type=int, default=50_000)
+    args = ap.parse(argv)
+    n = 2_000 if args.quick else args.messages
+    data = bodies(n)
+    with throwaway_redis() as (server, r):
+        head, info = about_line(r), about(r)
+        runs = interleaved({side: (lambda s=side: measure(r, server.url, s, data)) for side in SIDES}, args.rounds)
+        for i in range(args.rounds):
+            print(f"  round {i + 1}: " + ", ".join(f"{s} {runs[s][i].drain_us:.2f}" for s in SIDES)
+                  + " us of Redis CPU per delivered message", file=sys.stderr)
+    drain = {s: [x.drain_us for x in runs[s]] for s in SIDES}
+    whole = {s: [x.enqueue_us + x.drain_us for x in runs[s]] for s in SIDES}
+    vs = {base: Spread.of(ratios(drain["keyqueue"], drain[base])) for base in TARGETS}
+    met = all(vs[base].median <= limit for base, limit in TARGETS.items())
+    costs = {s: command_costs(runs[s], n) for s in SIDES}
+    if args.json:
+        print(json.dumps({**info, "messages": n, "rounds": args.rounds, "processes": PROCESSES, "sides": {
+            s: {"drain_us_per_message": Spread.of(drain[s]).rounded(),
+                "enqueue_us_per_message": round(statistics.median(x.enqueue_us for x in runs[s]), 2),
+                "whole_life_us_per_message": Spread.of(whole[s]).rounded(),
+                "commands": [asdict(c) for c in costs[s]]} for s in SIDES},
+            "keyqueue_vs": {base: vs[base].rounded() for base in TARGETS}, "targets_met": met}, indent=2))
+        return exit_status(args, met)
+
+    def against(side: str, base: str, values: dict[str, list[float]]) -> str:
+        return Spread.of(ratios(values[side], values[base])).text()
+
+    lines = [f"{head}, {n:,} messages drained by {PROCESSES} processes, {args.rounds} interleaved rounds", ""]
+    lines += markdown_table(
+        ["Redis CPU per delivered message", "us min / median / max", "vs floor min / median / max",
+         "vs Streams min / median / max"], "lrrr",
+        ([LABELS[s], Spread.of(drain[s]).text(), against(s, "floor", drain), against(s, "streams", drain)]
+         for s in SIDES))
+    lines += ["", *markdown_table(
+        ["keyqueue (scripted) / side, median", "target", "result"], "lll",
+        ([f"vs {base}: {vs[base].median:.2f}", f"<= {limit}", "PASS" if vs[base].median <= limit else "FAIL"]
+         for base, limit in TARGETS.items()))]
+    lines += ["", *markdown_table(
+        ["whole life (enqueue + claim + ack), us per message, median", "enqueue", "claim + ack", "whole life",
+         "vs Streams"], "lrrrr",
+        ([LABELS[s], f"{statistics.median(x.enqueue_us for x in runs[s]):.2f}",
+          f"{statistics.median(drain[s]):.2f}", f"{statistics.median(whole[s]):.2f}",
+          f"{statistics.median(ratios(whole[s], whole['streams'])):.2f}"] for s in SIDES))]
+    for s in SIDES:
+        lines += ["", f"{LABELS[s]}: per command, over every round's drain", "", *markdown_table(
+            ["command", "calls per message", "us per call", "us per message"], "lrrr",
+            ([c.command, f"{c.calls_per_message:.3f}", f"{c.us_per_call:.2f}", f"{c.us_per_message:.3f}"]
+             for c in costs[s] if c.us_per_message >= 0.005 or c.command.startswith("(")))]
+    print("\n".join(lines))
+    return exit_status(args, met)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
