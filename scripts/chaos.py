@@ -348,7 +348,7 @@ class FailoverTarget:
 
     def start(self, timeout: float = 10.0) -> None:
         if self.ha is None:
-            from tests.ha_servers import SentinelSet  # the test suite's servers (ROOT is on sys.path)
+            from tests.support.ha_servers import SentinelSet  # the test suite's servers (ROOT is on sys.path)
 
             self.ha = SentinelSet(replicas=2)
         # A killed primary stays down: brought back without persistence it would be an empty

@@ -1,9 +1,13 @@
-"""Test fixtures: one real redis-server per session on a free loopback port (never 6379)."""
+"""Fixtures of the whole suite: one real redis-server per session (per xdist worker) on a free
+loopback port (never 6379), a flushed client, both modes, and queues on either face.
+
+The folders: contract/ (what the queues, workers and fsck promise, on both faces), faults/
+(crashes, processes, signals, replication, Sentinel, TLS, ACL, Cluster, races, pools),
+surfaces/ (CLI, dashboard, SQS, Spark, examples, benchmarks, layers), support/ (helpers and
+the handler modules worker processes import), data/ (golden data the tests read)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -11,6 +15,8 @@ import redis
 
 from keyqueue import Queue
 from keyqueue.server import RedisServer
+
+from .support.helpers import FakeClock
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +57,7 @@ def face() -> str:
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[Any]:
-    from .async_face import LoopThread
+    from .support.async_face import LoopThread
 
     lt = LoopThread()
     yield lt
@@ -72,7 +78,7 @@ def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisSe
 
         from keyqueue.aio import Queue as AioQueue
 
-        from .async_face import SyncFace
+        from .support.async_face import SyncFace
 
         lt = request.getfixturevalue("loop_thread")
         aq = AioQueue(name, client=redis.asyncio.Redis(port=redis_server.port), **kw)
@@ -95,97 +101,7 @@ def q(make_queue: Callable[..., Queue]) -> Queue:
     return make_queue("q")
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
-    """Poll until predicate() is truthy; fail the test at the deadline."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
-def run_threads(calls: list[Callable[[], object]], timeout: float = 90.0) -> list[BaseException]:
-    """Each call in a thread of its own, all at once; what they raised (the test asserts none)."""
-    errors: list[BaseException] = []
-
-    def run(call: Callable[[], object]) -> None:
-        try:
-            call()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
-    for t in threads:
-        t.start()
-    end = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(end - time.monotonic(), 0.1))
-    if any(t.is_alive() for t in threads):
-        raise AssertionError(f"threads still running after {timeout}s")
-    return errors
-
-
-def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes, Any]]:
-    """Every key with its type and full value, to show an operation changed nothing."""
-    out: dict[bytes, tuple[bytes, Any]] = {}
-    for key in client.keys("*"):
-        kind = client.type(key)
-        if kind == b"string":
-            value: Any = client.get(key)
-        elif kind == b"list":
-            value = client.lrange(key, 0, -1)
-        elif kind == b"set":
-            value = sorted(client.smembers(key))
-        elif kind == b"zset":
-            value = client.zrange(key, 0, -1, withscores=True)
-        elif kind == b"hash":
-            value = client.hgetall(key)
-        else:
-            value = client.dump(key)
-        out[key] = (kind, value)
-    return out
-
-
-class FakeClock:
-    """A clock the test moves by hand; passed as Queue(clock=...) it replaces Redis TIME."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     """A FakeClock of its own for each test."""
     return FakeClock()
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] SparkSession for every Spark test (UI off, driver on 127.0.0.1); its
-    Python workers run this interpreter, so they import this checkout of keyqueue."""
-    import os
-    import sys
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from keyqueue.spark import register
-
-    session = (SparkSession.builder.master("local[2]").appName("keyqueue-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()

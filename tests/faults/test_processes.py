@@ -1,0 +1,180 @@
+"""Real `keyqueue worker` and `keyqueue reaper` processes: signals, SIGKILL, Redis restarts."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import redis
+
+from keyqueue import Queue
+from keyqueue.server import RedisServer
+
+from ..support.helpers import wait_until
+from ..support.handlers import DONE, STARTED
+from ..support.processes import Procs
+
+#: A record of the CLI's log format: time, level, logger name, message.
+RECORD = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ ([A-Z]+) ([\w.]+): (.*)")
+
+
+@pytest.fixture
+def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
+    ps = Procs(tmp_path, scripting)
+    yield ps
+    for p in ps.started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting)
+    q.enqueue("1.0")  # the handler sleeps 1 s
+    q.enqueue_many(["0"] * 5)
+    p = procs.worker(redis_server.url, "slow", "--grace", "10")
+    wait_until(lambda: r.llen(STARTED) >= 1)
+    p.send_signal(sig)
+    assert p.wait(15) == 0
+    assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished and was acked
+    s = q.stats()
+    assert s.processing == 0 and s.waiting + len(r.hkeys(DONE)) == 6
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_second_signal_releases_held_messages_at_once(redis_server, r: redis.Redis, procs, scripting: bool,
+                                                      sig: signal.Signals, code: int) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    q.enqueue_many(["30", "30"])
+    p = procs.worker(redis_server.url, "slow", "-c", "2", "--grace", "60")
+    wait_until(lambda: r.llen(STARTED) == 2)
+    p.send_signal(sig)
+    wait_until(lambda: f"{sig.name}: stopping" in procs.log(p))  # two signals at once would merge
+    p.send_signal(sig)
+    assert p.wait(10) == code
+    # Back in waiting at once, not after their 60 s deadline; nothing was done twice.
+    wait_until(lambda: q.stats().waiting == 2, timeout=2)
+    assert q.stats().processing == 0 and r.hlen(DONE) == 0
+    assert f"second {sig.name}: releasing every held message now" in procs.log(p)
+
+
+def test_handler_system_exit_fails_its_message_and_stops_the_worker(redis_server, r: redis.Redis, procs,
+                                                                   scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting)
+    q.enqueue_many(["0.5", "exit"])
+    p = procs.worker(redis_server.url, "exits", "-c", "2", "--burst")
+    assert p.wait(15) == 3  # the handler's exit code
+    assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished within the grace period
+    (m,) = q.peek(source="delayed")  # released with backoff, its error kept
+    assert m.id == "2" and m.receives == 1 and m.last_error == "SystemExit: 3"
+    s = q.stats()
+    assert s.processing == 0 and s.waiting == 0
+    log = procs.log(p)
+    assert "handler raised SystemExit(3) on queue=q id=2; stopping" in log
+    assert "grace period over" not in log and "Traceback" not in log
+
+
+def test_worker_logs_its_settings_at_start(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    Queue("q", client=r, scripting=scripting, visibility_timeout=7, max_receives=3)
+    p = procs.worker(redis_server.url, "record", "-c", "2", "--burst")
+    assert p.wait(15) == 0
+    log = procs.log(p)
+    assert "worker options: concurrency=2 retry_backoff=1 grace_period=30 heartbeat=on" in log
+    assert "queue=q priority=1 visibility_timeout=7 max_receives=3 bucket_seconds=60" in log
+
+
+def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=1, bucket_seconds=1)
+    q.enqueue_many(["0.05"] * 40)
+    victim = procs.worker(redis_server.url, "slow", "-c", "4")
+    wait_until(lambda: r.llen(STARTED) >= 6)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert q.stats().processing > 0  # it died holding messages
+    rescuer = procs.worker(redis_server.url, "slow", "-c", "4")
+    wait_until(lambda: r.hlen(DONE) == 40 and q.stats().processing == 0, timeout=30)
+    rescuer.send_signal(signal.SIGTERM)
+    assert rescuer.wait(15) == 0
+    assert q.stats().waiting == 0
+
+
+def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, bucket_seconds=1)
+    q.enqueue("x")
+    q.enqueue("later", delay=0.5)
+    assert q.claim(visibility_timeout=0.5) is not None
+    p = procs.spawn(redis_server.url, "reaper", "--interval", "0.2")
+    wait_until(lambda: q.length() == 2, timeout=10)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    assert sorted(m.text for m in q.peek()) == ["later", "x"]
+
+
+def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    Queue("q", client=r, scripting=scripting).enqueue("x")  # a registered queue to reap
+    p = procs.spawn(redis_server.url, "reaper", "--interval", "0.05", "--log-level", "debug")
+    wait_until(lambda: "pass 10 over 1 queues" in procs.log(p))  # its per-pass lines are DEBUG
+    lines = procs.log(p).splitlines()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    records = [m.groups() for m in map(RECORD.match, lines) if m]  # (level, logger, message)
+    assert not [rec for rec in records if rec[1].startswith("apscheduler")]  # not even at debug level
+    above_debug = [rec for rec in records if rec[0] != "DEBUG"]
+    assert len(above_debug) == 1 and above_debug[0][2].startswith("reaping every queue")
+
+
+# -- Redis stopped and restarted under running workers and reapers -------------------------
+
+
+@pytest.fixture
+def durable() -> Iterator[RedisServer]:
+    with RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+        yield server
+
+
+def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, scripting: bool) -> None:
+    r = redis.Redis(port=durable.port)
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=2, bucket_seconds=1)
+    q.enqueue_many(["0.01"] * 300)
+    w = procs.worker(durable.url, "slow", "-c", "2")
+    reaper = procs.spawn(durable.url, "reaper", "q", "--interval", "0.5")
+    wait_until(lambda: r.hlen(DONE) >= 50)
+    durable.stop()  # SIGTERM: Redis shuts down cleanly, the AOF has every write
+    time.sleep(1.5)
+    assert w.poll() is None and reaper.poll() is None, "a process died with Redis"
+    durable.start()
+    wait_until(lambda: r.hlen(DONE) == 300 and q.stats().processing == 0, timeout=60)
+    assert q.stats().waiting == 0
+    for p in (w, reaper):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(15) == 0
+    assert "retrying" in procs.log(w)  # it noticed the outage and backed off
+
+
+@pytest.mark.parametrize("handler", ["tests.support.handlers:record", "tests.support.aio_handlers:slow"], ids=["threads", "asyncio"])
+def test_worker_and_reaper_started_before_redis_wait_for_it(tmp_path: Path, procs, scripting: bool,
+                                                            handler: str) -> None:
+    """Redis still down when they start (slow at boot): both back off (0.1 s doubling, each
+    wait logged), neither exits, and the worker serves once Redis is up. SIGTERM then ends
+    the worker with a line saying it stopped with nothing held."""
+    server = RedisServer(["--appendonly", "no"])
+    w = procs.spawn(server.url, "worker", handler, "-q", "q")
+    reaper = procs.spawn(server.url, "reaper", "q", "--interval", "0.5")
+    wait_until(lambda: "retrying in 0.4s" in procs.log(w) and "retrying in 0.4s" in procs.log(reaper), 30)
+    assert w.poll() is None and reaper.poll() is None
+    with server:
+        r = redis.Redis(port=server.port)
+        q = Queue("q", client=r, scripting=scripting)
+        q.enqueue_many(["0"] * 5)
+        wait_until(lambda: r.hlen(DONE) == 5 and q.stats().processing == 0, timeout=60)
+        for p in (w, reaper):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(15) == 0
+        last = procs.log(w).strip().splitlines()[-1]
+        assert "worker stopped: 5 messages processed, 0 failed, nothing left held" in last, last
+        r.close()

@@ -1,0 +1,38 @@
+"""Handlers for worker processes started by the tests (``keyqueue worker tests.support.handlers:...``).
+Each records what it did in Redis, so the test can see it from outside the process."""
+
+from __future__ import annotations
+
+import time
+
+from keyqueue import Message
+
+STARTED = "test:started"  # list of ids whose handler began
+DONE = "test:done"  # hash id -> completed deliveries
+
+
+def _client(m: Message):  # type: ignore[no-untyped-def]
+    assert m.queue is not None
+    return m.queue.client
+
+
+def record(m: Message) -> None:
+    _client(m).hincrby(DONE, m.id, 1)
+
+
+def slow(m: Message) -> None:
+    """Sleeps for the number of seconds in the body."""
+    _client(m).rpush(STARTED, m.id)
+    time.sleep(float(m.text))
+    _client(m).hincrby(DONE, m.id, 1)
+
+
+def fail(m: Message) -> None:
+    raise RuntimeError(f"cannot handle {m.text}")
+
+
+def exits(m: Message) -> None:
+    """A body "exit" raises SystemExit(3); any other is a number of seconds to sleep, as slow."""
+    if m.text == "exit":
+        raise SystemExit(3)
+    slow(m)

@@ -1,0 +1,81 @@
+"""Helpers every folder uses: the repository's root, polling with a deadline, calls in
+threads at once, a snapshot of the keyspace, and a clock the test moves by hand."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import redis
+
+#: The repository's root (the working directory of the processes the tests start).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
+    """Poll until predicate() is truthy; fail the test at the deadline."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def run_threads(calls: list[Callable[[], object]], timeout: float = 90.0) -> list[BaseException]:
+    """Each call in a thread of its own, all at once; what they raised (the test asserts none)."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(end - time.monotonic(), 0.1))
+    if any(t.is_alive() for t in threads):
+        raise AssertionError(f"threads still running after {timeout}s")
+    return errors
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes, Any]]:
+    """Every key with its type and full value, to show an operation changed nothing."""
+    out: dict[bytes, tuple[bytes, Any]] = {}
+    for key in client.keys("*"):
+        kind = client.type(key)
+        if kind == b"string":
+            value: Any = client.get(key)
+        elif kind == b"list":
+            value = client.lrange(key, 0, -1)
+        elif kind == b"set":
+            value = sorted(client.smembers(key))
+        elif kind == b"zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"hash":
+            value = client.hgetall(key)
+        else:
+            value = client.dump(key)
+        out[key] = (kind, value)
+    return out
+
+
+class FakeClock:
+    """A clock the test moves by hand; passed as Queue(clock=...) it replaces Redis TIME."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
