@@ -25,6 +25,12 @@ from ..support.check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMER
 from ..support.helpers import ROOT, FakeClock, snapshot
 
 
+@pytest.fixture
+def face() -> str:
+    """keyqueue.Queue only, for now (the worker and fsck suites take both faces next)."""
+    return "sync"
+
+
 
 @pytest.fixture
 def cq(make_queue: Callable[..., Queue], clock: FakeClock) -> Queue:

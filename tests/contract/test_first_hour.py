@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from keyqueue import ConfigurationError, InvalidArgument, Queue, Worker
+from keyqueue import ConfigurationError, InvalidArgument, Queue
 
 
 def test_one_str_where_a_list_is_expected_is_refused(q: Queue) -> None:
@@ -55,14 +55,6 @@ def test_a_message_repr_shows_a_short_body(q: Queue) -> None:
     assert len(text) < 200 and "100000 bytes" in text and f"id='{m.id}'" in text
 
 
-def test_the_decorator_works_without_parentheses(q: Queue) -> None:
-    @q.worker
-    def handle(message) -> None:  # type: ignore[no-untyped-def]
-        pass
-
-    assert isinstance(handle, Worker) and handle.queues == [q]
-
-
 def test_a_corrupt_registry_does_not_stop_a_healthy_queue(r: redis.Redis, scripting: bool,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     r.set("kq:queues", "oops")  # the registry is shared by every queue under the prefix
@@ -70,16 +62,6 @@ def test_a_corrupt_registry_does_not_stop_a_healthy_queue(r: redis.Redis, script
     assert q.enqueue("x") == "1" and q.length() == 1
     assert "cannot register" in caplog.text and "kq:queues" in caplog.text
     assert r.get("kq:queues") == b"oops"  # left as it was
-
-
-def test_an_async_handler_is_refused_not_acked_unrun(q: Queue) -> None:
-    async def handle(message) -> None:  # type: ignore[no-untyped-def]
-        raise RuntimeError("never awaited")
-
-    with pytest.raises(InvalidArgument, match="async function"):
-        Worker(q, handle)
-    with pytest.raises(InvalidArgument, match="async function"):
-        q.worker(concurrency=2)(handle)
 
 
 def test_a_reaper_takes_one_queue_or_name_as_it_is(r: redis.Redis, scripting: bool) -> None:

@@ -17,6 +17,12 @@ from ..support.helpers import wait_until
 from ..support.workers import Running
 
 
+@pytest.fixture
+def face() -> str:
+    """keyqueue.Queue only, for now (the worker and fsck suites take both faces next)."""
+    return "sync"
+
+
 def test_backoff_doubles_and_is_capped() -> None:
     assert [backoff(1.0, r) for r in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     assert backoff(0.5, 1) == 0.5 and backoff(1.0, 30) == MAX_BACKOFF == 300
@@ -196,6 +202,24 @@ def test_the_decorator_builds_a_worker(q: Queue) -> None:
     q.enqueue("x")
     handle.run(burst=True)
     assert q.length() == 0
+
+
+def test_the_decorator_works_without_parentheses(q: Queue) -> None:
+    @q.worker
+    def handle(message) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    assert isinstance(handle, Worker) and handle.queues == [q]
+
+
+def test_an_async_handler_is_refused_not_acked_unrun(q: Queue) -> None:
+    async def handle(message) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("never awaited")
+
+    with pytest.raises(InvalidArgument, match="async function"):
+        Worker(q, handle)
+    with pytest.raises(InvalidArgument, match="async function"):
+        q.worker(concurrency=2)(handle)
 
 
 @pytest.mark.parametrize("kw", [{"concurrency": 0}, {"retry_backoff": -1}, {"grace_period": "x"},

@@ -1,0 +1,67 @@
+"""Both faces for the whole contract: every test in this folder whose queues come from
+``make_queue`` or ``q`` runs on keyqueue.Queue and on keyqueue.aio.Queue (through
+tests/support/async_face.py's SyncFace), in both modes: {sync, async} x {scripted,
+script-free}. A test that only one face can run builds its own queues instead."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+import redis
+
+from keyqueue import Queue
+from keyqueue.server import RedisServer
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest) -> str:
+    """Which face ``make_queue`` builds its queues on."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[Any]:
+    from ..support.async_face import LoopThread
+
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture
+def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisServer,
+               request: pytest.FixtureRequest) -> Callable[..., Queue]:
+    made: list[Any] = []
+
+    def make(name: str = "q", **kw: Any) -> Queue:
+        kw.setdefault("scripting", scripting)
+        if face == "sync" or "client" in kw:
+            kw.setdefault("client", r)
+            return Queue(name, **kw)
+        import redis.asyncio
+
+        from keyqueue.aio import Queue as AioQueue
+
+        from ..support.async_face import SyncFace
+
+        lt = request.getfixturevalue("loop_thread")
+        aq = AioQueue(name, client=redis.asyncio.Redis(port=redis_server.port), **kw)
+        made.append((lt, aq))
+        # Constructing an async queue does no I/O; the sync Queue loads its settings when
+        # made (or on first use when Redis is down), which is what these tests expect.
+        try:
+            lt.run(aq.load())
+        except redis.ConnectionError:
+            pass
+        return SyncFace(aq, lt)  # type: ignore[return-value]
+
+    yield make  # type: ignore[misc]
+    for lt, aq in made:
+        lt.run(aq.client.aclose())
+
+
+@pytest.fixture
+def q(make_queue: Callable[..., Queue]) -> Queue:
+    return make_queue("q")
+
