@@ -153,17 +153,23 @@ local function checked(bad, cmd, key, ...)
   return reply
 end
 
--- Group ids by the bucket of their timer (timers[i] ms; 0 or nil = none), in first-seen order.
+-- Group ids by the bucket of their timer (timers[i] ms, a number or its text; 0, false or nil =
+-- none), in first-seen order. A batch's timers are mostly one: a bucket is worked out per run.
 local function by_bucket(ids, timers, bucket_ms)
   local groups, order = {}, {}
-  for i, id in ipairs(ids) do
+  local last, g = nil, nil
+  for i = 1, #ids do
     local t = timers[i]
-    if t and t > 0 then
-      local b = bucket_of(t, bucket_ms)
-      if not groups[b] then groups[b] = {}; order[#order + 1] = b end
-      local g = groups[b]
-      g[#g + 1] = id
+    if t ~= last then
+      last, g = t, nil
+      t = tonumber(t)
+      if t and t > 0 then
+        local b = bucket_of(t, bucket_ms)
+        g = groups[b]
+        if not g then g = {}; groups[b] = g; order[#order + 1] = b end
+      end
     end
+    if g then g[#g + 1] = ids[i] end
   end
   return groups, order
 end

@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...core.replies import FIELD, error_for, flat_fields
-from ...core.results import Claimed
+from ...core.replies import FIELD, error_for, int_or, text
+from ...core.results import Claimed, Fields
 from ...core.replication import Replication
 from ...core.roundtrip import Command, Op
 from ...keys import QueueKeys
@@ -79,9 +79,24 @@ def _max_receives(limit: int | None) -> str:
 
 
 def claimed(reply: Sequence[Any]) -> Claimed:
-    """claim.lua's reply: {dead_lettered, config_missing, next_timer, id, b, t, r, d, c, e, ...}."""
-    return Claimed(flat_fields(reply, 3), int(reply[0]), reply[1] == 1,
-                   None if reply[2] is None else int(reply[2]))
+    """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
+    receipt, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f} unless the message is a
+    first delivery without error or attributes (receives 1, the first receipt, first
+    delivered now)."""
+    now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
+    messages = []
+    for i in range(6, len(reply), 4):
+        mid, b, b1, t = reply[i : i + 4]
+        body = (b or b"") + b1 if b1 else b or b""
+        # ids, receipts and numbers are ASCII the script wrote: decoded inline (a claim reads 100 at once)
+        if type(mid) is not list:
+            messages.append(Fields(mid.decode() if type(mid) is bytes else text(mid), body, int_or(t), 1,
+                                   deadline, first, None, None, now))
+        else:
+            mid, r, c, e, a, f = mid
+            messages.append(Fields(text(mid), body, int_or(t), int(r), deadline, text(c),
+                                   None if e is None else text(e, "replace"), a, int(f)))
+    return Claimed(messages, int(reply[0]), reply[1] == 1, None if reply[2] is None else int(reply[2]))
 
 
 class ScriptBase:

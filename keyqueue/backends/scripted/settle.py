@@ -11,12 +11,8 @@ from .scripts import ScriptBase, CHUNK
 
 class Settle(ScriptBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
-        item = self.keys.item
-        calls = []
-        for i in range(0, len(pairs), CHUNK):
-            chunk = pairs[i : i + CHUNK]
-            calls.append(([*self.ack_keys, *(item(mid) for mid, _ in chunk)],
-                          [bucket_ms, *(x for pair in chunk for x in pair)]))
+        calls = [(self.ack_keys, [bucket_ms, *(x for pair in pairs[i : i + CHUNK] for x in pair)])
+                 for i in range(0, len(pairs), CHUNK)]
         return sum((yield from self.call_many("ack", calls)))
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
