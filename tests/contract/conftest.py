@@ -13,6 +13,8 @@ import redis
 from keyqueue import Queue
 from keyqueue.server import RedisServer
 
+from ..support.workers import Workers
+
 
 @pytest.fixture(params=["sync", "async"])
 def face(request: pytest.FixtureRequest) -> str:
@@ -65,3 +67,9 @@ def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisSe
 def q(make_queue: Callable[..., Queue]) -> Queue:
     return make_queue("q")
 
+
+@pytest.fixture
+def workers(face: str, request: pytest.FixtureRequest) -> Workers:
+    """The face's worker: keyqueue.Worker over ``make_queue``'s queues, or keyqueue.aio.Worker
+    on the loop of their SyncFaces; handlers are plain functions either way."""
+    return Workers(face, request.getfixturevalue("loop_thread") if face == "async" else None)

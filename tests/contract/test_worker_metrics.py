@@ -1,10 +1,10 @@
-"""Worker metrics (``Worker(metrics_port=)``, ``aio.Worker(metrics_port=)``, ``keyqueue
-worker --metrics-port``): handled_total{queue,outcome} and handler_seconds{queue} count
-exactly what the handlers' messages became, scraped over HTTP while the worker runs."""
+"""Worker metrics (``Worker(metrics_port=)`` and ``aio.Worker(metrics_port=)``, on both faces,
+and ``keyqueue worker --metrics-port``): handled_total{queue,outcome} and
+handler_seconds{queue} count exactly what the handlers' messages became, scraped over HTTP
+while the worker runs."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -12,20 +12,18 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import pytest
 import redis
-import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from keyqueue import KeyQueueError, Message, Queue, Worker
-from keyqueue.aio import Queue as AioQueue
-from keyqueue.aio import Worker as AioWorker
 from keyqueue.server import RedisServer
 
 from ..support.helpers import wait_until
+from ..support.workers import Workers
 
 #: Bodies and what each becomes: max_receives=2, so "fail" is retried once, then dead.
 BODIES = ["ok", "ok", "ok", "fail", "self-ack", "self-release", "self-dead"]
@@ -41,17 +39,6 @@ def by_body(message: Message) -> None:
         message.release(delay=0.0)
     elif message.text == "self-dead":
         message.dead_letter("given up")
-
-
-async def by_body_async(message: Any) -> None:
-    if message.text == "fail":
-        raise RuntimeError("failing as asked")
-    if message.text == "self-ack":
-        await message.ack()
-    elif message.text == "self-release" and message.receives == 1:
-        await message.release(delay=0.0)
-    elif message.text == "self-dead":
-        await message.dead_letter("given up")
 
 
 #: What BODIES become: ok 3 + self-ack + self-release's second run; retry: fail's first
@@ -90,46 +77,17 @@ def fill(q: Queue) -> None:
     q.enqueue_many(BODIES)
 
 
-def test_worker_serves_exact_outcomes(r: redis.Redis) -> None:
-    q = Queue("mjobs", client=r, max_receives=2)
+def test_worker_serves_exact_outcomes(make_queue: Callable[..., Queue], workers: Workers) -> None:
+    q = make_queue("mjobs", max_receives=2)
     fill(q)
-    w = Worker(q, by_body, retry_backoff=0.0, metrics_port=0)
-    t = threading.Thread(target=w.run)
-    t.start()
-    try:
+    with workers.running(workers.make(q, by_body, retry_backoff=0.0, metrics_port=0)) as w:
         wait_until(lambda: w.metrics is not None and w.metrics.port and finished(w.metrics.port, "mjobs"),
                    timeout=30, interval=0.1)
         assert w.metrics is not None
         check(w.metrics.port, "mjobs", q)
-    finally:
-        w.stop()
-        t.join(30)
     port = w.metrics.port
     with pytest.raises(httpx.TransportError):  # served only while run() runs
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
-
-
-def test_async_worker_serves_exact_outcomes(r: redis.Redis, redis_server: RedisServer) -> None:
-    q = Queue("ajobs", client=r, max_receives=2)
-    fill(q)
-
-    async def main() -> None:
-        client = redis.asyncio.Redis(port=redis_server.port)
-        w = AioWorker(AioQueue("ajobs", client=client), by_body_async, retry_backoff=0.0, metrics_port=0)
-        run = asyncio.ensure_future(w.run())
-        try:
-            for _ in range(300):
-                if w.metrics is not None and w.metrics.port and await asyncio.to_thread(finished, w.metrics.port, "ajobs"):
-                    break
-                await asyncio.sleep(0.1)
-            assert w.metrics is not None
-            await asyncio.to_thread(check, w.metrics.port, "ajobs", q)
-        finally:
-            w.stop()
-            await run
-            await client.aclose()
-
-    asyncio.run(main())
 
 
 def test_cli_worker_metrics_port(redis_server: RedisServer, r: redis.Redis) -> None:

@@ -1,35 +1,29 @@
-"""The Worker and what its handlers do: settle their own messages, extend them, raise any
-BaseException; the settings it logs at start; a second stop signal."""
+"""The worker and what its handlers do, on both faces: settle their own messages, extend
+them, raise any BaseException; the settings it logs at start. (A second stop signal:
+test_worker_threads.py and test_aio_worker.py.)"""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from typing import Callable
 
 import pytest
 
-from keyqueue import Message, Queue, Worker
+from keyqueue import Message, Queue
 
 from ..support.helpers import wait_until
-from ..support.workers import Running
+from ..support.workers import Workers
 
 PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
-
-
-@pytest.fixture
-def face() -> str:
-    """keyqueue.Queue only, for now (the worker and fsck suites take both faces next)."""
-    return "sync"
 
 
 @pytest.mark.parametrize("then_raise", [False, True], ids=["returns", "raises"])
 @pytest.mark.parametrize("action", ["ack", "release", "dead_letter"])
 def test_a_handler_that_settles_its_message_is_taken_at_its_word(
-        make_queue: Callable[..., Queue], caplog: pytest.LogCaptureFixture, action: str, then_raise: bool) -> None:
+        make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture, action: str,
+        then_raise: bool) -> None:
     q = make_queue()
     q.enqueue("x")
 
@@ -43,9 +37,9 @@ def test_a_handler_that_settles_its_message_is_taken_at_its_word(
         if then_raise:
             raise RuntimeError("boom")
 
-    w = Worker(q, handler)
+    w = workers.make(q, handler)
     with caplog.at_level(logging.DEBUG, logger="keyqueue.worker"):
-        w.run(burst=True)
+        workers.run(w)
     s = q.stats()
     assert s.processing == 0 and s.waiting == 0
     assert (s.delayed, s.dead) == {"ack": (0, 0), "release": (1, 0), "dead_letter": (0, 1)}[action]
@@ -58,9 +52,12 @@ def test_a_handler_that_settles_its_message_is_taken_at_its_word(
         assert warnings[0] == f"failed queue=q id=1 receives=1: RuntimeError: boom; the handler had {PAST[action]} it already, so it is not released"
     else:
         assert w.processed == 1 and warnings == []
+        assert f"handler {PAST[action]} queue=q id=1 receives=1 itself" in caplog.messages
+        assert not any(line.startswith("acked ") for line in caplog.messages)
 
 
-def test_the_heartbeat_never_shortens_a_deadline_the_handler_extended(make_queue: Callable[..., Queue]) -> None:
+def test_the_heartbeat_never_shortens_a_deadline_the_handler_extended(make_queue: Callable[..., Queue],
+                                                                       workers: Workers) -> None:
     q = make_queue(visibility_timeout=0.6, bucket_seconds=1)
     q.enqueue_many(["long", "control"])
     proceed = threading.Event()
@@ -78,7 +75,7 @@ def test_the_heartbeat_never_shortens_a_deadline_the_handler_extended(make_queue
         return m.deadline
 
     try:
-        with Running(Worker(q, handler, concurrency=2)):
+        with workers.running(workers.make(q, handler, concurrency=2)):
             wait_until(lambda: q.stats().processing == 2 and extended.is_set())
             first = deadline("control")
             # Two heartbeats on the control message: the old heartbeat had extended "long" by then.
@@ -97,8 +94,8 @@ class Cancelled(BaseException):
 @pytest.mark.parametrize("max_receives", [None, 1], ids=["retried", "dead-lettered"])
 @pytest.mark.parametrize("exc", [Cancelled("nope"), SystemExit(3), KeyboardInterrupt()],
                          ids=["BaseException", "SystemExit", "KeyboardInterrupt"])
-def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], exc: BaseException,
-                                             max_receives: int | None) -> None:
+def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], workers: Workers,
+                                             exc: BaseException, max_receives: int | None) -> None:
     q = make_queue(max_receives=max_receives)
     q.enqueue_many(["raise", "fine"])
     done: list[str] = []
@@ -108,14 +105,14 @@ def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], e
             raise exc
         done.append(m.text)
 
-    w = Worker(q, handler, retry_backoff=30)
+    w = workers.make(q, handler, concurrency=1, retry_backoff=30)
     stops = isinstance(exc, (SystemExit, KeyboardInterrupt))
     if stops:
         with pytest.raises(type(exc)) as info:
-            w.run(burst=True)
+            workers.run(w)
         assert info.value is exc
     else:
-        w.run(burst=True)
+        workers.run(w)
     assert w.failed == 1
     expected = {"nope": "Cancelled: nope", "3": "SystemExit: 3", "": "KeyboardInterrupt"}[str(exc)]
     (m,) = q.peek(source="delayed" if max_receives is None else "dead")
@@ -127,7 +124,7 @@ def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], e
     assert q.stats().processing == 0 and q.length() == (1 if stops else 0)
 
 
-def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Callable[..., Queue],
+def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Callable[..., Queue], workers: Workers,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     q = make_queue("jobs")
     q.enqueue_many(["slow", "exit"])
@@ -139,12 +136,12 @@ def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Calla
             slow_started.wait(10)
             raise SystemExit(3)
         slow_started.set()
-        wait_until(w._stopping.is_set)  # still running when the worker stops
+        wait_until(lambda: w.stopping)  # still running when the worker stops
         done.append(m.text)
 
-    w = Worker(q, handler, concurrency=2, retry_backoff=30, grace_period=10)
+    w = workers.make(q, handler, concurrency=2, retry_backoff=30, grace_period=10)
     with caplog.at_level(logging.INFO, logger="keyqueue.worker"), pytest.raises(SystemExit) as info:
-        w.run()
+        workers.run(w, burst=False)
     assert info.value.code == 3 and done == ["slow"]
     s = q.stats()
     assert (s.waiting, s.processing, s.delayed) == (0, 0, 1)  # "slow" acked, "exit" to retry
@@ -152,12 +149,12 @@ def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Calla
     assert not any("grace period over" in line for line in caplog.messages)
 
 
-def test_the_worker_logs_its_settings_at_start(make_queue: Callable[..., Queue],
+def test_the_worker_logs_its_settings_at_start(make_queue: Callable[..., Queue], workers: Workers,
                                                caplog: pytest.LogCaptureFixture) -> None:
     make_queue("mail", visibility_timeout=12, max_receives=4, bucket_seconds=5)  # another process's settings
     mail, bulk = make_queue("mail"), make_queue("bulk")
     with caplog.at_level(logging.INFO, logger="keyqueue.worker"):
-        Worker([mail, bulk], lambda m: None, concurrency=3, retry_backoff=2, grace_period=7.5).run(burst=True)
+        workers.run(workers.make([mail, bulk], lambda m: None, concurrency=3, retry_backoff=2, grace_period=7.5))
     mode = "scripted" if mail.scripting else "script-free"
     assert caplog.messages[:3] == [
         "worker options: concurrency=3 retry_backoff=2 grace_period=7.5 heartbeat=on reap_on_start=on "
@@ -167,39 +164,3 @@ def test_the_worker_logs_its_settings_at_start(make_queue: Callable[..., Queue],
         "queue=bulk priority=2 visibility_timeout=30 max_receives=none bucket_seconds=60 max_body_bytes=262144 "
         f"dedup_window=300 mode={mode}",
     ]
-
-
-@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)],
-                         ids=["SIGINT", "SIGTERM"])
-def test_a_second_signal_releases_what_is_held_at_once(make_queue: Callable[..., Queue],
-                                                       sig: signal.Signals, raised: type) -> None:
-    q = make_queue(visibility_timeout=60)
-    q.enqueue_many(["a", "b", "c"])
-    proceed = threading.Event()
-    started: list[str] = []
-    w = Worker(q, lambda m: (started.append(m.id), proceed.wait(30)), concurrency=2, grace_period=60)
-
-    def signal_twice() -> None:
-        try:  # run() holds the signal handlers from before the handlers start until it returns
-            wait_until(lambda: len(started) == 2)
-            os.kill(os.getpid(), sig)
-            wait_until(w._stopping.is_set)
-            os.kill(os.getpid(), sig)
-        except BaseException:
-            w.stop()
-            proceed.set()
-            raise
-
-    threading.Thread(target=signal_twice, daemon=True).start()
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(raised) as info:
-            w.run()  # in the main thread, so it installs its signal handlers
-    finally:
-        proceed.set()
-    assert time.monotonic() - t0 < 10
-    if sig == signal.SIGTERM:
-        assert info.value.code == 143
-    s = q.stats()  # both held messages back at once, not after their 60 s deadline
-    assert (s.waiting, s.processing, s.delayed) == (3, 0, 0)
-    assert sorted(m.receives for m in q.peek()) == [0, 1, 1]

@@ -1,4 +1,6 @@
-"""Real `keyqueue worker` and `keyqueue reaper` processes: signals, SIGKILL, Redis restarts."""
+"""Real `keyqueue worker` and `keyqueue reaper` processes: signals, SIGKILL, Redis restarts.
+The worker's tests run it on a plain handler (keyqueue.Worker, threads) and on an ``async
+def`` one (keyqueue.aio.Worker, asyncio): the ``kind`` fixture."""
 
 from __future__ import annotations
 
@@ -15,11 +17,17 @@ from keyqueue import Queue
 from keyqueue.server import RedisServer
 
 from ..support.helpers import wait_until
+from ..support.aio_handlers import WHERE
 from ..support.handlers import DONE, STARTED
 from ..support.processes import Procs
 
 #: A record of the CLI's log format: time, level, logger name, message.
 RECORD = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ ([A-Z]+) ([\w.]+): (.*)")
+
+
+#: The handler modules of each kind of worker: `keyqueue worker` runs a plain function with
+#: keyqueue.Worker (threads), an ``async def`` one with keyqueue.aio.Worker.
+HANDLERS = {"threads": "tests.support.handlers", "asyncio": "tests.support.aio_handlers"}
 
 
 @pytest.fixture
@@ -32,34 +40,42 @@ def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
         p.wait()
 
 
+@pytest.fixture(params=sorted(HANDLERS))
+def kind(request: pytest.FixtureRequest) -> str:
+    """The module of the worker's handlers (each has ``slow``): threads, then asyncio."""
+    return HANDLERS[request.param]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig, scripting: bool) -> None:
+def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig, scripting: bool,
+                                                    kind: str) -> None:
     q = Queue("q", client=r, scripting=scripting)
     q.enqueue("1.0")  # the handler sleeps 1 s
     q.enqueue_many(["0"] * 5)
-    p = procs.worker(redis_server.url, "slow", "--grace", "10")
+    p = procs.worker(redis_server.url, f"{kind}:slow", "-c", "1", "--grace", "10")
     wait_until(lambda: r.llen(STARTED) >= 1)
     p.send_signal(sig)
-    assert p.wait(15) == 0
+    assert p.wait(15) == 0, procs.log(p)
     assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished and was acked
     s = q.stats()
-    assert s.processing == 0 and s.waiting + len(r.hkeys(DONE)) == 6
+    assert s.processing == 0 and s.waiting + r.hlen(DONE) == 6
+    assert f"{sig.name}: stopping" in procs.log(p)
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_second_signal_releases_held_messages_at_once(redis_server, r: redis.Redis, procs, scripting: bool,
-                                                      sig: signal.Signals, code: int) -> None:
+                                                      sig: signal.Signals, code: int, kind: str) -> None:
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
     q.enqueue_many(["30", "30"])
-    p = procs.worker(redis_server.url, "slow", "-c", "2", "--grace", "60")
+    p = procs.worker(redis_server.url, f"{kind}:slow", "-c", "2", "--grace", "60")
     wait_until(lambda: r.llen(STARTED) == 2)
     p.send_signal(sig)
     wait_until(lambda: f"{sig.name}: stopping" in procs.log(p))  # two signals at once would merge
     p.send_signal(sig)
     assert p.wait(10) == code
     # Back in waiting at once, not after their 60 s deadline; nothing was done twice.
-    wait_until(lambda: q.stats().waiting == 2, timeout=2)
-    assert q.stats().processing == 0 and r.hlen(DONE) == 0
+    s = q.stats()
+    assert (s.waiting, s.processing) == (2, 0) and r.hlen(DONE) == 0
     assert f"second {sig.name}: releasing every held message now" in procs.log(p)
 
 
@@ -88,15 +104,15 @@ def test_worker_logs_its_settings_at_start(redis_server, r: redis.Redis, procs, 
     assert "queue=q priority=1 visibility_timeout=7 max_receives=3 bucket_seconds=60" in log
 
 
-def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+def test_sigkilled_worker_loses_nothing(redis_server, r: redis.Redis, procs, scripting: bool, kind: str) -> None:
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=1, bucket_seconds=1)
     q.enqueue_many(["0.05"] * 40)
-    victim = procs.worker(redis_server.url, "slow", "-c", "4")
+    victim = procs.worker(redis_server.url, f"{kind}:slow", "-c", "4")
     wait_until(lambda: r.llen(STARTED) >= 6)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert q.stats().processing > 0  # it died holding messages
-    rescuer = procs.worker(redis_server.url, "slow", "-c", "4")
+    rescuer = procs.worker(redis_server.url, f"{kind}:slow", "-c", "4")
     wait_until(lambda: r.hlen(DONE) == 40 and q.stats().processing == 0, timeout=30)
     rescuer.send_signal(signal.SIGTERM)
     assert rescuer.wait(15) == 0
@@ -126,6 +142,33 @@ def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Red
     assert not [rec for rec in records if rec[1].startswith("apscheduler")]  # not even at debug level
     above_debug = [rec for rec in records if rec[0] != "DEBUG"]
     assert len(above_debug) == 1 and above_debug[0][2].startswith("reaping every queue")
+
+
+# -- `keyqueue worker` on an async def handler ---------------------------------------------
+
+
+def test_the_cli_runs_an_async_handler_with_the_async_worker(redis_server: RedisServer, r: redis.Redis,
+                                                             procs: Procs) -> None:
+    Queue("q", client=r).enqueue_many(["a", "b", "c"])
+    p = procs.spawn(redis_server.url, "worker", "tests.support.aio_handlers:where", "-q", "q", "--burst")
+    assert p.wait(20) == 0, procs.log(p)
+    assert r.hlen(DONE) == 3 and Queue("q", client=r).stats().processing == 0
+    assert set(r.hvals(WHERE)) == {b"MainThread True"}  # awaited on the main thread's loop
+    assert "worker options: concurrency=10 " in procs.log(p)  # aio.Worker's default
+
+
+def test_the_cli_runs_a_decorated_async_worker_with_its_options(redis_server: RedisServer, r: redis.Redis,
+                                                                procs: Procs) -> None:
+    q = Queue("adecorated", client=r)
+    q.enqueue_many(["ok", "fail"])
+    p = procs.spawn(redis_server.url, "worker", "tests.support.aio_handlers:decorated", "--burst")
+    p.wait(20)
+    log = procs.log(p)
+    assert p.returncode == 0, log
+    assert "worker tests.support.aio_handlers:decorated on adecorated at" in log and "concurrency 4" in log
+    (failed,) = q.peek(source="delayed")
+    assert failed.deadline is not None and 35 < failed.deadline - time.time() <= 40  # retry_backoff=40
+    assert r.hlen(DONE) == 1
 
 
 # -- Redis stopped and restarted under running workers and reapers -------------------------

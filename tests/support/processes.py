@@ -31,7 +31,10 @@ class Procs:
         return p
 
     def worker(self, url: str, handler: str, *extra: str) -> subprocess.Popen[bytes]:
-        return self.spawn(url, "worker", f"tests.support.handlers:{handler}", "-q", "q", *extra)
+        """``keyqueue worker`` on queue "q"; ``handler``: a function of tests.support.handlers,
+        or ``module:function``."""
+        spec = handler if ":" in handler else f"tests.support.handlers:{handler}"
+        return self.spawn(url, "worker", spec, "-q", "q", *extra)
 
     def log(self, p: subprocess.Popen[bytes]) -> str:
         return self.logs[p.pid].read_text()
