@@ -39,6 +39,15 @@ def scripting(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
+def no_scripting_url(redis_server: RedisServer, r: redis.Redis) -> Iterator[str]:
+    """A user who may not run scripts: what a server that denies EVAL looks like."""
+    r.acl_setuser("noscript", enabled=True, passwords=["+s3cret-pw"], keys=["~*"],
+                  channels=["&*"], commands=["+@all", "-@scripting"])
+    yield f"redis://noscript:s3cret-pw@127.0.0.1:{redis_server.port}/0"
+    r.acl_deluser("noscript")
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     """A FakeClock of its own for each test."""
     return FakeClock()

@@ -37,9 +37,11 @@ def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisSe
     made: list[Any] = []
 
     def make(name: str = "q", **kw: Any) -> Queue:
+        """Queue ``name`` on the face, on the session's server (or at ``url=``)."""
         kw.setdefault("scripting", scripting)
         if face == "sync" or "client" in kw:
-            kw.setdefault("client", r)
+            if "url" not in kw:
+                kw.setdefault("client", r)
             return Queue(name, **kw)
         import redis.asyncio
 
@@ -48,7 +50,9 @@ def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisSe
         from ..support.async_face import SyncFace
 
         lt = request.getfixturevalue("loop_thread")
-        aq = AioQueue(name, client=redis.asyncio.Redis(port=redis_server.port), **kw)
+        if "url" not in kw:
+            kw["client"] = redis.asyncio.Redis(port=redis_server.port)
+        aq = AioQueue(name, **kw)
         made.append((lt, aq))
         # Constructing an async queue does no I/O; the sync Queue loads its settings when
         # made (or on first use when Redis is down), which is what these tests expect.

@@ -1,35 +1,27 @@
-"""check_queue / ``keyqueue check``: an fsck for one queue. Each broken state is made with raw
-commands on a healthy queue; the check must name it, the repair must fix it, and every
-message must then be delivered exactly once (nothing lost, nothing doubled)."""
+"""``Queue.check`` (check_queue), the fsck of one queue, on both faces. Each broken state is
+made with raw commands on a healthy queue; the check must name it, the repair must fix it,
+and every message must then be delivered exactly once (nothing lost, nothing doubled).
+What only the asyncio face's check does: test_check_async.py; ``keyqueue check``:
+surfaces/test_cli.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import redis
 
 from keyqueue import Queue
+from keyqueue.errors import InvalidArgument
 from keyqueue.fsck import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
                            STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, UNTIMED,
                            WRONG_TYPE, CheckReport, check_queue)
-from keyqueue.server import RedisServer
 
 from ..support.check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, acked_before_the_repair_looks,
-                            claim_and_ack_all, item, notes, problems)
-from ..support.helpers import ROOT, FakeClock, snapshot
-
-
-@pytest.fixture
-def face() -> str:
-    """keyqueue.Queue only, for now (the worker and fsck suites take both faces next)."""
-    return "sync"
-
+                                     claim_and_ack_all, item, notes, problems)
+from ..support.helpers import FakeClock, snapshot
 
 
 @pytest.fixture
@@ -48,13 +40,13 @@ def bucket_of(r: redis.Redis, msg_id: str) -> str:
 
 def repairs(q: Queue, want: dict[str, list[str]]) -> None:
     """The check finds exactly ``want``, the repair fixes it, a second check finds nothing."""
-    before = check_queue(q, settle=0)
+    before = q.check(settle=0)
     assert problems(before) == want and not before.consistent
     assert all(not p.repaired for p in before.problems)
-    fixed = check_queue(q, repair=True, settle=0)
+    fixed = q.check(repair=True, settle=0)
     assert problems(fixed) == want and fixed.consistent
     assert all(p.repaired for p in fixed.problems + fixed.notes), str(fixed)
-    after = check_queue(q, settle=0)
+    after = q.check(settle=0)
     assert after.consistent and after.problems == [] and after.notes == [], str(after)
 
 
@@ -87,20 +79,20 @@ def test_a_healthy_queue_in_every_state_is_consistent_and_left_alone(cq: Queue, 
                                                                       r: redis.Redis) -> None:
     every_state(cq)
     before = snapshot(r)
-    report = check_queue(cq, settle=0)
+    report = cq.check(settle=0)
     assert report.consistent and report.complete
     assert report.problems == [] and report.notes == []
     assert (report.waiting, report.processing, report.delayed, report.dead) == (2, 1, 2, 1)
     assert str(report).endswith("2 waiting, 1 processing, 2 delayed, 1 dead; 0 problems, 0 notes: consistent")
     assert json.loads(json.dumps(report.to_dict()))["counts"] == {
         "waiting": 2, "processing": 1, "delayed": 2, "dead": 1}
-    assert check_queue(cq, repair=True, settle=0).consistent
+    assert cq.check(repair=True, settle=0).consistent
     assert snapshot(r) == before  # neither the check nor a repair of nothing wrote anything
     assert sorted(drain(cq, clock, r)) == ["1", "2", "3", "4", "5", "6"]
 
 
 def test_a_queue_that_does_not_exist_is_consistent(make_queue: Callable[..., Queue], r: redis.Redis) -> None:
-    report = check_queue(make_queue("nothing"), repair=True)
+    report = make_queue("nothing").check(repair=True)
     assert report.consistent and report.keys == 0 and "does not exist" in str(report)
     assert r.keys("*") == []
 
@@ -183,7 +175,7 @@ def test_entries_without_an_item_hash_are_removed(cq: Queue, clock: FakeClock, r
         msg = cq.claim()
         assert msg and (where == "processing" or msg.dead_letter())
     r.delete(item("1"))
-    before = check_queue(cq, settle=0)
+    before = cq.check(settle=0)
     assert problems(before) == {MISSING_HASH: ["1"]}
     if where == "processing":  # its timer entry is a leftover the reaper would drop anyway
         assert notes(before) == {STALE_TIMER: ["1"]}
@@ -250,7 +242,7 @@ def test_stray_receipt_and_timer_fields_are_removed(cq: Queue, clock: FakeClock,
 def test_keys_of_the_wrong_type_are_reported_never_deleted(cq: Queue, clock: FakeClock, r: redis.Redis) -> None:
     cq.enqueue_many(["a", "b"])
     r.set(item("77"), "not a hash")
-    report = check_queue(cq, repair=True, settle=0)
+    report = cq.check(repair=True, settle=0)
     assert problems(report) == {WRONG_TYPE: [item("77")]} and not report.consistent
     assert report.complete and report.waiting == 2
     assert r.get(item("77")) == b"not a hash"
@@ -263,10 +255,12 @@ def test_a_core_key_of_the_wrong_type_stops_the_id_checks(cq: Queue, r: redis.Re
     r.delete(ITEMS)
     r.set(ITEMS, "x")
     before = snapshot(r)
-    report = check_queue(cq, repair=True, settle=0)
+    report = cq.check(repair=True, settle=0)
     assert problems(report) == {WRONG_TYPE: [ITEMS]} and not report.consistent
     assert not report.complete and "ids not checked" in str(report)
     assert snapshot(r) == before
+    with pytest.raises(InvalidArgument):
+        cq.check(settle=-1)
 
 
 # -- leftovers: reported as notes, consistent, cleaned by --repair -------------------------
@@ -277,22 +271,25 @@ def test_leftovers_are_notes_and_are_cleaned(cq: Queue, clock: FakeClock, r: red
     r.rpush(QUEUE, "1")                    # a list entry of an id that is in flight
     r.sadd(BASE + "timer:5", "2")          # a timer entry of a waiting id
     r.zadd(TIMERS, {"999": 1})             # an index entry of a bucket with no set
-    report = check_queue(cq, settle=0)
+    report = cq.check(settle=0)
     assert report.consistent and report.problems == []
     assert notes(report) == {STALE_LIST: ["1"], STALE_TIMER: ["2"], EMPTY_INDEX: ["999"]}
     assert str(report).splitlines()[0].startswith("note stale-list-entry: 1 -- ")
-    fixed = check_queue(cq, repair=True, settle=0)
+    fixed = cq.check(repair=True, settle=0)
     assert all(p.repaired for p in fixed.notes)
-    again = check_queue(cq, settle=0)
+    again = cq.check(settle=0)
     assert again.notes == [] and r.lrange(QUEUE, 0, -1) == [b"2"]
     assert sorted(drain(cq, clock, r)) == ["1", "2"]
 
 
 # -- settle: a live operation's passing state is not a problem ---------------------------------
 
-def test_a_state_gone_on_the_second_look_is_not_reported(cq: Queue, r: redis.Redis,
+def test_a_state_gone_on_the_second_look_is_not_reported(r: redis.Redis, scripting: bool,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    cq.enqueue("a")
+    """keyqueue.Queue's second look waits in time.sleep: the claim finishes meanwhile. (The
+    asyncio face's waits without blocking the loop: test_check_async.py.)"""
+    sq = Queue("q", client=r, scripting=scripting, visibility_timeout=30)
+    sq.enqueue("a")
     r.sadd(PROCESSING, "1")
     slept: list[float] = []
 
@@ -301,15 +298,15 @@ def test_a_state_gone_on_the_second_look_is_not_reported(cq: Queue, r: redis.Red
         r.srem(PROCESSING, "1")
 
     monkeypatch.setattr("keyqueue.transport.sync.time.sleep", claim_finishes)
-    report = check_queue(cq, repair=True, settle=0.5)
+    report = check_queue(sq, repair=True, settle=0.5)
     assert slept == [0.5] and report.consistent and report.problems == []
-    assert cq.length() == 1
+    assert sq.length() == 1
 
 
 def test_a_state_still_there_on_the_second_look_is_reported(cq: Queue, r: redis.Redis) -> None:
     cq.enqueue("a")
     r.sadd(PROCESSING, "1")
-    assert problems(check_queue(cq, settle=0.05)) == {OWNED_AND_WAITING: ["1"]}
+    assert problems(cq.check(settle=0.05)) == {OWNED_AND_WAITING: ["1"]}
 
 
 def test_repair_leaves_an_id_alone_when_its_state_changed_since(cq: Queue, r: redis.Redis,
@@ -318,7 +315,7 @@ def test_repair_leaves_an_id_alone_when_its_state_changed_since(cq: Queue, r: re
     cq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
     acked_before_the_repair_looks(monkeypatch, r, "1")
-    report = check_queue(cq, repair=True, settle=0)
+    report = cq.check(repair=True, settle=0)
     assert problems(report) == {OWNED_AND_WAITING: ["1"]} and not report.consistent
     assert r.sismember(PROCESSING, "1") and r.sismember(ITEMS, "1")  # untouched
 
@@ -334,7 +331,7 @@ def test_a_claim_within_its_intent_bucket_is_left_to_the_claimer(cq: Queue, r: r
     r.sadd(PROCESSING, "1")
     r.srem(ITEMS, "1")
     before = snapshot(r)
-    report = check_queue(cq, repair=True, settle=0)
+    report = cq.check(repair=True, settle=0)
     assert report.consistent and report.problems == [] and notes(report) == {CLAIMING: ["1"]}
     assert report.processing == 1 and snapshot(r) == before
     r.delete(intent)  # the bucket has passed (the reaper dropped the intent): the claimer is gone
@@ -369,7 +366,7 @@ def test_check_and_repair_on_a_live_queue(make_queue: Callable[..., Queue]) -> N
 
     def check() -> None:
         while not stop.is_set():
-            reports.append(check_queue(q, repair=True, settle=0))
+            reports.append(q.check(repair=True, settle=0))
 
     threads = [threading.Thread(target=f) for f in [produce, check] + [consume] * 4]
     for t in threads:
@@ -385,25 +382,16 @@ def test_check_and_repair_on_a_live_queue(make_queue: Callable[..., Queue]) -> N
             t.join(30)
     assert sorted(seen, key=int) == [str(i) for i in range(1, total + 1)]  # each exactly once
     assert reports  # with settle=0 it saw passing states; its re-reads left them alone
-    final = check_queue(q, settle=0)  # leftovers of the script-free mode are notes only
+    final = q.check(settle=0)  # leftovers of the script-free mode are notes only
     assert final.consistent and final.problems == [], str(final)
-    assert check_queue(q, repair=True, settle=0).consistent
-    assert check_queue(q, settle=0).notes == []
+    assert q.check(repair=True, settle=0).consistent
+    assert q.check(settle=0).notes == []
 
 
 # -- without Lua ------------------------------------------------------------------------------
 
-@pytest.fixture
-def no_scripting_url(redis_server: RedisServer, r: redis.Redis) -> Any:
-    """A user who may not run scripts: what a server that denies EVAL looks like."""
-    r.acl_setuser("noscript", enabled=True, passwords=["+s3cret-pw"], keys=["~*"],
-                  channels=["&*"], commands=["+@all", "-@scripting"])
-    yield f"redis://noscript:s3cret-pw@127.0.0.1:{redis_server.port}/0"
-    r.acl_deluser("noscript")
-
-
-def test_check_and_repair_work_without_scripting(cq: Queue, clock: FakeClock, r: redis.Redis,
-                                                 no_scripting_url: str) -> None:
+def test_check_and_repair_work_without_scripting(make_queue: Callable[..., Queue], cq: Queue, clock: FakeClock,
+                                                 r: redis.Redis, no_scripting_url: str) -> None:
     cq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
     r.lrem(QUEUE, 0, "2")
@@ -411,65 +399,19 @@ def test_check_and_repair_work_without_scripting(cq: Queue, clock: FakeClock, r:
     try:
         with pytest.raises(redis.exceptions.NoPermissionError):
             client.eval("return 1", 0)
-        plain = Queue("q", client=client, scripting=False)
-        report = check_queue(plain, repair=True, settle=0)
-        assert problems(report) == {OWNED_AND_WAITING: ["1"], UNLISTED: ["2"]} and report.consistent
-        assert check_queue(plain, settle=0).problems == []
     finally:
         client.close()
+    plain = make_queue("q", url=no_scripting_url, scripting=False)
+    report = plain.check(repair=True, settle=0)
+    assert problems(report) == {OWNED_AND_WAITING: ["1"], UNLISTED: ["2"]} and report.consistent
+    assert plain.check(settle=0).problems == []
     assert drain(cq, clock, r) == ["1", "2"]
-
-
-# -- the command line -------------------------------------------------------------------------
-
-def kq(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("KEYQUEUE_URL", None)
-    return subprocess.run([sys.executable, "-m", "keyqueue", *args], text=True, capture_output=True,
-                          cwd=ROOT, env=env, timeout=60)
-
-
-def test_cli_check_exit_codes_and_repair(redis_server: RedisServer, q: Queue, r: redis.Redis) -> None:
-    url = redis_server.url
-    q.enqueue_many(["a", "b"])
-    ok = kq("--url", url, "check", "q")
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip().endswith("0 problems, 0 notes: consistent")
-
-    r.sadd(PROCESSING, "1")
-    bad = kq("--url", url, "check", "q")  # the default 1 s second look: still there
-    assert bad.returncode == 1
-    assert bad.stdout.splitlines()[0].startswith("owned-and-waiting: 1 -- ")
-    assert "INCONSISTENT" in bad.stdout and bad.stderr.startswith("Error: ")
-
-    as_json = json.loads(kq("--url", url, "check", "q", "--json", "--settle", "0").stdout)
-    assert as_json["consistent"] is False
-    assert as_json["problems"] == [{"kind": "owned-and-waiting", "ids": ["1"], "count": 1,
-                                    "detail": as_json["problems"][0]["detail"], "repaired": False}]
-
-    fixed = kq("--url", url, "check", "q", "--repair", "--settle", "0")
-    assert fixed.returncode == 0, fixed.stderr
-    assert "[repaired]" in fixed.stdout and fixed.stdout.strip().endswith("consistent")
-    assert kq("--url", url, "check", "q").returncode == 0
-    assert [m.id for m in q.claim_many(10)] == ["1", "2"]
-
-
-def test_cli_check_bad_input_and_passwords(redis_server: RedisServer, no_scripting_url: str,
-                                           q: Queue, r: redis.Redis) -> None:
-    res = kq("--url", redis_server.url, "check", "no/such name")
-    assert res.returncode == 2 and res.stderr.startswith("Error: invalid queue name")
-    assert kq("--url", redis_server.url, "check", "q", "--settle", "-1").returncode == 2
-    q.enqueue("a")
-    r.set(item("9"), "x")
-    res = kq("--url", no_scripting_url, "check", "q", "--repair", "--json")
-    assert res.returncode == 1 and json.loads(res.stdout)["problems"][0]["kind"] == "wrong-type"
-    assert "s3cret-pw" not in res.stdout + res.stderr
 
 
 def test_long_id_lists_are_cut_short(cq: Queue, r: redis.Redis) -> None:
     cq.enqueue_many([str(i) for i in range(25)])
     r.delete(ITEMS, QUEUE)
-    report = check_queue(cq, settle=0)
+    report = cq.check(settle=0)
     line = str(report).splitlines()[0]
     assert line.startswith("orphan-item: " + " ".join(str(i) for i in range(1, 21)) + " ... (25 in all) -- ")
     assert len(report.to_dict()["problems"][0]["ids"]) == 25

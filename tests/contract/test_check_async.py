@@ -1,7 +1,7 @@
-"""``keyqueue.aio.Queue.check``: the fsck is one core operation, so the async queue runs the
-same check as the sync one. Damage is made with raw commands; the async check must find
-what the sync check finds, repair it, and wait out its second look without blocking the
-loop. Plain pytest tests: each runs its coroutine with ``asyncio.run``."""
+"""What only ``keyqueue.aio.Queue.check`` does: the fsck is one core operation, so the async
+queue runs the same check as the sync one, and must find what the sync check finds (over
+RESP2 too) and wait out its second look without blocking the loop. Each test runs its
+coroutine with ``asyncio.run``. Every other fsck test runs on both faces: test_check.py."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ import redis.asyncio
 
 from keyqueue import Queue
 from keyqueue.aio import Queue as AioQueue
-from keyqueue.errors import InvalidArgument
 from keyqueue.fsck import (DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
                            STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, WRONG_TYPE,
                            CheckReport, check_queue)
 from keyqueue.server import RedisServer
 
-from ..support.check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, acked_before_the_repair_looks,
-                            claim_and_ack_all, item, notes, problems)
+from ..support.check_support import BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, claim_and_ack_all, item, notes, problems
 from ..support.helpers import FakeClock, snapshot
 
 T = TypeVar("T")
@@ -126,78 +124,3 @@ def test_async_second_look_waits_without_blocking_the_loop(redis_server: RedisSe
     report = on_loop(redis_server.port, scripting, body)
     assert report.consistent and report.problems == [] and report.notes == []
     assert sq.length() == 1 and r.scard(PROCESSING) == 0
-
-    r.sadd(PROCESSING, "1")  # still there on the second look: a problem
-    again = on_loop(redis_server.port, scripting, lambda q: q.check(settle=0.05))
-    assert problems(again) == {OWNED_AND_WAITING: ["1"]}
-
-
-def test_async_wrong_types_are_reported_and_never_changed(redis_server: RedisServer, r: redis.Redis,
-                                                          scripting: bool, sq: Queue) -> None:
-    sq.enqueue_many(["a", "b"])
-    r.set(item("77"), "not a hash")
-    report = on_loop(redis_server.port, scripting, lambda q: q.check(repair=True, settle=0))
-    assert problems(report) == {WRONG_TYPE: [item("77")]} and report.complete and report.waiting == 2
-    assert r.get(item("77")) == b"not a hash"
-
-    r.delete(ITEMS)
-    r.set(ITEMS, "x")
-    before = snapshot(r)
-    report = on_loop(redis_server.port, scripting, lambda q: q.check(repair=True, settle=0))
-    assert WRONG_TYPE in problems(report) and ITEMS in problems(report)[WRONG_TYPE]
-    assert not report.complete and not report.consistent and snapshot(r) == before
-
-    with pytest.raises(InvalidArgument):
-        on_loop(redis_server.port, scripting, lambda q: q.check(settle=-1))
-
-
-def test_async_repair_leaves_an_id_alone_when_its_state_changed_since(
-        redis_server: RedisServer, r: redis.Redis, scripting: bool, sq: Queue,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    sq.enqueue_many(["a", "b"])
-    r.sadd(PROCESSING, "1")
-    acked_before_the_repair_looks(monkeypatch, r, "1")
-    report = on_loop(redis_server.port, scripting, lambda q: q.check(repair=True, settle=0))
-    assert problems(report) == {OWNED_AND_WAITING: ["1"]} and not report.consistent
-    assert r.sismember(PROCESSING, "1") and r.sismember(ITEMS, "1")  # untouched
-
-
-def test_async_check_and_repair_on_a_live_queue(redis_server: RedisServer, r: redis.Redis,
-                                                scripting: bool) -> None:
-    """Producers, consumers and a repairing check as tasks of one loop: nothing lost or doubled."""
-    total = 200
-
-    async def body(q: AioQueue) -> tuple[list[str], list[CheckReport]]:
-        seen: list[str] = []
-        reports: list[CheckReport] = []
-        done = asyncio.Event()
-
-        async def produce() -> None:
-            for i in range(0, total, 20):
-                await q.enqueue_many([f"m{j}" for j in range(i, i + 20)])
-
-        async def consume() -> None:
-            while not done.is_set():
-                for m in await q.claim_many(5, wait=0.05):
-                    if int(m.id) % 7 == 0 and m.receives == 1:
-                        assert await m.release()  # some go round again
-                        continue
-                    seen.append(m.id)
-                    assert await m.ack()
-                if len(seen) >= total:
-                    done.set()
-
-        async def check() -> None:
-            while not done.is_set():
-                reports.append(await q.check(repair=True, settle=0))
-
-        await asyncio.wait_for(asyncio.gather(produce(), check(), *(consume() for _ in range(4))), 60)
-        return seen, reports
-
-    seen, reports = on_loop(redis_server.port, scripting, body, visibility_timeout=30)
-    assert sorted(seen, key=int) == [str(i) for i in range(1, total + 1)]  # each exactly once
-    assert reports
-    final = on_loop(redis_server.port, scripting, lambda q: q.check(settle=0))
-    assert final.consistent and final.problems == [], str(final)
-    assert on_loop(redis_server.port, scripting, lambda q: q.check(repair=True, settle=0)).consistent
-    assert on_loop(redis_server.port, scripting, lambda q: q.check(settle=0)).notes == []

@@ -19,6 +19,7 @@ import redis
 from keyqueue import Queue
 from keyqueue.server import free_port
 
+from ..support.check_support import PROCESSING, item
 from ..support.helpers import ROOT, snapshot
 
 MODE: list[str] = []  # ["--no-scripting"] while a test runs in the script-free mode
@@ -392,3 +393,43 @@ def test_worker_runs_a_decorated_worker_with_its_options(redis_server, r: redis.
     assert 15 < float(r.hget(DONE, "other:1")) <= 20
     res = finish(plain)
     assert res.returncode == 2 and "Missing option '-q' / '--queue'" in res.stderr
+
+
+# -- keyqueue check: the fsck (Queue.check: contract/test_check.py) ------------------------
+
+def test_check_exit_codes_and_repair(redis_server, r: redis.Redis) -> None:
+    url = redis_server.url
+    q = Queue("q", client=r)
+    q.enqueue_many(["a", "b"])
+    ok = kq("--url", url, "check", "q")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip().endswith("0 problems, 0 notes: consistent")
+
+    r.sadd(PROCESSING, "1")
+    bad = kq("--url", url, "check", "q")  # the default 1 s second look: still there
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines()[0].startswith("owned-and-waiting: 1 -- ")
+    assert "INCONSISTENT" in bad.stdout and bad.stderr.startswith("Error: ")
+
+    as_json = json.loads(kq("--url", url, "check", "q", "--json", "--settle", "0").stdout)
+    assert as_json["consistent"] is False
+    assert as_json["problems"] == [{"kind": "owned-and-waiting", "ids": ["1"], "count": 1,
+                                    "detail": as_json["problems"][0]["detail"], "repaired": False}]
+
+    fixed = kq("--url", url, "check", "q", "--repair", "--settle", "0")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "[repaired]" in fixed.stdout and fixed.stdout.strip().endswith("consistent")
+    assert kq("--url", url, "check", "q").returncode == 0
+    assert [m.id for m in q.claim_many(10)] == ["1", "2"]
+
+
+def test_check_bad_input_and_passwords(redis_server, no_scripting_url: str, r: redis.Redis) -> None:
+    q = Queue("q", client=r)
+    res = kq("--url", redis_server.url, "check", "no/such name")
+    assert res.returncode == 2 and res.stderr.startswith("Error: invalid queue name")
+    assert kq("--url", redis_server.url, "check", "q", "--settle", "-1").returncode == 2
+    q.enqueue("a")
+    r.set(item("9"), "x")
+    res = kq("--url", no_scripting_url, "check", "q", "--repair", "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["problems"][0]["kind"] == "wrong-type"
+    assert "s3cret-pw" not in res.stdout + res.stderr
