@@ -26,7 +26,11 @@ a message's whole life. The per-round ratios keyqueue / floor and keyqueue / Str
 min / median / max; targets (scripted mode): at most 1.3x the floor and 4.5x Streams, on
 the median. INFO commandstats over every drain gives each side's per-command costs: the
 calls per message and microseconds per call of each command, and for the scripts, the time
-EVALSHA took beyond the commands it ran (the scripts' own Lua work).
+EVALSHA took beyond the commands it ran (the scripts' own Lua work). Last, what keyqueue does
+beyond the floor, one thing at a time: the shipped claim and ack scripts against variants
+each without one of them (the ownership checks, fields of its own, the counters, the
+replies that self-healing and claim-time reaping read), in one client claiming 100 and
+acking them, as the worker does.
 
     .venv/bin/python scripts/bench/redis_cpu.py [--quick] [--json] [--messages N] [--rounds R]
 
@@ -54,6 +58,7 @@ from harness import (QUEUE_NAME, Options, Spread, about, about_line, bodies, exi
 STREAM, GROUP = "raw:stream", "g"
 BATCH = 100  # the worker's largest batch (keyqueue.worker.rules.MAX_BATCH)
 PROCESSES = 2
+BREAKDOWN_MESSAGES = 20_000  # (the messages of the one-client breakdown)
 VISIBILITY_MS, BUCKET_MS = 30_000, 60_000
 TARGETS = {"floor": 1.3, "streams": 4.5}  # keyqueue (scripted) / side, at most, median
 SIDES = ("streams", "floor", "keyqueue", "script-free")
@@ -143,8 +148,7 @@ return #gone
 """
 
 
-def floor_drain(url: str) -> int:
-    r = redis.Redis.from_url(url)
+def floor_drain(r: redis.Redis) -> int:
     claim, ack = (r.script_load(s) for s in (FLOOR_CLAIM, FLOOR_ACK))
     done = 0
     while got := r.execute_command("EVALSHA", claim, 5, *FLOOR_KEYS, FLOOR_BASE, BATCH, VISIBILITY_MS, BUCKET_MS):
@@ -156,8 +160,7 @@ def floor_drain(url: str) -> int:
 # -- the other drains ------------------------------------------------------------------------
 
 
-def streams_drain(url: str) -> int:
-    r = redis.Redis.from_url(url)
+def streams_drain(r: redis.Redis) -> int:
     consumer = f"c{os.getpid()}"
     done = 0
     while got := r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=BATCH):
@@ -187,7 +190,8 @@ def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
     if side in ("keyqueue", "script-free"):
         drain = worker_drain(url, side == "keyqueue")
     else:
-        drain = functools.partial(floor_drain if side == "floor" else streams_drain, url)
+        r = redis.Redis.from_url(url)
+        drain = functools.partial(floor_drain if side == "floor" else streams_drain, r)
     ready.release()
     go.wait()
     finished.put(drain())
@@ -273,6 +277,91 @@ def measure(r: redis.Redis, url: str, side: str, data: list[bytes]) -> Sample:
     return Sample(enqueue / n * 1e6, drain / n * 1e6, commands)
 
 
+# -- what keyqueue does beyond the floor, one thing at a time ---------------------------------
+
+_ONES = "(function() local t = {} for i = 1, #%s do t[i] = %d end return t end)()"
+
+#: Variants of the shipped claim and ack scripts, each without one thing keyqueue does beyond
+#: the layout floor, as (claim edits, ack edits). For this measurement only: they are not
+#: correct queues. Each edit must match the shipped script once.
+WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
+    "the ownership rule's checks (SMISMEMBER of items and processing)": (
+        [("redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))", _ONES % ("heads", 1)),
+         ("redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))", _ONES % ("heads", 0))],
+        [("rcall('SMISMEMBER', KEYS[1], unpack(ids))", _ONES % ("ids", 1))]),
+    "reading a and n (a claim's HMGET of b, b1, t only)": (
+        [("redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')", "redis.pcall('HMGET', ik, 'b', 'b1', 't')")], []),
+    "writing n and f (a first delivery's HSET of r, c, d only)": (
+        [("'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)",
+          "'r', '1', 'c', first_receipt, 'd', deadline_s)")], []),
+    "the counters (ack's HINCRBY)": (
+        [], [("redis.pcall('HINCRBY', KEYS[3], 'acked', 0)", "0"), ("rcall('HINCRBY', KEYS[3], 'acked', n)", "local _ = n")]),
+    "the self-healing and reaping replies (EXISTS config, ZRANGE timers)": (
+        [("checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')", "{}"),
+         ("rcall('EXISTS', KEYS[7]) == 0 and 1 or 0", "0")], []),
+}
+ALL_OF_THEM = "all of the above"
+
+
+def edited(source: str, edits: list[tuple[str, str]]) -> str:
+    for old, new in edits:
+        assert source.count(old) == 1, f"the shipped script changed: update the variant edit {old!r}"
+        source = source.replace(old, new)
+    return source
+
+
+@dataclass
+class Breakdown:
+    """Redis CPU per message of a claim(100) + ack loop in one client, per variant."""
+
+    variant: str
+    us_per_message: float  # median over the rounds
+    vs_shipped: float  # us per message, this variant minus the shipped scripts
+
+
+def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]:
+    """The shipped scripts, each variant of WITHOUT (and all of them at once) and the floor,
+    in one client that claims BATCH and acks them, as the worker does, in interleaved rounds:
+    how much of keyqueue's cost beyond the floor each thing it does takes."""
+    from keyqueue.backends.scripted.scripts import claimed
+
+    claim, ack = script_source("claim"), script_source("ack")
+    variants = {"shipped": (claim, ack)}
+    for name, (claim_edits, ack_edits) in WITHOUT.items():
+        variants[f"without {name}"] = (edited(claim, claim_edits), edited(ack, ack_edits))
+    every = [WITHOUT[name] for name in WITHOUT]
+    variants[f"without {ALL_OF_THEM}"] = (edited(claim, [e for c, _ in every for e in c]),
+                                         edited(ack, [e for _, a in every for e in a]))
+    n = len(data)
+
+    def run(name: str) -> float:
+        r.flushall()
+        if name == FLOOR:
+            fill(r, FLOOR, data)
+            before = cpu_seconds(r)
+            if floor_drain(r) != n:
+                raise RuntimeError("floor: not every message acked")
+            return (cpu_seconds(r) - before) / n * 1e6
+        claim_sha, ack_sha = (r.script_load(s) for s in variants[name])
+        q = Queue(QUEUE_NAME, client=r)
+        fill(r, "keyqueue", data)
+        k = q._core.ops
+        base = (k.keys.base, "")
+        before = cpu_seconds(r)
+        done = 0
+        while got := claimed(r.execute_command("EVALSHA", claim_sha, len(k.claim_keys), *k.claim_keys, *base,
+                                               BATCH, VISIBILITY_MS, BUCKET_MS, "")).messages:
+            done += r.execute_command("EVALSHA", ack_sha, len(k.ack_keys), *k.ack_keys, *base, BUCKET_MS,
+                                      *(x for m in got for x in (m.id, m.receipt)))
+        if done != n:
+            raise RuntimeError(f"{name}: acked {done} of {n}")
+        return (cpu_seconds(r) - before) / n * 1e6
+
+    runs = interleaved({name: (lambda v=name: run(v)) for name in [FLOOR, *variants]}, rounds)
+    shipped = statistics.median(runs["shipped"])
+    return [Breakdown(name, statistics.median(v), statistics.median(v) - shipped) for name, v in runs.items()]
+
+
 # -- the tables ---------------------------------------------------------------------------
 
 
@@ -320,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             print(f"  round {i + 1}: " + ", ".join(f"{s} {runs[s][i].drain_us:.2f}" for s in SIDES)
                   + " us of Redis CPU per delivered message", file=sys.stderr)
+        parts = breakdown(r, data[:BREAKDOWN_MESSAGES], args.rounds)
     drain = {s: [x.drain_us for x in runs[s]] for s in SIDES}
     whole = {s: [x.enqueue_us + x.drain_us for x in runs[s]] for s in SIDES}
     vs = {base: Spread.of(ratios(drain["keyqueue"], drain[base])) for base in TARGETS}
@@ -331,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                 "enqueue_us_per_message": round(statistics.median(x.enqueue_us for x in runs[s]), 2),
                 "whole_life_us_per_message": Spread.of(whole[s]).rounded(),
                 "commands": [asdict(c) for c in costs[s]]} for s in SIDES},
-            "keyqueue_vs": {base: vs[base].rounded() for base in TARGETS}, "targets_met": met}, indent=2))
+            "keyqueue_vs": {base: vs[base].rounded() for base in TARGETS}, "targets_met": met,
+            "breakdown": [asdict(b) for b in parts]}, indent=2))
         return exit_status(args, met)
 
     def against(side: str, base: str, values: dict[str, list[float]]) -> str:
@@ -353,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         ([LABELS[s], f"{statistics.median(x.enqueue_us for x in runs[s]):.2f}",
           f"{statistics.median(drain[s]):.2f}", f"{statistics.median(whole[s]):.2f}",
           f"{statistics.median(ratios(whole[s], whole['streams'])):.2f}"] for s in SIDES))]
+    lines += ["", *markdown_table(
+        [f"keyqueue beyond the floor, one thing at a time: one client, claim {BATCH} + ack, "
+         f"{min(n, BREAKDOWN_MESSAGES):,} messages", "us per message, median", "vs shipped"], "lrr",
+        ([LABELS[FLOOR] if b.variant == FLOOR else b.variant, f"{b.us_per_message:.2f}", f"{b.vs_shipped:+.2f}"]
+         for b in parts))]
     for s in SIDES:
         lines += ["", f"{LABELS[s]}: per command, over every round's drain", "", *markdown_table(
             ["command", "calls per message", "us per call", "us per message"], "lrrr",
