@@ -19,4 +19,7 @@ fi
 .venv/bin/ruff check keyqueue tests scripts examples   # lint: unused imports and variables, undefined names
 .venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# pytest in 6 xdist workers (each starts its own redis-server; most tests wait on I/O, and 6
+# measured fastest on 2 cores: 4 and 8 were slower); --dist loadgroup keeps the Spark tests (one
+# JVM) and the browser tests on one worker each; a -n given as an argument comes last and wins
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup "$@"

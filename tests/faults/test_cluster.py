@@ -45,7 +45,6 @@ def test_queues_work_on_a_cluster_and_spread_over_nodes(cluster: RedisCluster) -
     queues = [Queue(n, client=cluster, visibility_timeout=5, bucket_seconds=1) for n in names]
     for q in queues:
         q.enqueue_many([f"{q.name}-{i}" for i in range(20)])
-        q.enqueue("later", delay=0.2)
     owners = {cluster.get_node_from_key(q.keys.seq).name for q in queues}
     assert len(owners) == 3  # the queues spread over all three nodes
     for q in queues:
@@ -55,7 +54,9 @@ def test_queues_work_on_a_cluster_and_spread_over_nodes(cluster: RedisCluster) -
         assert q.release(q.claim(), delay=0)
         q.dead_letter(q.claim(), "x")
         assert q.requeue() == 1
-    time.sleep(0.25)
+    for q in queues:  # (after the claims: a claim reaps, and would release it when due)
+        q.enqueue("later", delay=0.2)
+    time.sleep(0.25)  # every one due
     for q in queues:
         assert q.reap().delayed_released == 1
         assert q.stats().waiting == 16 and len(q.peek(100)) == 16

@@ -147,9 +147,11 @@ def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> 
     promoted. The first lost what it was told was enqueued; the second was told nothing
     it did not keep (its enqueues raised NotReplicated)."""
     ha = SentinelSet(replicas=2)
+    made: list[Queue] = []
     try:
         q0 = Queue("r0", url=ha.url)
         q1 = Queue("r1", url=ha.url, min_replicas=1, replica_timeout=0.2)
+        made += [q0, q1]
         before = [q0.enqueue("before"), q1.enqueue("before")]  # replicated: survive
         ha.cut_replication()
         acked0 = [q0.enqueue(f"m{i}") for i in range(50)]
@@ -176,6 +178,8 @@ def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> 
         print(f"min_replicas=0: {len(lost0)} of {len(acked0)} acknowledged enqueues lost in the failover; "
               f"min_replicas=1: {refused1} refused with NotReplicated, 0 acknowledged, 0 lost")
     finally:
+        for q in made:
+            q.client.close()
         ha.stop()
 
 

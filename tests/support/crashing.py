@@ -75,7 +75,7 @@ def describe(cmd: tuple[Any, ...]) -> str:
 def crashing_client(port: int, budget: Budget) -> redis.Redis:
     """A client whose connections obey ``budget``."""
     pool = redis.ConnectionPool(port=port, connection_class=_connection_class(budget))
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis.from_pool(pool)  # (its close() closes the pool's connections too)
 
 
 def _connection_class(budget: Budget) -> type[redis.Connection]:

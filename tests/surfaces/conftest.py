@@ -24,6 +24,8 @@ def spark() -> Iterator[Any]:
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               # its Python workers may be slow to connect back on a busy machine (default 15 s)
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)

@@ -101,7 +101,8 @@ def test_every_benchmark_is_smoke_run() -> None:
     assert sorted(p.name for p in BENCH.glob("*.py") if p.name != "harness.py") == sorted(HEADERS)
 
 
-@pytest.mark.parametrize("name", sorted(HEADERS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group("spark")) if name == "spark.py"
+                                  else name for name in sorted(HEADERS)])  # (a JVM: with the Spark tests)
 def test_benchmark_runs_quick(name: str, launcher: Launcher) -> None:
     rc, out, err = launcher.get(name).wait()
     assert rc is not None, f"{name} --quick still ran after {DEADLINE:.0f} s\n{err[-3000:]}"

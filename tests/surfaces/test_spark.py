@@ -19,7 +19,8 @@ from keyqueue.server import RedisServer
 
 from ..support.helpers import ROOT, wait_until
 
-pytestmark = pytest.mark.timeout(300)
+#: One JVM at a time: every Spark test on one xdist worker (with --dist loadgroup).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("spark")]
 
 EXAMPLES = ROOT / "examples" / "spark"
 

@@ -549,6 +549,9 @@ def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     handle = c.start_message_move_task(SourceArn=kq.arn(dlq), DestinationArn=kq.arn(elsewhere),
                                        MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
     wait_until(lambda: kq.count(elsewhere) >= 1, 30)
+    # and counted (a message is enqueued where it goes before it is counted as moved)
+    wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0][
+        "ApproximateNumberOfMessagesMoved"] >= 1, 30)
     moved = c.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
     assert 1 <= moved < 3
     assert c.list_message_move_tasks(SourceArn=kq.arn(dlq), MaxResults=10)["Results"][0]["Status"] == "CANCELLED"

@@ -397,8 +397,9 @@ def test_bodies_and_errors_are_never_html(web: httpx.Client, r: redis.Redis) -> 
 
 def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
     def add_user() -> None:
-        redis.Redis(port=own.port).acl_setuser("ops", enabled=True, passwords=["+hunter2secret"],
-                                               keys=["*"], channels=["*"], commands=["+@all"])
+        with redis.Redis(port=own.port) as admin:
+            admin.acl_setuser("ops", enabled=True, passwords=["+hunter2secret"],
+                              keys=["*"], channels=["*"], commands=["+@all"])
 
     with RedisServer() as own:
         add_user()
@@ -432,6 +433,7 @@ def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
                 assert [q["waiting"] for q in c.get("/api/queues").json()] == [1]
         finally:
             served.stop()
+            producer.close()
 
 
 def test_healthz_is_200_on_the_first_check_after_redis_restarts() -> None:

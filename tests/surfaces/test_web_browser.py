@@ -26,6 +26,8 @@ from ..support.web_support import Served
 
 DOCS = ROOT / "docs"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+#: One browser (and one served site) for the module: its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("browser")
 
 
 @pytest.fixture(scope="module")
