@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .core.results import QueueStats, ReapResult
 from .errors import (
     ConfigurationError,
     CorruptQueue,
@@ -14,7 +15,6 @@ from .errors import (
     NotReplicated,
     PoolExhausted,
 )
-from .core.results import QueueStats, ReapResult
 from .message import Message
 from .queue import Queue
 from .reaper import Reaper

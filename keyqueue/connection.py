@@ -44,10 +44,19 @@ SENTINEL_PORT = 26379
 #: Query parameters of a Sentinel URL: the sentinels' own credentials, and connection
 #: settings applied to the servers and the sentinels alike (redis-py's URL parsers).
 SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
-SENTINEL_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float, "socket_keepalive": str,
-                    "health_check_interval": int, "max_connections": int, "pool_timeout": float,
-                    "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str, "ssl_cert_reqs": str,
-                    "ssl_check_hostname": str}
+SENTINEL_OPTIONS = {
+    "socket_timeout": float,
+    "socket_connect_timeout": float,
+    "socket_keepalive": str,
+    "health_check_interval": int,
+    "max_connections": int,
+    "pool_timeout": float,
+    "ssl_ca_certs": str,
+    "ssl_certfile": str,
+    "ssl_keyfile": str,
+    "ssl_cert_reqs": str,
+    "ssl_check_hostname": str,
+}
 
 
 def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, Any], dict[str, Any]]:
@@ -84,7 +93,7 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str
     shared: dict[str, Any] = {"ssl": True} if tls else {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name in SENTINEL_CREDENTIALS:
-            sentinel[name[len("sentinel_"):]] = value
+            sentinel[name[len("sentinel_") :]] = value
         elif name in SENTINEL_OPTIONS:
             if name.startswith("ssl_") and not tls:
                 raise ValueError(f"{name} needs TLS: use rediss+sentinel://")
@@ -92,8 +101,11 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str
                 parsed = SENTINEL_OPTIONS[name](value)
             except ValueError:
                 raise ValueError(f"invalid value for {name!r}") from None
-            shared[name] = parsed if name not in ("socket_keepalive", "ssl_check_hostname") else value in (
-                "1", "true", "yes", "on", "True")
+            shared[name] = (
+                parsed
+                if name not in ("socket_keepalive", "ssl_check_hostname")
+                else value in ("1", "true", "yes", "on", "True")
+            )
         else:
             raise ValueError(f"unknown query parameter {name!r}")
     server.update(shared, db=db)
@@ -153,9 +165,11 @@ def sentinel_client(url: str, cls: Any) -> Any:
     pool = _pool_settings(server)
     if cls.__module__.startswith("redis.asyncio"):
         from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
         manager: Any = AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
     else:
         from redis.sentinel import Sentinel
+
         manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
     return manager.master_for(service, redis_class=cls, connection_pool_class=pool_class(cls, True), **pool)
 
@@ -167,8 +181,7 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
     try:
         scheme = url.partition("://")[0] if "://" in url else ""
         if scheme not in SCHEMES:
-            raise ValueError("the scheme must be redis://, rediss://, unix://, redis+sentinel:// "
-                             "or rediss+sentinel://")
+            raise ValueError("the scheme must be redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://")
         if scheme in SENTINEL_SCHEMES:
             return sentinel_client(url, cls)
         rest, options = _split_pool_options(url)
@@ -212,7 +225,6 @@ def resolve_client(client: Any, url: str | None, cls: Any = redis.Redis) -> Any:
         return client
     pool = getattr(client, "connection_pool", None)
     if pool is None:
-        raise ConfigurationError("message bodies are bytes: give a RedisCluster made with "
-                                 "decode_responses=False")
+        raise ConfigurationError("message bodies are bytes: give a RedisCluster made with decode_responses=False")
     kwargs = dict(pool.connection_kwargs, decode_responses=False)
     return type(client)(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))

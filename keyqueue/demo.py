@@ -53,12 +53,19 @@ class DemoResult:
 
 def _spawn(url: str, prefix: str, *args: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, KEYQUEUE_URL=url)  # not on the command line, where ps shows it
-    return subprocess.Popen([sys.executable, "-m", "keyqueue", "--prefix", prefix, *args],
-                            env=env, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "keyqueue", "--prefix", prefix, *args], env=env, stdin=subprocess.DEVNULL
+    )
 
 
-def run_demo(url: str | None = None, *, prefix: str = "kq", messages: int = 2000, workers: int = 3,
-             echo: Callable[[str], None] | None = None) -> DemoResult:
+def run_demo(
+    url: str | None = None,
+    *,
+    prefix: str = "kq",
+    messages: int = 2000,
+    workers: int = 3,
+    echo: Callable[[str], None] | None = None,
+) -> DemoResult:
     out = echo or (lambda line: print(line, flush=True))
     live = echo is None and sys.stdout.isatty()
     with ExitStack() as stack:
@@ -74,8 +81,10 @@ def run_demo(url: str | None = None, *, prefix: str = "kq", messages: int = 2000
             q.enqueue_many(f"job {n}" for n in range(i, min(i + 1000, messages)))
         out(f"enqueued {messages} messages")
 
-        procs = [_spawn(url, prefix, "worker", "keyqueue.demo:handle", "-q", QUEUE, "-c", "4",
-                        "--log-level", "error") for _ in range(workers)]
+        procs = [
+            _spawn(url, prefix, "worker", "keyqueue.demo:handle", "-q", QUEUE, "-c", "4", "--log-level", "error")
+            for _ in range(workers)
+        ]
         procs.append(_spawn(url, prefix, "reaper", QUEUE, "--interval", "0.5", "--log-level", "error"))
         stack.callback(_stop_all, procs)
         out(f"started {workers} worker processes (4 threads each) and a reaper")
@@ -89,10 +98,14 @@ def run_demo(url: str | None = None, *, prefix: str = "kq", messages: int = 2000
                 killed_holding = s.processing // workers
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
-                out(f"\nSIGKILLed worker pid {victim.pid} mid-batch (about {killed_holding} messages "
-                    f"in flight there); they come back after their {VISIBILITY:.0f}s visibility timeout")
-            line = (f"processed {done:>6}/{messages}  waiting {s.waiting:>6}  in flight {s.processing:>4}"
-                    f"  t={time.monotonic() - t0:5.1f}s")
+                out(
+                    f"\nSIGKILLed worker pid {victim.pid} mid-batch (about {killed_holding} messages "
+                    f"in flight there); they come back after their {VISIBILITY:.0f}s visibility timeout"
+                )
+            line = (
+                f"processed {done:>6}/{messages}  waiting {s.waiting:>6}  in flight {s.processing:>4}"
+                f"  t={time.monotonic() - t0:5.1f}s"
+            )
             if live:
                 bar = "#" * int(30 * done / messages)
                 sys.stdout.write(f"\r[{bar:<30}] {line}")
@@ -107,12 +120,15 @@ def run_demo(url: str | None = None, *, prefix: str = "kq", messages: int = 2000
             sys.stdout.write("\n")
         codes = _stop_all(procs[1:])
         deliveries = sum(int(v) for v in q.client.hvals(AUDIT_KEY))
-        result = DemoResult(messages, q.client.hlen(AUDIT_KEY), deliveries, max(killed_holding, 0),
-                            time.monotonic() - t0)
+        result = DemoResult(
+            messages, q.client.hlen(AUDIT_KEY), deliveries, max(killed_holding, 0), time.monotonic() - t0
+        )
         out(f"workers and reaper stopped with SIGTERM, exit codes {codes}")
-        out(f"audit: {result.enqueued} enqueued, {result.processed} processed, {result.lost} lost, "
+        out(
+            f"audit: {result.enqueued} enqueued, {result.processed} processed, {result.lost} lost, "
             f"{result.duplicates} processed twice (done by the killed worker, ack lost with it), "
-            f"in {result.seconds:.1f}s")
+            f"in {result.seconds:.1f}s"
+        )
         out("every message accounted for" if result.ok else "MESSAGES LOST")
         q.destroy()
         q.client.delete(AUDIT_KEY)

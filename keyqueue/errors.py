@@ -48,8 +48,10 @@ class NotReplicated(KeyQueueError):
 
     def __init__(self, acknowledged: int, wanted: int, timeout_ms: int) -> None:
         self.acknowledged, self.wanted = acknowledged, wanted
-        super().__init__(f"done on the primary, but {acknowledged} of {wanted} replicas acknowledged it "
-                         f"within {timeout_ms} ms: it may be lost on a failover")
+        super().__init__(
+            f"done on the primary, but {acknowledged} of {wanted} replicas acknowledged it "
+            f"within {timeout_ms} ms: it may be lost on a failover"
+        )
 
 
 class PoolExhausted(KeyQueueError, redis.exceptions.ConnectionError):
@@ -58,5 +60,7 @@ class PoolExhausted(KeyQueueError, redis.exceptions.ConnectionError):
 
     def __init__(self, max_connections: int, timeout: float) -> None:
         self.max_connections, self.timeout = max_connections, timeout
-        super().__init__(f"no free Redis connection for {timeout:g} s (all {max_connections} in use): raise "
-                         f"max_connections= or pool_timeout= in the Redis URL, or run fewer operations at once")
+        super().__init__(
+            f"no free Redis connection for {timeout:g} s (all {max_connections} in use): raise "
+            f"max_connections= or pool_timeout= in the Redis URL, or run fewer operations at once"
+        )

@@ -11,8 +11,8 @@ import redis
 from .backends.commands import CommandOps
 from .backends.scripted import ScriptOps
 from .connection import connection_kwargs, resolve_client
-from .core.backend import Backend
 from .core import multi
+from .core.backend import Backend
 from .core.queue_core import QueueCore
 from .core.replication import Replication
 from .core.results import Fields
@@ -24,14 +24,17 @@ from .settings import UNSET, QueueSettings, Unset, validate
 from .transport.sync import is_cluster
 
 
-def backend(client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None,
-            replication: Replication) -> Backend:
+def backend(
+    client: Any, keys: QueueKeys, scripting: bool, clock: Callable[[], float] | None, replication: Replication
+) -> Backend:
     """The operations of a mode; the script-free mode needs one server (WATCH/MULTI)."""
     if scripting:
         return ScriptOps(keys, clock, replication)
     if is_cluster(client):
-        raise ConfigurationError("the script-free mode needs a single Redis server "
-                                 "(WATCH/MULTI on one connection); use the scripted mode on a cluster")
+        raise ConfigurationError(
+            "the script-free mode needs a single Redis server "
+            "(WATCH/MULTI on one connection); use the scripted mode on a cluster"
+        )
     return CommandOps(keys, clock, replication)
 
 
@@ -51,12 +54,14 @@ def one_connection(queues: Sequence[Any]) -> bool:
     return all(q.client is first.client for q in queues)
 
 
-def claim_any_plan(queues: Sequence[Q], count: int, visibility_timeout: float | None, wait: float,
-                   poll_first: bool) -> Plan[tuple[Q | None, list[Any]]]:
+def claim_any_plan(
+    queues: Sequence[Q], count: int, visibility_timeout: float | None, wait: float, poll_first: bool
+) -> Plan[tuple[Q | None, list[Any]]]:
     """Claim from the first non-empty of ``queues`` (see ``keyqueue.queue.claim_any``), the
     messages bound to the queue they came from; each face's transport runs it."""
-    index, fields = yield from multi.claim_any([(q.client, q._core) for q in queues], count, visibility_timeout,
-                                               wait, poll_first, one_connection(queues))
+    index, fields = yield from multi.claim_any(
+        [(q.client, q._core) for q in queues], count, visibility_timeout, wait, poll_first, one_connection(queues)
+    )
     if index is None:
         return None, []
     q = queues[index]
@@ -93,8 +98,13 @@ class QueueFace:
         min_replicas: int = 0,
         replica_timeout: float = 1.0,
     ) -> None:
-        given = dict(visibility_timeout=visibility_timeout, max_receives=max_receives,
-                     bucket_seconds=bucket_seconds, max_body_bytes=max_body_bytes, dedup_window=dedup_window)
+        given = dict(
+            visibility_timeout=visibility_timeout,
+            max_receives=max_receives,
+            bucket_seconds=bucket_seconds,
+            max_body_bytes=max_body_bytes,
+            dedup_window=dedup_window,
+        )
         given = {k: v for k, v in given.items() if v is not UNSET}
         keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read
         validate(QueueSettings(), given)
@@ -102,8 +112,9 @@ class QueueFace:
         self.scripting = scripting
         self._owns_client = client is None
         self.client = resolve_client(client, url, self.client_class)
-        self._core = QueueCore(keys, given, backend(self.client, keys, scripting, clock, replication),
-                               socket_timeout(self.client))
+        self._core = QueueCore(
+            keys, given, backend(self.client, keys, scripting, clock, replication), socket_timeout(self.client)
+        )
         self._made()
 
     def _made(self) -> None:

@@ -30,5 +30,7 @@ def judge_eviction(reply: dict[Any, Any] | redis.ResponseError, log: logging.Log
     if policy != "noeviction":
         log.warning(
             "Redis maxmemory-policy is %r: under memory pressure Redis will silently DELETE "
-            "queued messages. Set maxmemory-policy noeviction on queue servers.", policy)
+            "queued messages. Set maxmemory-policy noeviction on queue servers.",
+            policy,
+        )
     return policy

@@ -20,17 +20,13 @@ PREFIX_RE = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 
 def validate_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise InvalidQueueName(
-            f"invalid queue name {name!r}: use 1 to 200 characters from A-Z a-z 0-9 . _ -"
-        )
+        raise InvalidQueueName(f"invalid queue name {name!r}: use 1 to 200 characters from A-Z a-z 0-9 . _ -")
     return name
 
 
 def validate_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not PREFIX_RE.fullmatch(prefix):
-        raise InvalidQueueName(
-            f"invalid key prefix {prefix!r}: use 1 to 100 characters from A-Z a-z 0-9 . _ - :"
-        )
+        raise InvalidQueueName(f"invalid key prefix {prefix!r}: use 1 to 100 characters from A-Z a-z 0-9 . _ - :")
     return prefix
 
 
@@ -53,9 +49,18 @@ def closest(name: str, names: list[str]) -> str:
 #: The Redis type of each fixed key of a queue, by its name after the key base, and of each
 #: family of keys (the fixed layout and its helper keys). The fsck and the script-free
 #: mode's type checks read this one table.
-FIXED_TYPES = {"seq": "string", "queue": "list", "items": "set", "processing": "set",
-               "timers": "zset", "dead": "list", "signal": "list", "config": "hash",
-               "counters": "hash", "meta": "hash"}
+FIXED_TYPES = {
+    "seq": "string",
+    "queue": "list",
+    "items": "set",
+    "processing": "set",
+    "timers": "zset",
+    "dead": "list",
+    "signal": "list",
+    "config": "hash",
+    "counters": "hash",
+    "meta": "hash",
+}
 FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
 
 
@@ -143,7 +148,7 @@ class QueueKeys:
 
     def kind(self, key: str) -> str:
         """The Redis type ``key`` (one of this queue's) must have ('' for a name keyqueue does not use)."""
-        name = key[len(self.base):]
+        name = key[len(self.base) :]
         for prefix, kind in FAMILY_TYPES.items():
             if name.startswith(prefix):
                 return kind

@@ -58,8 +58,10 @@ class BaseMessage:
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 60 else self.body[:60] + b"..."
-        return (f"Message(id={self.id!r}, body={body!r} ({len(self.body)} bytes), "
-                f"receives={self.receives}, last_error={self.last_error!r})")
+        return (
+            f"Message(id={self.id!r}, body={body!r} ({len(self.body)} bytes), "
+            f"receives={self.receives}, last_error={self.last_error!r})"
+        )
 
     @property
     def text(self) -> str:
@@ -73,16 +75,26 @@ class BaseMessage:
         except UnicodeDecodeError as exc:
             raise MessageNotJSON(
                 f"message {self.id}: the body is not UTF-8 JSON (byte {exc.start} is "
-                f"{self.body[exc.start:exc.start + 1]!r}); read msg.body for the raw bytes") from None
+                f"{self.body[exc.start : exc.start + 1]!r}); read msg.body for the raw bytes"
+            ) from None
         return _json.loads(text)
 
     @classmethod
     def of(cls: type[M], f: Fields, queue: Any, with_receipt: bool = True) -> M:
         """A delivered (or peeked: no receipt) message bound to ``queue``."""
         # positional (the fields' order): made once per delivered message
-        return cls(f.id, f.body, f.receipt if with_receipt else None, f.receives, f.enqueued_ms / 1000.0,
-                   None if f.timer_ms is None else f.timer_ms / 1000.0, f.error, queue, f.attributes,
-                   None if f.first_ms is None else f.first_ms / 1000.0)
+        return cls(
+            f.id,
+            f.body,
+            f.receipt if with_receipt else None,
+            f.receives,
+            f.enqueued_ms / 1000.0,
+            None if f.timer_ms is None else f.timer_ms / 1000.0,
+            f.error,
+            queue,
+            f.attributes,
+            None if f.first_ms is None else f.first_ms / 1000.0,
+        )
 
     def _bound(self) -> Any:
         if self.queue is None:

@@ -11,10 +11,10 @@ import redis
 
 from .connection import TRANSIENT
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
+from .core.results import QueueStats, ReapResult
 from .core.roundtrip import Op, T
 from .core.sources import PeekSource, PurgeSource, RequeueSource
 from .face import QueueFace, claim_any_plan
-from .core.results import QueueStats, ReapResult
 from .message import Message
 from .settings import QueueSettings
 from .transport.sync import run, run_plan
@@ -67,16 +67,22 @@ class Queue(QueueFace):
 
     # -- producing ------------------------------------------------------------------------
 
-    def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None,
-                attributes: bytes | None = None) -> str:
+    def enqueue(
+        self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None, attributes: bytes | None = None
+    ) -> str:
         """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id.
         ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``."""
         return self._run(self._core.enqueue(body, delay, dedup_key, attributes))
 
-    def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
-                     delays: Sequence[float] | None = None,
-                     dedup_keys: Sequence[str | None] | None = None,
-                     attributes: Sequence[bytes | None] | None = None) -> list[str]:
+    def enqueue_many(
+        self,
+        bodies: Iterable[bytes | str],
+        *,
+        delay: float = 0.0,
+        delays: Sequence[float] | None = None,
+        dedup_keys: Sequence[str | None] | None = None,
+        attributes: Sequence[bytes | None] | None = None,
+    ) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
 
         ``delays``, ``dedup_keys`` and ``attributes`` (one per body, None = none) give each
@@ -95,8 +101,7 @@ class Queue(QueueFace):
         got = self.claim_many(1, visibility_timeout=visibility_timeout, wait=wait)
         return got[0] if got else None
 
-    def claim_many(self, count: int, *, visibility_timeout: float | None = None,
-                   wait: float = 0.0) -> list[Message]:
+    def claim_many(self, count: int, *, visibility_timeout: float | None = None, wait: float = 0.0) -> list[Message]:
         return self._bind(self._run(self._core.claim(count, visibility_timeout, wait)))
 
     def reap_if_due(self) -> bool:
@@ -142,13 +147,23 @@ class Queue(QueueFace):
         """Redeliver expired messages and release due delayed ones, in bounded batches."""
         return self._run(self._core.reap())
 
-    def requeue(self, ids: Iterable[str] | None = None, *, source: RequeueSource = "dead",
-                progress: Callable[[int], None] | None = None) -> int:
+    def requeue(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        source: RequeueSource = "dead",
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         """Put dead (or in-flight) messages back at the tail with receives reset to 0."""
         return self._run(self._core.requeue(ids, source, progress))
 
-    def purge(self, *, source: PurgeSource = "waiting", progress: Callable[[int], None] | None = None,
-              ids: Iterable[str] | None = None) -> int:
+    def purge(
+        self,
+        *,
+        source: PurgeSource = "waiting",
+        progress: Callable[[int], None] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> int:
         """Delete every message of a source (``all``: every message); seq, config and dedup keys stay.
         ``ids`` (with source="dead"): only these dead letters; returns how many were dead."""
         return self._run(self._core.purge(source, progress, ids))
@@ -218,8 +233,14 @@ def list_queues(client: redis.Redis, prefix: str = "kq") -> list[str]:
     return run(client, list_queues_op(prefix))
 
 
-def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
-              wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
+def claim_any(
+    queues: Sequence[Queue],
+    count: int,
+    *,
+    visibility_timeout: float | None = None,
+    wait: float = 0.0,
+    poll_first: bool = True,
+) -> tuple[Queue | None, list[Message]]:
     """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
     them for up to ``wait`` seconds. Returns the queue the messages came from."""
     return run_plan(claim_any_plan(queues, count, visibility_timeout, wait, poll_first))

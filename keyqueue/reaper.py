@@ -19,10 +19,10 @@ import redis
 
 from .connection import TRANSIENT, outage_delay, resolve_client
 from .core.replication import Replication
+from .core.results import ReapResult
 from .errors import KeyQueueError, MissingDependency
 from .health import warn_unless_noeviction
 from .keys import validate_prefix
-from .core.results import ReapResult
 from .queue import Queue, list_queues
 from .settings import check_seconds
 from .worker.reaping import reap_and_log
@@ -77,8 +77,7 @@ class Reaper:
         self.scripting = scripting
         self.replication: dict[str, Any] = dict(min_replicas=min_replicas, replica_timeout=replica_timeout)
         Replication.of(min_replicas, replica_timeout)  # checked now, before any I/O
-        given = None if queues is None else (
-            [queues] if isinstance(queues, (Queue, str)) else list(queues))
+        given = None if queues is None else ([queues] if isinstance(queues, (Queue, str)) else list(queues))
         needs_client = given is None or any(isinstance(q, str) for q in given)
         self.client = resolve_client(client, url) if needs_client else None
         self._fixed: list[Queue] | None = None
@@ -112,8 +111,9 @@ class Reaper:
             q = self._cache.get(name)
             if q is None:
                 try:
-                    q = self._cache[name] = Queue(name, client=self.client, prefix=self.prefix,
-                                                  scripting=self.scripting, **self.replication)
+                    q = self._cache[name] = Queue(
+                        name, client=self.client, prefix=self.prefix, scripting=self.scripting, **self.replication
+                    )
                 except KeyQueueError as exc:  # one corrupt queue must not stop the others
                     log.error("cannot reap queue=%s: %s", name, exc)
                     continue
@@ -152,8 +152,14 @@ class Reaper:
         self.passes += 1
         self._passes_since += 1
         self._since = self._since + moved
-        log.debug("pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d",
-                  self.passes, len(queues), moved.requeued, moved.dead_lettered, moved.delayed_released)
+        log.debug(
+            "pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d",
+            self.passes,
+            len(queues),
+            moved.requeued,
+            moved.dead_lettered,
+            moved.delayed_released,
+        )
         self._summarize()
         return results
 
@@ -170,9 +176,15 @@ class Reaper:
             return
         s = self._since
         failed = f", {self._failed_since} failed (Redis unreachable)" if self._failed_since else ""
-        log.info("reaper: %d passes in the last %.0fs%s; requeued=%d dead_lettered=%d delayed_released=%d",
-                 self._passes_since, now - self._summary_at, failed, s.requeued, s.dead_lettered,
-                 s.delayed_released)
+        log.info(
+            "reaper: %d passes in the last %.0fs%s; requeued=%d dead_lettered=%d delayed_released=%d",
+            self._passes_since,
+            now - self._summary_at,
+            failed,
+            s.requeued,
+            s.dead_lettered,
+            s.delayed_released,
+        )
         self._summary_at = now
         self._since = ReapResult()
         self._passes_since = self._failed_since = 0
@@ -181,8 +193,15 @@ class Reaper:
         blocking_cls, background_cls = _scheduler_classes()
         quiet_apscheduler()
         scheduler = (blocking_cls if blocking else background_cls)()
-        scheduler.add_job(self.reap_once, "interval", seconds=self.interval, id=JOB_ID,
-                          coalesce=True, max_instances=1, next_run_time=_now())
+        scheduler.add_job(
+            self.reap_once,
+            "interval",
+            seconds=self.interval,
+            id=JOB_ID,
+            coalesce=True,
+            max_instances=1,
+            next_run_time=_now(),
+        )
         self._scheduler = scheduler
         return scheduler
 

@@ -27,8 +27,9 @@ def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port), bound before anything is
     logged: a port in use is one clear error (exit 1), not uvicorn's log lines and exit 3."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
         raise KeyQueueError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
@@ -42,25 +43,42 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_app(*, url: str, shown_url: str, prefix: str, host: str, port: int, read_only: bool,
-              token: str | None, sqs: tuple[str, str] | None, queue_options: Mapping[str, Any],
-              log_level: str = "info") -> None:
+def serve_app(
+    *,
+    url: str,
+    shown_url: str,
+    prefix: str,
+    host: str,
+    port: int,
+    read_only: bool,
+    token: str | None,
+    sqs: tuple[str, str] | None,
+    queue_options: Mapping[str, Any],
+    log_level: str = "info",
+) -> None:
     if not is_loopback(host) and token is None:
-        raise ConfigurationError(f"refusing to serve on {host} without a token: set one with --token-env VAR "
-                                 "(or bind 127.0.0.1)")
+        raise ConfigurationError(
+            f"refusing to serve on {host} without a token: set one with --token-env VAR (or bind 127.0.0.1)"
+        )
     try:
         import uvicorn
 
         from .web import create_app
 
-        app = create_app(url=url, prefix=prefix, read_only=read_only, token=token, sqs=sqs,
-                         queue_options=queue_options)
+        app = create_app(url=url, prefix=prefix, read_only=read_only, token=token, sqs=sqs, queue_options=queue_options)
     except ImportError as exc:
         raise MissingDependency(f"keyqueue serve needs the web extra (pip install 'keyqueue[web]'): {exc}") from None
     sock = bind(host, port)
-    log.info("dashboard for %s (prefix %r) on http://%s:%d%s%s%s", shown_url, prefix,
-             f"[{host}]" if ":" in host else host, sock.getsockname()[1], ", read-only" if read_only else "",
-             ", token required" if token else "", ", SQS API on the same port" if sqs else "")
+    log.info(
+        "dashboard for %s (prefix %r) on http://%s:%d%s%s%s",
+        shown_url,
+        prefix,
+        f"[{host}]" if ":" in host else host,
+        sock.getsockname()[1],
+        ", read-only" if read_only else "",
+        ", token required" if token else "",
+        ", SQS API on the same port" if sqs else "",
+    )
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again under the
     # handlers it found: let those be no-ops, so a stopped server exits 0 as workers do.
     restore = on_stop_signals(lambda sig: None)

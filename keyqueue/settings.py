@@ -118,12 +118,13 @@ MAX_SECONDS = 1e9
 
 def check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
     """A finite, non-negative (or positive) number of seconds, or a clear error."""
-    if (not _is_number(value) or value < 0 or (not allow_zero and value == 0)  # type: ignore[operator]
-            or value > MAX_SECONDS):  # type: ignore[operator]
+    seconds = float(value) if _is_number(value) else math.nan  # type: ignore[arg-type]
+    if not 0 <= seconds <= MAX_SECONDS or (not allow_zero and seconds == 0):
         need = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be a finite number of seconds {need} and at most "
-                              f"{MAX_SECONDS:.0e}, not {value!r}")
-    return float(value)  # type: ignore[arg-type]
+        raise InvalidArgument(
+            f"{name} must be a finite number of seconds {need} and at most {MAX_SECONDS:.0e}, not {value!r}"
+        )
+    return seconds
 
 
 def to_ms(seconds: float) -> int:

@@ -52,10 +52,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # keyqueue from the checkout even when it is not installed
 
 from chaos_handler import DELIVERIES, DONE, LOG  # noqa: E402  (scripts/ is sys.path[0])
-
 from keyqueue import Queue  # noqa: E402
-from keyqueue.connection import TRANSIENT  # noqa: E402
-from keyqueue.connection import from_url  # noqa: E402
+from keyqueue.connection import TRANSIENT, from_url  # noqa: E402
 from keyqueue.errors import KeyQueueError, NotReplicated  # noqa: E402
 from keyqueue.server import RedisServer  # noqa: E402
 
@@ -92,8 +90,17 @@ class Producer(threading.Thread):
     only when enqueue returned; on a transient error the same batch is retried after a
     back-off (it may have landed already: then it is enqueued twice)."""
 
-    def __init__(self, index: int, numbers: list[int], queue: Queue, ledger: Ledger, batch: int,
-                 rate: float, run_id: str, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        index: int,
+        numbers: list[int],
+        queue: Queue,
+        ledger: Ledger,
+        batch: int,
+        rate: float,
+        run_id: str,
+        stop: threading.Event,
+    ) -> None:
         super().__init__(name=f"producer-{index}", daemon=True)
         self.index, self.numbers, self.queue, self.ledger = index, numbers, queue, ledger
         self.batch, self.rate, self.run_id, self.stop = batch, rate, run_id, stop
@@ -115,23 +122,21 @@ class Producer(threading.Thread):
             if self.stop.is_set():
                 return
             chunk = self.numbers[start : start + self.batch]
-            bodies = [json.dumps({"n": n, "nonce": f"{self.run_id}-{rng.getrandbits(32):08x}"})
-                      for n in chunk]
+            bodies = [json.dumps({"n": n, "nonce": f"{self.run_id}-{rng.getrandbits(32):08x}"}) for n in chunk]
             if self.rate > 0:
                 next_at += len(chunk) / self.rate
                 self.stop.wait(max(0.0, next_at - time.monotonic()))
             failures = 0
             while True:
                 try:
-                    ids = (self.queue.enqueue_many(bodies) if len(bodies) > 1
-                           else [self.queue.enqueue(bodies[0])])
+                    ids = self.queue.enqueue_many(bodies) if len(bodies) > 1 else [self.queue.enqueue(bodies[0])]
                     break
                 except (*TRANSIENT, NotReplicated):  # not acknowledged: the batch is sent again
                     failures += 1
                     with self.ledger.lock:
                         self.ledger.retried_batches += 1
                         self.ledger.retried_payloads.update(chunk)
-                    if self.stop.wait(min(0.05 * 2 ** failures, 1.0)):
+                    if self.stop.wait(min(0.05 * 2**failures, 1.0)):
                         return
             with self.ledger.lock:
                 self.ledger.acked.update(chunk)
@@ -154,9 +159,11 @@ class Fleet:
 
     def __init__(self, url: str, workers: int, scripting: bool, logdir: Path, work_ms: float) -> None:
         self.url, self.scripting, self.logdir = url, scripting, logdir
-        self.env = dict(os.environ, CHAOS_WORK_MS=str(work_ms),
-                        PYTHONPATH=os.pathsep.join(
-                            [str(HERE), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.env = dict(
+            os.environ,
+            CHAOS_WORK_MS=str(work_ms),
+            PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        )
         self.spawned = 0
         self.all: list[subprocess.Popen[bytes]] = []
         self.workers: list[subprocess.Popen[bytes]] = [self._spawn("worker") for _ in range(workers)]
@@ -169,14 +176,32 @@ class Fleet:
         if not self.scripting:
             base.append("--no-scripting")
         if kind == "worker":
-            args = [*base, "worker", "chaos_handler:handle", "-q", QUEUE, "-c", str(CONCURRENCY),
-                    "--grace", str(GRACE), "--log-level", "warning"]
+            args = [
+                *base,
+                "worker",
+                "chaos_handler:handle",
+                "-q",
+                QUEUE,
+                "-c",
+                str(CONCURRENCY),
+                "--grace",
+                str(GRACE),
+                "--log-level",
+                "warning",
+            ]
         else:
             args = [*base, "reaper", QUEUE, "--interval", "0.5", "--log-level", "warning"]
         self.spawned += 1
         with open(self.logdir / f"{kind}-{self.spawned:04d}.log", "wb") as err:
-            p = subprocess.Popen(args, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            p = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
         self.all.append(p)
         return p
 
@@ -258,29 +283,40 @@ def orphan_check(client: redis.Redis, q: Queue) -> dict[str, Any]:
     k = q.keys
     keys = scan_keys(client, k.pattern)
     item_prefix = k.item("").encode()
-    timer_prefix = k.timer(0)[: -1].encode()
-    items = {key[len(item_prefix):].decode() for key in keys if key.startswith(item_prefix)}
+    timer_prefix = k.timer(0)[:-1].encode()
+    items = {key[len(item_prefix) :].decode() for key in keys if key.startswith(item_prefix)}
     timers = [key for key in keys if key.startswith(timer_prefix)]
     referenced: set[str] = set()
-    for ids in (client.lrange(k.queue, 0, -1), client.smembers(k.items), client.smembers(k.processing),
-                client.lrange(k.dead, 0, -1), *(client.smembers(t) for t in timers)):
+    for ids in (
+        client.lrange(k.queue, 0, -1),
+        client.smembers(k.items),
+        client.smembers(k.processing),
+        client.lrange(k.dead, 0, -1),
+        *(client.smembers(t) for t in timers),
+    ):
         referenced.update(text(i) for i in ids)
     orphaned = sorted(items - referenced, key=int)
     dangling = sorted(referenced - items, key=int)
-    return {"keys": len(keys), "item_hashes": len(items), "timer_buckets": len(timers),
-            "orphaned": len(orphaned), "orphaned_ids": orphaned[:20],
-            "dangling_refs": len(dangling), "dangling_ids": dangling[:20]}
+    return {
+        "keys": len(keys),
+        "item_hashes": len(items),
+        "timer_buckets": len(timers),
+        "orphaned": len(orphaned),
+        "orphaned_ids": orphaned[:20],
+        "dangling_refs": len(dangling),
+        "dangling_ids": dangling[:20],
+    }
 
 
-def classify(log: list[str], killed: dict[int, float], died: dict[int, float],
-             crashes: list[tuple[float, float]]) -> dict[str, int]:
+def classify(
+    log: list[str], killed: dict[int, float], died: dict[int, float], crashes: list[tuple[float, float]]
+) -> dict[str, int]:
     """Explain each delivery beyond the first of a payload, from the delivery log."""
     by_n: dict[int, list[tuple[float, str, int]]] = {}
     for entry in log:
         f = entry.split()  # message id, n, pid, receives, epoch seconds
         by_n.setdefault(int(f[1]), []).append((float(f[4]), f[0], int(f[2])))
-    causes = {"worker_sigkill": 0, "worker_died": 0, "redis_crash": 0, "visibility_expiry": 0,
-              "enqueued_twice": 0}
+    causes = {"worker_sigkill": 0, "worker_died": 0, "redis_crash": 0, "visibility_expiry": 0, "enqueued_twice": 0}
     for deliveries in by_n.values():
         if len(deliveries) < 2:
             continue
@@ -310,11 +346,11 @@ EXPLAIN = {
     "worker_sigkill": "redelivered after its worker was SIGKILLed between recording the work and the ack",
     "worker_died": "redelivered after its worker exited by itself (not killed by the soak)",
     "redis_crash": "a Redis crash fell between the record and the ack: the record landed (appendfsync "
-                   "always) but its reply or the ack was lost, so the message came back",
+    "always) but its reply or the ack was lost, so the message came back",
     "visibility_expiry": "redelivered after its visibility timeout with no kill or crash in between "
-                         "(a stalled worker or an ack that came too late)",
+    "(a stalled worker or an ack that came too late)",
     "enqueued_twice": "the payload was enqueued twice: an enqueue retried after a Redis crash (by the "
-                      "producer or redis-py's own retry) had landed before, but its reply was lost",
+    "producer or redis-py's own retry) had landed before, but its reply was lost",
 }
 
 
@@ -396,18 +432,20 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
         else:
             out(f"redis-server on 127.0.0.1:{server.port} ({' '.join(REDIS_EXTRA)}), data in {server.dir}")
             mon = monitor_client(server.port)
-        setup = Queue(QUEUE, url=server.url, visibility_timeout=VISIBILITY, bucket_seconds=1,
-                      scripting=args.scripting)
+        setup = Queue(QUEUE, url=server.url, visibility_timeout=VISIBILITY, bucket_seconds=1, scripting=args.scripting)
         ledger = Ledger()
         n_all = list(range(args.messages))
         for i in range(args.producers):
             q = Queue(QUEUE, url=server.url, scripting=args.scripting, min_replicas=args.min_replicas)
-            producers.append(Producer(i, n_all[i :: args.producers], q, ledger, args.batch,
-                                      args.rate / args.producers, run_id, stop))
+            producers.append(
+                Producer(i, n_all[i :: args.producers], q, ledger, args.batch, args.rate / args.producers, run_id, stop)
+            )
         fleet = Fleet(server.url, args.workers, args.scripting, logdir, args.work_ms)
-        out(f"{args.workers} workers (-c {CONCURRENCY}), 1 reaper, {args.producers} producers, "
+        out(
+            f"{args.workers} workers (-c {CONCURRENCY}), 1 reaper, {args.producers} producers, "
             f"{args.messages} messages, rate {args.rate or 'unlimited'} msg/s, visibility "
-            f"{VISIBILITY:.0f}s, kill every ~{args.seconds_between_kills}s; logs in {logdir}")
+            f"{VISIBILITY:.0f}s, kill every ~{args.seconds_between_kills}s; logs in {logdir}"
+        )
 
         t0 = time.monotonic()
         wall0 = time.time()
@@ -435,9 +473,14 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
                 time.sleep(args.redis_down)  # the outage itself, not a wait for something
                 server.start(timeout=120)
                 crashes.append((down, time.time()))
-                out(f"t={time.monotonic() - t0:6.1f}s  " + (
-                    "a replica was promoted; the killed primary stays down" if args.failover
-                    else f"redis-server restarted from its AOF ({time.time() - down:.1f}s down)"))
+                out(
+                    f"t={time.monotonic() - t0:6.1f}s  "
+                    + (
+                        "a replica was promoted; the killed primary stays down"
+                        if args.failover
+                        else f"redis-server restarted from its AOF ({time.time() - down:.1f}s down)"
+                    )
+                )
                 continue
             if now >= next_kill:
                 ev = fleet.kill_one(rng, tick)
@@ -463,10 +506,12 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
                 last = {"error": str(exc)}
             if now >= next_line or finished:
                 next_line = now + args.progress
-                out(f"t={now - t0:6.1f}s  acknowledged {acked:>7}/{args.messages}  processed "
+                out(
+                    f"t={now - t0:6.1f}s  acknowledged {acked:>7}/{args.messages}  processed "
                     f"{last.get('done', '?'):>7}  waiting {last.get('waiting', '?'):>6}  in flight "
                     f"{last.get('processing', '?'):>4}  delayed {last.get('delayed', '?'):>4}  "
-                    f"kills {len(fleet.kills):>3}  redis restarts {len(crashes)}")
+                    f"kills {len(fleet.kills):>3}  redis restarts {len(crashes)}"
+                )
             if finished:
                 break
             if now >= deadline:
@@ -508,7 +553,7 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
         worker_kills = sum(e.kind == "worker" for e in fleet.kills)
         result: dict[str, Any] = {
             "mode": ("scripted" if args.scripting else "script-free")
-                + (f", failover, min_replicas={args.min_replicas}" if args.failover else ""),
+            + (f", failover, min_replicas={args.min_replicas}" if args.failover else ""),
             "messages": args.messages,
             "acknowledged": len(acked_set),
             "unacknowledged": args.messages - len(acked_set),
@@ -543,8 +588,9 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
             "started_at": wall0,
             "logs": str(logdir),
         }
-        result["ok"] = (result["lost"] == 0 and result["orphaned"] == 0 and result["unacknowledged"] == 0
-                        and not ledger.errors)
+        result["ok"] = (
+            result["lost"] == 0 and result["orphaned"] == 0 and result["unacknowledged"] == 0 and not ledger.errors
+        )
         ok = result["ok"]
         return result
     finally:
@@ -558,25 +604,35 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
 
 def report(r: dict[str, Any], out: Callable[[str], None]) -> None:
     out("")
-    out(f"chaos soak ({r['mode']}): {r['messages']} messages in {r['wall_seconds']:.1f}s "
-        f"(production {r['production_seconds']:.1f}s), {r['throughput_msgs_per_s']:.0f} deliveries/s")
-    out(f"  kills: {r['kills']} ({r['worker_kills']} workers, {r['reaper_kills']} reaper), "
+    out(
+        f"chaos soak ({r['mode']}): {r['messages']} messages in {r['wall_seconds']:.1f}s "
+        f"(production {r['production_seconds']:.1f}s), {r['throughput_msgs_per_s']:.0f} deliveries/s"
+    )
+    out(
+        f"  kills: {r['kills']} ({r['worker_kills']} workers, {r['reaper_kills']} reaper), "
         f"redis-server SIGKILLed and restarted {r['redis_restarts']} times, "
-        f"{len(r['unexpected_exits'])} unexpected process exits")
+        f"{len(r['unexpected_exits'])} unexpected process exits"
+    )
     out(f"  acknowledged by enqueue   {r['acknowledged']:>8}   (unacknowledged {r['unacknowledged']})")
     out(f"  processed at least once   {r['processed']:>8}")
     out(f"  lost                      {r['lost']:>8}" + (f"   e.g. {r['lost_sample']}" if r["lost"] else ""))
     out(f"  deliveries                {r['deliveries']:>8}   (delivery log {r['delivery_log_entries']})")
-    out(f"  duplicates                {r['duplicates']:>8}   on {r['duplicate_payloads']} payloads "
-        f"({r['redelivered']} deliveries were redeliveries, receives > 1)")
+    out(
+        f"  duplicates                {r['duplicates']:>8}   on {r['duplicate_payloads']} payloads "
+        f"({r['redelivered']} deliveries were redeliveries, receives > 1)"
+    )
     for cause, count in r["duplicate_causes"].items():
         if count:
             out(f"    {count:>6}  {cause}: {EXPLAIN[cause]}")
-    out(f"  producer retries: {r['producer_retried_batches']} batch attempts failed, "
-        f"{r['producer_retried_payloads']} payloads retried")
+    out(
+        f"  producer retries: {r['producer_retried_batches']} batch attempts failed, "
+        f"{r['producer_retried_payloads']} payloads retried"
+    )
     k = r["keys"]
-    out(f"  keys of the queue: {k['keys']}, item hashes {k['item_hashes']}, timer buckets "
-        f"{k['timer_buckets']}, orphaned {k['orphaned']}, dangling references {k['dangling_refs']}")
+    out(
+        f"  keys of the queue: {k['keys']}, item hashes {k['item_hashes']}, timer buckets "
+        f"{k['timer_buckets']}, orphaned {k['orphaned']}, dangling references {k['dangling_refs']}"
+    )
     out(f"  final stats: {r['final_stats']}")
     if r["check"] is not None:
         out(f"  Queue.check(): {r['check']}")
@@ -588,30 +644,47 @@ def report(r: dict[str, Any], out: Callable[[str], None]) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--messages", type=int, required=True, help="payloads to enqueue in total")
     ap.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     ap.add_argument("--producers", type=int, default=2, help="producer threads (default 2)")
     ap.add_argument("--seconds-between-kills", type=float, default=1.0)
-    ap.add_argument("--rate", type=float, default=500.0,
-                    help="enqueue rate over all producers, msg/s; 0: as fast as they can (default 500)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=500.0,
+        help="enqueue rate over all producers, msg/s; 0: as fast as they can (default 500)",
+    )
     ap.add_argument("--batch", type=int, default=20, help="payloads per enqueue call (default 20)")
     ap.add_argument("--work-ms", type=float, default=5.0, help="simulated work per message (default 5)")
     ap.add_argument("--redis-down", type=float, default=1.0, help="seconds Redis stays down per crash")
-    ap.add_argument("--deadline", type=float, default=None,
-                    help="seconds before giving up (default 120 + 3 x expected production time)")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds before giving up (default 120 + 3 x expected production time)",
+    )
     ap.add_argument("--progress", type=float, default=2.0, help="seconds between progress lines")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-scripting", dest="scripting", action="store_false")
-    ap.add_argument("--failover", action="store_true",
-                    help="Redis is a primary, two replicas and three sentinels; a crash is a SIGKILL "
-                         "of the current primary, and everyone follows the sentinels")
+    ap.add_argument(
+        "--failover",
+        action="store_true",
+        help="Redis is a primary, two replicas and three sentinels; a crash is a SIGKILL "
+        "of the current primary, and everyone follows the sentinels",
+    )
     ap.add_argument("--min-replicas", type=int, default=0, help="producers' min_replicas (default 0)")
-    ap.add_argument("--cut-replication", type=float, default=0.0, metavar="S",
-                    help="--failover: cut the primary's replication link S seconds before it is "
-                         "killed (a partition: with --min-replicas 0 the writes of those seconds "
-                         "are acknowledged and lost, so the soak reports them and exits 1)")
+    ap.add_argument(
+        "--cut-replication",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="--failover: cut the primary's replication link S seconds before it is "
+        "killed (a partition: with --min-replicas 0 the writes of those seconds "
+        "are acknowledged and lost, so the soak reports them and exits 1)",
+    )
     ap.add_argument("--json", action="store_true", help="report JSON on stdout (progress on stderr)")
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per process kill")

@@ -16,7 +16,8 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/nu
     exit 1
   fi
 fi
-.venv/bin/ruff check keyqueue tests scripts examples   # lint: unused imports and variables, undefined names
+.venv/bin/ruff check keyqueue tests scripts examples docs   # lint: unused imports and variables, undefined names, import order
+.venv/bin/ruff format --check --quiet keyqueue tests scripts examples docs   # the formatting ruff format writes
 .venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
 # pytest in 6 xdist workers (each starts its own redis-server; most tests wait on I/O, and 6

@@ -27,8 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.getoption("loadgroup", default=False):  # (set on xdist's workers)
         return
     for item in items:
-        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                         for m in item.iter_markers("xdist_group")})
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
         node_id = getattr(item, "_id", None)
         if groups and node_id is not None and "@" not in item.nodeid.rpartition("]")[2]:
             item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(groups)}")
@@ -57,8 +58,14 @@ def scripting(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def no_scripting_url(redis_server: RedisServer, r: redis.Redis) -> Iterator[str]:
     """A user who may not run scripts: what a server that denies EVAL looks like."""
-    r.acl_setuser("noscript", enabled=True, passwords=["+s3cret-pw"], keys=["~*"],
-                  channels=["&*"], commands=["+@all", "-@scripting"])
+    r.acl_setuser(
+        "noscript",
+        enabled=True,
+        passwords=["+s3cret-pw"],
+        keys=["~*"],
+        channels=["&*"],
+        commands=["+@all", "-@scripting"],
+    )
     yield f"redis://noscript:s3cret-pw@127.0.0.1:{redis_server.port}/0"
     r.acl_deluser("noscript")
 

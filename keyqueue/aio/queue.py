@@ -9,11 +9,11 @@ import redis.asyncio
 
 from ..connection import sentinels_of
 from ..core.queue_core import list_queues_op
+from ..core.results import QueueStats, ReapResult
 from ..core.roundtrip import Op, T
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
 from ..errors import InvalidArgument
 from ..face import QueueFace, claim_any_plan
-from ..core.results import QueueStats, ReapResult
 from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
 from .message import Message
@@ -56,8 +56,9 @@ class Queue(QueueFace):
     def settings(self) -> QueueSettings:
         """The settings in force, once loaded (by any operation, or ``await q.load()``)."""
         if self._core.settings is None:
-            raise InvalidArgument(f"the settings of queue {self.name!r} load on first use: "
-                                  "await queue.load() (or any operation) first")
+            raise InvalidArgument(
+                f"the settings of queue {self.name!r} load on first use: await queue.load() (or any operation) first"
+            )
         return self._core.settings
 
     async def load(self) -> QueueSettings:
@@ -69,14 +70,20 @@ class Queue(QueueFace):
 
     # -- producing ------------------------------------------------------------------------
 
-    async def enqueue(self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None,
-                      attributes: bytes | None = None) -> str:
+    async def enqueue(
+        self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None, attributes: bytes | None = None
+    ) -> str:
         return await self._run(self._core.enqueue(body, delay, dedup_key, attributes))
 
-    async def enqueue_many(self, bodies: Iterable[bytes | str], *, delay: float = 0.0,
-                           delays: Sequence[float] | None = None,
-                           dedup_keys: Sequence[str | None] | None = None,
-                           attributes: Sequence[bytes | None] | None = None) -> list[str]:
+    async def enqueue_many(
+        self,
+        bodies: Iterable[bytes | str],
+        *,
+        delay: float = 0.0,
+        delays: Sequence[float] | None = None,
+        dedup_keys: Sequence[str | None] | None = None,
+        attributes: Sequence[bytes | None] | None = None,
+    ) -> list[str]:
         return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
@@ -88,8 +95,9 @@ class Queue(QueueFace):
         got = await self.claim_many(1, visibility_timeout=visibility_timeout, wait=wait)
         return got[0] if got else None
 
-    async def claim_many(self, count: int, *, visibility_timeout: float | None = None,
-                         wait: float = 0.0) -> list[Message]:
+    async def claim_many(
+        self, count: int, *, visibility_timeout: float | None = None, wait: float = 0.0
+    ) -> list[Message]:
         """A long-poll waits in Redis without blocking the loop; cancelled, it takes nothing."""
         return self._bind(await self._run(self._core.claim(count, visibility_timeout, wait)))
 
@@ -129,12 +137,22 @@ class Queue(QueueFace):
     async def reap(self) -> ReapResult:
         return await self._run(self._core.reap())
 
-    async def requeue(self, ids: Iterable[str] | None = None, *, source: RequeueSource = "dead",
-                      progress: Callable[[int], None] | None = None) -> int:
+    async def requeue(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        source: RequeueSource = "dead",
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         return await self._run(self._core.requeue(ids, source, progress))
 
-    async def purge(self, *, source: PurgeSource = "waiting",
-                    progress: Callable[[int], None] | None = None, ids: Iterable[str] | None = None) -> int:
+    async def purge(
+        self,
+        *,
+        source: PurgeSource = "waiting",
+        progress: Callable[[int], None] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> int:
         return await self._run(self._core.purge(source, progress, ids))
 
     async def exists(self) -> bool:
@@ -190,8 +208,14 @@ async def list_queues(client: Any, prefix: str = "kq") -> list[str]:
     return await run(client, list_queues_op(prefix))
 
 
-async def claim_any(queues: Sequence[Queue], count: int, *, visibility_timeout: float | None = None,
-                    wait: float = 0.0, poll_first: bool = True) -> tuple[Queue | None, list[Message]]:
+async def claim_any(
+    queues: Sequence[Queue],
+    count: int,
+    *,
+    visibility_timeout: float | None = None,
+    wait: float = 0.0,
+    poll_first: bool = True,
+) -> tuple[Queue | None, list[Message]]:
     """Claim from the first non-empty of ``queues`` (priority order), long-polling all of
     them for up to ``wait`` seconds. Returns the queue the messages came from."""
     return await run_plan(claim_any_plan(queues, count, visibility_timeout, wait, poll_first))

@@ -68,8 +68,9 @@ def read_records(stream: IO[bytes], sep: bytes, limit: int) -> Iterator[list[byt
 @click.argument("queue")
 @click.argument("bodies", nargs=-1)
 @click.option("--delay", type=float, default=0.0, show_default=True, help="Seconds before they are visible.")
-@click.option("-0", "--null", "null", is_flag=True,
-              help="Standard input holds NUL-separated bodies (a body may hold newlines).")
+@click.option(
+    "-0", "--null", "null", is_flag=True, help="Standard input holds NUL-separated bodies (a body may hold newlines)."
+)
 @pass_config
 def enqueue(cfg: Config, queue: str, bodies: tuple[str, ...], delay: float, null: bool) -> None:
     """Enqueue BODIES, or each line of standard input as one message of its exact bytes
@@ -97,7 +98,8 @@ def enqueue(cfg: Config, queue: str, bodies: tuple[str, ...], delay: float, null
         raise MessageTooLarge(
             f"message body of {size} bytes (record {exc.record} of standard input) exceeds "
             f"max_body_bytes={limit} of queue {queue!r}; the {exc.record - 1} before it were "
-            "enqueued, nothing after") from None
+            "enqueued, nothing after"
+        ) from None
 
 
 def write_ids(ids: list[str]) -> None:

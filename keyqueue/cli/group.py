@@ -43,8 +43,7 @@ class Config:
 
     def options(self) -> dict[str, Any]:
         """How every Queue the CLI builds talks to Redis."""
-        return dict(scripting=self.scripting, min_replicas=self.min_replicas,
-                    replica_timeout=self.replica_timeout)
+        return dict(scripting=self.scripting, min_replicas=self.min_replicas, replica_timeout=self.replica_timeout)
 
     def client(self) -> redis.Redis:
         if self._client is None:
@@ -67,11 +66,13 @@ class Config:
     def shown_url(self) -> str:
         return redact(self.url or DEFAULT_URL)
 
-    def served_queues(self, queue_class: Any, names: tuple[str, ...], like: list[Any] | None,
-                      made: list[Any]) -> list[Any]:
+    def served_queues(
+        self, queue_class: Any, names: tuple[str, ...], like: list[Any] | None, made: list[Any]
+    ) -> list[Any]:
         """The queues ``keyqueue worker`` serves: ``names``, or a decorated worker's own
         queues (``like``); a decorated worker's queues keep what the group options given do
         not override. The one client made from the URL is put in ``made``, to be closed."""
+
         def client() -> Any:
             if not made:
                 made.append(from_url(self.url or DEFAULT_URL, queue_class.client_class))
@@ -82,43 +83,69 @@ class Config:
         if not names and not (self.url_given or self.prefix_given or self.scripting_given or self.replicas_given):
             return like
         pairs = [(name, like[0]) for name in names] if names else [(q.name, q) for q in like]
-        return [queue_class(name, client=client() if self.url_given else q.client,
-                            prefix=self.prefix if self.prefix_given else q.prefix,
-                            scripting=self.scripting if self.scripting_given else q.scripting,
-                            min_replicas=self.min_replicas if self.replicas_given else q.min_replicas,
-                            replica_timeout=self.replica_timeout if self.replicas_given else q.replica_timeout)
-                for name, q in pairs]
+        return [
+            queue_class(
+                name,
+                client=client() if self.url_given else q.client,
+                prefix=self.prefix if self.prefix_given else q.prefix,
+                scripting=self.scripting if self.scripting_given else q.scripting,
+                min_replicas=self.min_replicas if self.replicas_given else q.min_replicas,
+                replica_timeout=self.replica_timeout if self.replicas_given else q.replica_timeout,
+            )
+            for name, q in pairs
+        ]
 
 
 pass_config = click.make_pass_decorator(Config)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="KEYQUEUE_URL", default=None, metavar="URL",
-              help=f"Redis URL (env KEYQUEUE_URL; default {DEFAULT_URL}).")
+@click.option(
+    "--url",
+    envvar="KEYQUEUE_URL",
+    default=None,
+    metavar="URL",
+    help=f"Redis URL (env KEYQUEUE_URL; default {DEFAULT_URL}).",
+)
 @click.option("--prefix", default="kq", show_default=True, help="Key prefix of the queues.")
 @click.option("--no-scripting", is_flag=True, help="Use the script-free protocol (no EVAL).")
-@click.option("--min-replicas", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Replicas that must acknowledge every write (WAIT), else NotReplicated.")
-@click.option("--replica-timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=1.0,
-              show_default=True, help="Seconds a write waits for --min-replicas.")
+@click.option(
+    "--min-replicas",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Replicas that must acknowledge every write (WAIT), else NotReplicated.",
+)
+@click.option(
+    "--replica-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds a write waits for --min-replicas.",
+)
 @click.version_option(__version__, "--version", prog_name="keyqueue", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str, no_scripting: bool, min_replicas: int,
-        replica_timeout: float) -> None:
+def cli(
+    ctx: click.Context, url: str | None, prefix: str, no_scripting: bool, min_replicas: int, replica_timeout: float
+) -> None:
     """keyqueue: a reliable, SQS-like work queue on plain Redis."""
     if url is not None and not url.strip():
         raise ConfigurationError("--url is empty: give a Redis URL such as redis://HOST:6379/0")
     if url is None and os.environ.get("KEYQUEUE_URL") is not None:  # click reads "" as unset
-        raise ConfigurationError("KEYQUEUE_URL is empty: set it to a Redis URL such as "
-                                 "redis://HOST:6379/0, or unset it")
-    ctx.obj = Config(url, prefix, not no_scripting,
-                     url_given=ctx.get_parameter_source("url") in GIVEN,
-                     prefix_given=ctx.get_parameter_source("prefix") in GIVEN,
-                     scripting_given=ctx.get_parameter_source("no_scripting") in GIVEN,
-                     min_replicas=min_replicas, replica_timeout=replica_timeout,
-                     replicas_given=any(ctx.get_parameter_source(p) in GIVEN
-                                        for p in ("min_replicas", "replica_timeout")))
+        raise ConfigurationError(
+            "KEYQUEUE_URL is empty: set it to a Redis URL such as redis://HOST:6379/0, or unset it"
+        )
+    ctx.obj = Config(
+        url,
+        prefix,
+        not no_scripting,
+        url_given=ctx.get_parameter_source("url") in GIVEN,
+        prefix_given=ctx.get_parameter_source("prefix") in GIVEN,
+        scripting_given=ctx.get_parameter_source("no_scripting") in GIVEN,
+        min_replicas=min_replicas,
+        replica_timeout=replica_timeout,
+        replicas_given=any(ctx.get_parameter_source(p) in GIVEN for p in ("min_replicas", "replica_timeout")),
+    )
 
 
 @cli.command()

@@ -11,8 +11,7 @@ from typing import Any
 
 import click
 
-from ..core.sources import (PEEK_SOURCES, PURGE_SOURCES, REQUEUE_SOURCES, peek_source, purge_source,
-                            requeue_source)
+from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, REQUEUE_SOURCES, peek_source, purge_source, requeue_source
 from ..errors import InvalidArgument
 from ..message import json_body
 from ..queue import Queue, list_queues
@@ -21,8 +20,9 @@ from .group import Config, cli, pass_config
 from .progress import progress
 
 #: How each setting is written after ``--set NAME=``.
-SETTING_TYPES: dict[str, type] = {f.name: (int if f.name in ("max_receives", "max_body_bytes") else float)
-                                  for f in fields(QueueSettings)}
+SETTING_TYPES: dict[str, type] = {
+    f.name: (int if f.name in ("max_receives", "max_body_bytes") else float) for f in fields(QueueSettings)
+}
 
 
 @cli.command("ls")
@@ -58,8 +58,7 @@ def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
     click.echo(header)
     for name, s in rows.items():
         age = "-" if s["oldest_age"] is None else f"{s['oldest_age']:.1f}s"
-        click.echo(f"{name:<24} {s['waiting']:>9} {s['processing']:>10} {s['delayed']:>9} "
-                   f"{s['dead']:>9} {age:>11}")
+        click.echo(f"{name:<24} {s['waiting']:>9} {s['processing']:>10} {s['delayed']:>9} {s['dead']:>9} {age:>11}")
 
 
 #: Control characters (C0, DEL, C1) shown escaped, so a body cannot move the cursor,
@@ -78,17 +77,31 @@ def shown_body(body: bytes) -> str:
 @click.argument("queue")
 @click.option("--source", type=click.Choice(PEEK_SOURCES), default="waiting", show_default=True)
 @click.option("-n", "count", type=click.IntRange(min=0), default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per line; a body that is not UTF-8 is base64 with body_base64 true.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per line; a body that is not UTF-8 is base64 with body_base64 true.",
+)
 @pass_config
 def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> None:
     """Show messages without claiming them."""
     for m in cfg.existing(queue).peek(count, source=peek_source(source)):
         if as_json:
             body, b64 = json_body(m.body)
-            click.echo(json.dumps({"id": m.id, "receives": m.receives, "enqueued_at": m.enqueued_at,
-                                   "deadline": m.deadline, "last_error": m.last_error, "body": body,
-                                   "body_base64": b64}))
+            click.echo(
+                json.dumps(
+                    {
+                        "id": m.id,
+                        "receives": m.receives,
+                        "enqueued_at": m.enqueued_at,
+                        "deadline": m.deadline,
+                        "last_error": m.last_error,
+                        "body": body,
+                        "body_base64": b64,
+                    }
+                )
+            )
         else:
             error = f"  last_error={m.last_error!r}" if m.last_error else ""
             click.echo(f"{m.id}  receives={m.receives}{error}  {shown_body(m.body)}")
@@ -125,8 +138,9 @@ def requeue(cfg: Config, queue: str, ids: tuple[str, ...], source: str) -> None:
     click.echo(f"requeued {n}")
     if missing:
         where = "dead letters" if source == "dead" else "in-flight messages"
-        raise click.ClickException(f"{len(missing)} of {len(wanted)} ids not among the {where} of "
-                                   f"{queue!r}: {' '.join(missing)}")
+        raise click.ClickException(
+            f"{len(missing)} of {len(wanted)} ids not among the {where} of {queue!r}: {' '.join(missing)}"
+        )
 
 
 @cli.command()
@@ -138,8 +152,12 @@ def purge(cfg: Config, queue: str, source: str, yes: bool) -> None:
     """Delete every message of a source ('all': every message)."""
     q = cfg.existing(queue)
     s = q.stats()
-    total = {"waiting": s.waiting, "delayed": s.delayed, "dead": s.dead,
-             "all": s.waiting + s.delayed + s.dead + s.processing}[source]
+    total = {
+        "waiting": s.waiting,
+        "delayed": s.delayed,
+        "dead": s.dead,
+        "all": s.waiting + s.delayed + s.dead + s.processing,
+    }[source]
     if not yes:
         click.confirm(f"Delete {total} {source} messages of {queue!r} at {cfg.shown_url}?", abort=True)
     with progress(f"purge {source}", total) as update:
@@ -180,8 +198,10 @@ def parse_setting(text: str) -> tuple[str, Any]:
     except ValueError:
         value = None
     if value is None or name == "max_receives" and value < 1:
-        kind = {"max_receives": "a whole number >= 1, or none for no limit",
-                "max_body_bytes": "a whole number of bytes"}.get(name, "a number of seconds")
+        kind = {
+            "max_receives": "a whole number >= 1, or none for no limit",
+            "max_body_bytes": "a whole number of bytes",
+        }.get(name, "a number of seconds")
         raise InvalidArgument(f"{name} must be {kind}, not {raw!r}")
     return name, value
 
@@ -194,9 +214,13 @@ def setting_text(value: float | int | None) -> str:
 
 @cli.command("config")
 @click.argument("queue")
-@click.option("--set", "assignments", multiple=True, metavar="NAME=VALUE",
-              help="Write a setting (repeatable; max_receives=none: no limit). All are checked "
-                   "before any is written.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Write a setting (repeatable; max_receives=none: no limit). All are checked before any is written.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object keyed by setting name.")
 @pass_config
 def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_json: bool) -> None:
@@ -218,8 +242,13 @@ def config_command(cfg: Config, queue: str, assignments: tuple[str, ...], as_jso
 @click.argument("queue")
 @click.option("--repair", is_flag=True, help="Fix what is found (safe while workers run).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds before the second look that confirms a finding.")
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds before the second look that confirms a finding.",
+)
 @pass_config
 def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: float) -> None:
     """Check that every message of QUEUE is in exactly one state (an fsck); exit 1 while
@@ -232,9 +261,12 @@ def check_command(cfg: Config, queue: str, repair: bool, as_json: bool, settle: 
         left = [p for p in report.problems if not p.repaired]
         count = sum(len(p.ids) for p in left)
         wrong = [p for p in left if p.kind == WRONG_TYPE]
-        hint = ("" if repair or len(wrong) == len(left) else "; --repair fixes what it can")
+        hint = "" if repair or len(wrong) == len(left) else "; --repair fixes what it can"
         if wrong:  # repair never touches them: say the way out
-            hint += ("; a key of the wrong type is never changed by keyqueue: inspect it, then "
-                     "DEL or RENAME it and run check --repair (a missing item hash is then repaired)")
-        raise click.ClickException(f"queue {queue!r} is inconsistent: {count} unrepaired "
-                                   f"problem{'s' if count != 1 else ''}{hint}")
+            hint += (
+                "; a key of the wrong type is never changed by keyqueue: inspect it, then "
+                "DEL or RENAME it and run check --repair (a missing item hash is then repaired)"
+            )
+        raise click.ClickException(
+            f"queue {queue!r} is inconsistent: {count} unrepaired problem{'s' if count != 1 else ''}{hint}"
+        )

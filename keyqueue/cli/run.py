@@ -21,12 +21,16 @@ HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
-LOG_LEVEL = click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-                         default="info", show_default=True)
+LOG_LEVEL = click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
 
 
 @cli.command()
@@ -39,10 +43,10 @@ def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str
     from ..reaper import Reaper
 
     setup_logging(log_level)
-    r = Reaper(list(queues) or None, url=cfg.url or DEFAULT_URL, prefix=cfg.prefix,
-               interval=interval, **cfg.options())
+    r = Reaper(list(queues) or None, url=cfg.url or DEFAULT_URL, prefix=cfg.prefix, interval=interval, **cfg.options())
     logging.getLogger("keyqueue.reaper").info(
-        "reaping %s every %.3gs at %s", ", ".join(queues) or "every queue", interval, cfg.shown_url)
+        "reaping %s every %.3gs at %s", ", ".join(queues) or "every queue", interval, cfg.shown_url
+    )
     r.run()
 
 
@@ -88,30 +92,55 @@ def worker_class(target: Any) -> Any:
 
 
 #: The worker command's options that override a decorated Worker's: option name, parameter.
-WORKER_OPTIONS = (("concurrency", "concurrency"), ("grace_period", "grace"),
-                  ("visibility_timeout", "visibility_timeout"), ("metrics_port", "metrics_port"),
-                  ("metrics_host", "metrics_host"))
+WORKER_OPTIONS = (
+    ("concurrency", "concurrency"),
+    ("grace_period", "grace"),
+    ("visibility_timeout", "visibility_timeout"),
+    ("metrics_port", "metrics_port"),
+    ("metrics_host", "metrics_host"),
+)
 
 
 @cli.command()
 @click.argument("handler")
-@click.option("-q", "--queue", "queues", multiple=True,
-              help="Queue to serve; repeat for several, in priority order. Required unless "
-                   "HANDLER is a Worker made with @queue.worker (which names its queues).")
-@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None,
-              help="Handlers at once: threads for a plain function (default 1), tasks on one "
-                   "event loop for an async one (default 10).")
+@click.option(
+    "-q",
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Queue to serve; repeat for several, in priority order. Required unless "
+    "HANDLER is a Worker made with @queue.worker (which names its queues).",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Handlers at once: threads for a plain function (default 1), tasks on one "
+    "event loop for an async one (default 10).",
+)
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds in-flight messages get to finish on SIGTERM/SIGINT.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight messages get to finish on SIGTERM/SIGINT.",
+)
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="N",
-              help="Serve the worker's Prometheus metrics on this port (needs keyqueue[web]).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="N",
+    help="Serve the worker's Prometheus metrics on this port (needs keyqueue[web]).",
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of --metrics-port.")
 @LOG_LEVEL
 @click.pass_context
-def worker(ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: bool, log_level: str,
-           **options: Any) -> None:
+def worker(
+    ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: bool, log_level: str, **options: Any
+) -> None:
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
     override them. An `async def` HANDLER (or one decorated on a keyqueue.aio.Queue) runs
@@ -123,8 +152,9 @@ def worker(ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: 
     decorated = isinstance(target, kind)
     given = {name: options[param] for name, param in WORKER_OPTIONS if ctx.get_parameter_source(param) in GIVEN}
     if not decorated and not queues:
-        raise click.UsageError(f"Missing option '-q' / '--queue': {handler} is a plain function, "
-                               "so name the queues it serves", ctx)
+        raise click.UsageError(
+            f"Missing option '-q' / '--queue': {handler} is a plain function, so name the queues it serves", ctx
+        )
     made: list[Any] = []  # the client made from --url (made once, on first use)
     from ..aio.queue import Queue as AsyncQueue
     from ..queue import Queue
@@ -132,23 +162,30 @@ def worker(ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: 
     qs = cfg.served_queues(AsyncQueue if kind.awaited else Queue, queues, target.queues if decorated else None, made)
     w = target.with_options(queues=qs, **given) if decorated else kind(qs, target, **given)
     setup_logging(log_level)
-    w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst,
-                  close=made)
+    w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst, close=made)
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; any but loopback needs --token-env.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind; any but loopback needs --token-env."
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--read-only", is_flag=True, help="Refuse every action (requeue, purge).")
-@click.option("--token-env", metavar="VAR", default=None,
-              help="Environment variable holding the access token (Bearer header or login form).")
-@click.option("--sqs", is_flag=True, help="Serve the SQS wire API on the same port too (keys from "
-              "KEYQUEUE_SQS_ACCESS_KEY_ID and KEYQUEUE_SQS_SECRET_ACCESS_KEY).")
+@click.option(
+    "--token-env",
+    metavar="VAR",
+    default=None,
+    help="Environment variable holding the access token (Bearer header or login form).",
+)
+@click.option(
+    "--sqs",
+    is_flag=True,
+    help="Serve the SQS wire API on the same port too (keys from "
+    "KEYQUEUE_SQS_ACCESS_KEY_ID and KEYQUEUE_SQS_SECRET_ACCESS_KEY).",
+)
 @LOG_LEVEL
 @pass_config
-def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | None, sqs: bool,
-          log_level: str) -> None:
+def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | None, sqs: bool, log_level: str) -> None:
     """Run the web dashboard, the JSON API and /metrics (and with --sqs the SQS API)."""
     from ..serve import serve_app
 
@@ -167,8 +204,18 @@ def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | N
             raise ConfigurationError(f"--sqs needs {' and '.join(missing)} set (and not empty)")
         keys = (os.environ[names[0]], os.environ[names[1]])
     setup_logging(log_level)
-    serve_app(url=cfg.url or DEFAULT_URL, shown_url=cfg.shown_url, prefix=cfg.prefix, host=host, port=port,
-              read_only=read_only, token=token, sqs=keys, queue_options=cfg.options(), log_level=log_level)
+    serve_app(
+        url=cfg.url or DEFAULT_URL,
+        shown_url=cfg.shown_url,
+        prefix=cfg.prefix,
+        host=host,
+        port=port,
+        read_only=read_only,
+        token=token,
+        sqs=keys,
+        queue_options=cfg.options(),
+        log_level=log_level,
+    )
 
 
 @cli.command()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, ReapStep, Requeued
 from .replication import Replication
+from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, ReapStep, Requeued
 from .roundtrip import Op
 
 #: Per-message attributes (item field a) of a batch, or None for a batch without any.
@@ -24,35 +24,57 @@ class Backend(Protocol):
     #: The WAIT that follows every write (min_replicas).
     replication: Replication
 
-    def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]: ...
+    def enqueue_one(
+        self,
+        body: bytes,
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        attributes: bytes | None = None,
+    ) -> Op[Enqueued]: ...
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                attributes: Attributes = None) -> Op[Enqueued]: ...
+    def enqueue(
+        self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int, attributes: Attributes = None
+    ) -> Op[Enqueued]: ...
 
-    def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
-                     attributes: Attributes = None) -> Op[Enqueued]: ...
+    def enqueue_each(
+        self,
+        bodies: Sequence[bytes],
+        delays_ms: Sequence[int],
+        dedup_keys: Sequence[str | None],
+        bucket_ms: int,
+        dedup_ms: int,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]: ...
 
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]: ...
 
-    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
-                        visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]: ...
+    def wait_then_claim(
+        self,
+        signals: Sequence[str],
+        timeout: float,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+    ) -> Op[Claimed]: ...
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]: ...
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]: ...
 
-    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
-                error: str | None) -> Op[bool]: ...
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None) -> Op[bool]: ...
 
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]: ...
 
-    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int,
-                  position: ReapPosition) -> Op[ReapStep]: ...
+    def reap_step(
+        self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition
+    ) -> Op[ReapStep]: ...
 
-    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
-                cursor: str = "0") -> Op[Requeued]: ...
+    def requeue(
+        self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0"
+    ) -> Op[Requeued]: ...
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]: ...
 

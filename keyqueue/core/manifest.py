@@ -16,8 +16,9 @@ from .roundtrip import Op, transaction
 Pairs = list[tuple[str, str]]
 
 
-def record(keys: QueueKeys, source: str, batch: int, pairs: Pairs, ttl: int,
-           replication: Replication | None = None) -> Op[None]:
+def record(
+    keys: QueueKeys, source: str, batch: int, pairs: Pairs, ttl: int, replication: Replication | None = None
+) -> Op[None]:
     """Note what a batch claimed, before Spark reads it."""
     key = keys.stream(source)
     commands = [("HSET", key, str(batch), json.dumps(pairs)), ("EXPIRE", key, ttl)]

@@ -15,8 +15,14 @@ from .roundtrip import Plan
 POLL_SLICE = 0.25
 
 
-def claim_any(targets: Sequence[tuple[Any, QueueCore]], count: int, visibility_timeout: float | None,
-              wait: float, poll_first: bool, one_connection: bool) -> Plan[tuple[int | None, list[Fields]]]:
+def claim_any(
+    targets: Sequence[tuple[Any, QueueCore]],
+    count: int,
+    visibility_timeout: float | None,
+    wait: float,
+    poll_first: bool,
+    one_connection: bool,
+) -> Plan[tuple[int | None, list[Fields]]]:
     """Claim from the first non-empty queue, long-polling all of them for up to ``wait``
     seconds: (index of the queue the messages came from, its messages). ``poll_first=False``
     skips the first plain claim of the first queue (the caller's last wait just claimed it)."""

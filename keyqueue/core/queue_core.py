@@ -13,11 +13,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
 from ..keys import QueueKeys, registry_key, validate_prefix
-from .results import QueueStats, ReapResult
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
-from .results import START, Claimed, Enqueued, Fields, ReapPosition
+from .results import START, Claimed, Enqueued, Fields, QueueStats, ReapPosition, ReapResult
 from .roundtrip import Command, Op, transaction
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
@@ -38,12 +37,12 @@ REAP_INTERVAL = 1.0
 CLAIM_REAP_LIMIT = 500
 
 
-
 def not_one(values: object, what: str, instead: str) -> None:
     """A str or bytes where an iterable of them is expected is one value, not many."""
     if isinstance(values, (str, bytes, bytearray, memoryview)):
-        raise TypeError(f"{what} must be an iterable (a list), not one {type(values).__name__}; "
-                        f"for one value use {instead}")
+        raise TypeError(
+            f"{what} must be an iterable (a list), not one {type(values).__name__}; for one value use {instead}"
+        )
 
 
 def field_bytes(limits: Any) -> int:
@@ -81,8 +80,9 @@ class QueueCore:
     """The state one Queue object keeps (its settings, registration, claim-time reaping)
     and its operations. ``ops`` is the backend: ScriptOps or CommandOps."""
 
-    def __init__(self, keys: QueueKeys, given: dict[str, Any], ops: Backend,
-                 socket_timeout: float | None = None) -> None:
+    def __init__(
+        self, keys: QueueKeys, given: dict[str, Any], ops: Backend, socket_timeout: float | None = None
+    ) -> None:
         self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.wanted = dict(given)
         self.given = validate(QueueSettings(), given).to_hash(set(given))
@@ -118,8 +118,11 @@ class QueueCore:
         """Read the config hash and write the values this Queue was given (last writer
         wins); log which values in force the given ones changed."""
         k = self.keys
-        stored_raw, registered, limits = yield [("HGETALL", k.config), ("SISMEMBER", k.registry, self.name),
-                                                ("CONFIG", "GET", "hash-max-*-value")]
+        stored_raw, registered, limits = yield [
+            ("HGETALL", k.config),
+            ("SISMEMBER", k.registry, self.name),
+            ("CONFIG", "GET", "hash-max-*-value"),
+        ]
         if isinstance(stored_raw, Exception):
             raise error_for(stored_raw, k.config)
         self.ops.field_bytes = field_bytes(limits)
@@ -134,9 +137,11 @@ class QueueCore:
             for w in waited:
                 self.replication.check(w)
             yield from self.register()
-            changed = [f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
-                       for name, value in self.given.items()
-                       if name.encode() in stored and stored[name.encode()].decode() != value]
+            changed = [
+                f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
+                for name, value in self.given.items()
+                if name.encode() in stored and stored[name.encode()].decode() != value
+            ]
             if changed:
                 log.info("queue %s: changed %s in its config hash", self.name, ", ".join(changed))
         settings = validate(current, self.wanted)
@@ -168,8 +173,11 @@ class QueueCore:
         registering is a side effect, so a broken registry must not stop this queue."""
         if not isinstance(reply, Exception):
             return True
-        log.error("queue %s: cannot register: %s (keyqueue ls and reapers of every queue miss "
-                  "it until the key is fixed)", self.name, error_for(reply, self.keys.registry))
+        log.error(
+            "queue %s: cannot register: %s (keyqueue ls and reapers of every queue miss it until the key is fixed)",
+            self.name,
+            error_for(reply, self.keys.registry),
+        )
         return False
 
     def restore(self) -> Op[None]:
@@ -194,9 +202,12 @@ class QueueCore:
         self.registered = True
         restored = [name for name, n in zip(self.held, replies) if n == 1]
         if added == 1 or restored:
-            log.warning("queue %s: %s missing from Redis (data lost?); restored%s", self.name,
-                        "its registration and settings were" if restored else "its registration was",
-                        f" {', '.join(f'{n}={self.held[n]}' for n in restored)}" if restored else "")
+            log.warning(
+                "queue %s: %s missing from Redis (data lost?); restored%s",
+                self.name,
+                "its registration and settings were" if restored else "its registration was",
+                f" {', '.join(f'{n}={self.held[n]}' for n in restored)}" if restored else "",
+            )
 
     def _after(self, config_missing: bool) -> Op[None]:
         if config_missing:
@@ -208,11 +219,11 @@ class QueueCore:
         if len(data) > settings.max_body_bytes:
             raise MessageTooLarge(
                 f"message body of {len(data)} bytes exceeds max_body_bytes="
-                f"{settings.max_body_bytes} of queue {self.name!r}")
+                f"{settings.max_body_bytes} of queue {self.name!r}"
+            )
         return data
 
-    def enqueue(self, body: object, delay: float, dedup_key: str | None,
-                attributes: bytes | None = None) -> Op[str]:
+    def enqueue(self, body: object, delay: float, dedup_key: str | None, attributes: bytes | None = None) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
@@ -220,14 +231,18 @@ class QueueCore:
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
-        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms,
-                                                         attributes)
+        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
         yield from self._after(done.config_missing)
         return done.ids[0]
 
-    def enqueue_many(self, bodies: Iterable[object], delay: float, delays: Sequence[float] | None,
-                     dedup_keys: Sequence[str | None] | None,
-                     attributes: Sequence[bytes | None] | None = None) -> Op[list[str]]:
+    def enqueue_many(
+        self,
+        bodies: Iterable[object],
+        delay: float,
+        delays: Sequence[float] | None,
+        dedup_keys: Sequence[str | None] | None,
+        attributes: Sequence[bytes | None] | None = None,
+    ) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
         delay_ms = seconds_arg("delay", delay)
@@ -248,9 +263,14 @@ class QueueCore:
         if each_ms is None and dedup_keys is None:
             done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
-            done = yield from self.ops.enqueue_each(data, each_ms or [delay_ms] * len(data),
-                                                    list(dedup_keys or [None] * len(data)),
-                                                    s.bucket_ms, s.dedup_ms, attributes)
+            done = yield from self.ops.enqueue_each(
+                data,
+                each_ms or [delay_ms] * len(data),
+                list(dedup_keys or [None] * len(data)),
+                s.bucket_ms,
+                s.dedup_ms,
+                attributes,
+            )
         yield from self._after(done.config_missing)
         return done.ids
 
@@ -296,8 +316,7 @@ class QueueCore:
                 got = yield from self.claim_now(count, vis_ms)
                 continue
             wake = max(self.next_reap() - now, 0.01)
-            got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count,
-                                                  visibility_timeout)
+            got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count, visibility_timeout)
         return got
 
     def claim_now(self, count: int, vis_ms: int) -> Op[list[Fields]]:
@@ -305,13 +324,15 @@ class QueueCore:
         done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives)
         return (yield from self.took(done))
 
-    def wait_then_claim(self, signals: Sequence[str], seconds: float, count: int,
-                        visibility_timeout: float | None) -> Op[list[Fields]]:
+    def wait_then_claim(
+        self, signals: Sequence[str], seconds: float, count: int, visibility_timeout: float | None
+    ) -> Op[list[Fields]]:
         """BLPOP on ``signals`` (this queue's among them) for one slice, then claim here."""
         s = yield from self.ready()
         vis_ms = self.visibility_ms(visibility_timeout, s)
-        done: Claimed = yield from self.ops.wait_then_claim(signals, self.slice(seconds), count, vis_ms,
-                                                             s.bucket_ms, s.max_receives)
+        done: Claimed = yield from self.ops.wait_then_claim(
+            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives
+        )
         return (yield from self.took(done))
 
     def took(self, done: Claimed) -> Op[list[Fields]]:
@@ -402,8 +423,7 @@ class QueueCore:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
 
-    def requeue(self, ids: Iterable[object] | None, source: str,
-                progress: Callable[[int], None] | None) -> Op[int]:
+    def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:
         source = requeue_source(source)
         if ids is not None:
             not_one(ids, "ids", "requeue([id])")
@@ -435,8 +455,9 @@ class QueueCore:
                 break
         return done
 
-    def purge(self, source: str, progress: Callable[[int], None] | None,
-              ids: Iterable[object] | None = None) -> Op[int]:
+    def purge(
+        self, source: str, progress: Callable[[int], None] | None, ids: Iterable[object] | None = None
+    ) -> Op[int]:
         source = purge_source(source)
         if ids is not None:
             return (yield from self.purge_dead(source, ids, progress))
@@ -454,8 +475,7 @@ class QueueCore:
                     progress(step.count)
         return total
 
-    def purge_dead(self, source: str, ids: Iterable[object],
-                   progress: Callable[[int], None] | None) -> Op[int]:
+    def purge_dead(self, source: str, ids: Iterable[object], progress: Callable[[int], None] | None) -> Op[int]:
         """Delete these dead letters (ids no longer dead are left alone): how a message
         moved elsewhere (the SQS API's redrive to a dead-letter queue) leaves this queue."""
         if source != "dead":

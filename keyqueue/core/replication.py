@@ -21,8 +21,11 @@ class Replication:
         """Checked options: ``min_replicas`` a whole number >= 0, ``replica_timeout`` seconds > 0."""
         if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
             raise InvalidArgument(f"min_replicas must be a whole number >= 0, not {min_replicas!r}")
-        if (isinstance(replica_timeout, bool) or not isinstance(replica_timeout, (int, float))
-                or not 0 < replica_timeout <= 3600):
+        if (
+            isinstance(replica_timeout, bool)
+            or not isinstance(replica_timeout, (int, float))
+            or not 0 < replica_timeout <= 3600
+        ):
             raise InvalidArgument(f"replica_timeout must be seconds in (0, 3600], not {replica_timeout!r}")
         return cls(min_replicas, max(1, round(replica_timeout * 1000)))
 

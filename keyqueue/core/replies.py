@@ -83,9 +83,17 @@ def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
     d = f.get(b"d")
     c = f.get(b"c")
     first = f.get(b"f")
-    return Fields(msg_id, f.get(b"b", b""), int_or(f.get(b"t")), int_or(f.get(b"r")),
-                  None if d is None else int(d), None if c is None else text(c), maybe_text(f.get(b"e")),
-                  f.get(b"a"), None if first is None else int(first))
+    return Fields(
+        msg_id,
+        f.get(b"b", b""),
+        int_or(f.get(b"t")),
+        int_or(f.get(b"r")),
+        None if d is None else int(d),
+        None if c is None else text(c),
+        maybe_text(f.get(b"e")),
+        f.get(b"a"),
+        None if first is None else int(first),
+    )
 
 
 def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
@@ -94,10 +102,19 @@ def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
     for i in range(start, len(reply), 9):
         mid, body, t, r, d, c, e, a, f = reply[i : i + 9]
         # ids and receipts are ASCII the scripts wrote: decoded inline (a claim reads 100 at once)
-        out.append(Fields(mid.decode() if type(mid) is bytes else text(mid), b"" if body is None else body,
-                          int_or(t), int_or(r), None if d is None else int(d),
-                          None if c is None else (c.decode() if type(c) is bytes else text(c)),
-                          None if e is None else text(e, "replace"), a, None if f is None else int(f)))
+        out.append(
+            Fields(
+                mid.decode() if type(mid) is bytes else text(mid),
+                b"" if body is None else body,
+                int_or(t),
+                int_or(r),
+                None if d is None else int(d),
+                None if c is None else (c.decode() if type(c) is bytes else text(c)),
+                None if e is None else text(e, "replace"),
+                a,
+                None if f is None else int(f),
+            )
+        )
     return out
 
 
@@ -123,8 +140,10 @@ def error_for(exc: Exception, default_key: str) -> Exception:
     if "WRONGTYPE" in msg:
         return CorruptQueue(default_key)
     if isinstance(exc, NoPermissionError) and ("'evalsha'" in msg or "'script" in msg):
-        return type(exc)(f"{msg} (this Redis user may not run scripts: use the script-free mode, "
-                         "Queue(..., scripting=False) or keyqueue --no-scripting)")
+        return type(exc)(
+            f"{msg} (this Redis user may not run scripts: use the script-free mode, "
+            "Queue(..., scripting=False) or keyqueue --no-scripting)"
+        )
     return exc
 
 

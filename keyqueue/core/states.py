@@ -22,11 +22,11 @@ from enum import Enum
 
 
 class Act(Enum):
-    KEEP = "keep"          # leave the entry; look again at `timer`
-    DROP = "drop"          # the entry is stale: remove it
-    EXPIRE = "expire"      # an expired delivery: back to waiting, or dead when out of receives
-    RELEASE = "release"    # to waiting: a due delayed message, an abandoned claim, an orphan
-    FORGET = "forget"      # no message behind the id: remove it from every set
+    KEEP = "keep"  # leave the entry; look again at `timer`
+    DROP = "drop"  # the entry is stale: remove it
+    EXPIRE = "expire"  # an expired delivery: back to waiting, or dead when out of receives
+    RELEASE = "release"  # to waiting: a due delayed message, an abandoned claim, an orphan
+    FORGET = "forget"  # no message behind the id: remove it from every set
     ASK_DEAD = "ask_dead"  # decide again once we know whether the id is in the dead list
 
 
@@ -36,11 +36,11 @@ class Seen:
 
     exists: bool
     receipt: bool
-    timer: int | None          # d, ms
+    timer: int | None  # d, ms
     processing: bool
-    waiting: bool              # in the items set
-    dead: bool | None = None   # in the dead list; None = not looked up
-    timed: bool = True         # in the timer set of its own bucket (the reaper: the set it examines is that one)
+    waiting: bool  # in the items set
+    dead: bool | None = None  # in the dead list; None = not looked up
+    timed: bool = True  # in the timer set of its own bucket (the reaper: the set it examines is that one)
 
 
 def owed(s: Seen, settled: bool) -> tuple[str | None, bool]:
@@ -72,8 +72,8 @@ def owed(s: Seen, settled: bool) -> tuple[str | None, bool]:
 @dataclass(frozen=True)
 class Decision:
     act: Act
-    timer: int | None = None   # KEEP: when to look again
-    unclaim: bool = False      # also take the id out of processing (an abandoned claim)
+    timer: int | None = None  # KEEP: when to look again
+    unclaim: bool = False  # also take the id out of processing (an abandoned claim)
 
 
 def decide(s: Seen, now: int, bucket_end: int) -> Decision:

@@ -20,9 +20,24 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.roundtrip import Op, Sleep
 from ..settings import check_seconds
-from .analyse import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, KINDS, MISSING_HASH, NOTE_KINDS, ORPHAN,
-                      OWNED_AND_WAITING, STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED,
-                      UNTIMED, WRONG_TYPE, findings)
+from .analyse import (
+    CLAIMING,
+    DEAD_DUPLICATE,
+    EMPTY_INDEX,
+    KINDS,
+    MISSING_HASH,
+    NOTE_KINDS,
+    ORPHAN,
+    OWNED_AND_WAITING,
+    STALE_LIST,
+    STALE_TIMER,
+    STRAY_FIELDS,
+    TIMER_INDEX,
+    UNLISTED,
+    UNTIMED,
+    WRONG_TYPE,
+    findings,
+)
 from .repair import Repairer
 from .report import CheckReport, Problem
 from .scan import read_snapshot
@@ -32,13 +47,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     # the check
-    "check_op", "check_queue",
+    "check_op",
+    "check_queue",
     # what it reports
-    "CheckReport", "Problem", "KINDS", "NOTE_KINDS",
+    "CheckReport",
+    "Problem",
+    "KINDS",
+    "NOTE_KINDS",
     # the kinds of finding: problems, then notes
-    "OWNED_AND_WAITING", "UNTIMED", "ORPHAN", "MISSING_HASH", "UNLISTED", "TIMER_INDEX",
-    "DEAD_DUPLICATE", "WRONG_TYPE", "STRAY_FIELDS",
-    "STALE_LIST", "STALE_TIMER", "EMPTY_INDEX", "CLAIMING",
+    "OWNED_AND_WAITING",
+    "UNTIMED",
+    "ORPHAN",
+    "MISSING_HASH",
+    "UNLISTED",
+    "TIMER_INDEX",
+    "DEAD_DUPLICATE",
+    "WRONG_TYPE",
+    "STRAY_FIELDS",
+    "STALE_LIST",
+    "STALE_TIMER",
+    "EMPTY_INDEX",
+    "CLAIMING",
 ]
 
 
@@ -62,8 +91,7 @@ def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
         again, states = findings(snap, k, bucket_ms)
         found = [f for f in again if f in first]
     repaired = (yield from Repairer(k, bucket_ms).run(found)) if repair else set()
-    return CheckReport.of(core.name, found, repaired, states, keys=len(snap.types),
-                          complete=snap.complete(k))
+    return CheckReport.of(core.name, found, repaired, states, keys=len(snap.types), complete=snap.complete(k))
 
 
 def check_queue(queue: Any, *, repair: bool = False, settle: float = 1.0) -> CheckReport:

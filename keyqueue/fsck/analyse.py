@@ -56,12 +56,11 @@ KINDS: dict[str, str] = {
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
     EMPTY_INDEX: "index entries of buckets without a timer set (the reaper drops them)",
     CLAIMING: "ids owned without a receipt yet, within their claim's timer bucket (left to "
-              "the claimer, or to the reaper once the bucket has passed)",
+    "the claimer, or to the reaper once the bucket has passed)",
 }
 NOTE_KINDS = frozenset({STALE_LIST, STALE_TIMER, EMPTY_INDEX, CLAIMING})
 #: Kinds fixed by re-deciding their id as a whole (the others concern one entry or bucket).
-ID_KINDS = frozenset({MISSING_HASH, ORPHAN, OWNED_AND_WAITING, UNTIMED, UNLISTED,
-                      DEAD_DUPLICATE, STRAY_FIELDS})
+ID_KINDS = frozenset({MISSING_HASH, ORPHAN, OWNED_AND_WAITING, UNTIMED, UNLISTED, DEAD_DUPLICATE, STRAY_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,7 @@ class Finding:
 
 
 # -- one id: what it is, what is wrong, how to fix it ---------------------------------------
+
 
 @dataclass
 class Plan:
@@ -95,13 +95,28 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
     if not v.exists:
         p = Plan("gone")
         if v.waiting or v.processing or v.dead:
-            p.add(MISSING_HASH, ("SREM", k.items, i), ("SREM", k.processing, i),
-                  ("LREM", k.dead, 0, i), ("LREM", k.queue, 0, i))
+            p.add(
+                MISSING_HASH,
+                ("SREM", k.items, i),
+                ("SREM", k.processing, i),
+                ("LREM", k.dead, 0, i),
+                ("LREM", k.queue, 0, i),
+            )
         return p
     # Which state it is in or is owed: the reaper's rules (core/states.py), so the fsck and
     # the reaper cannot disagree about an id.
-    state, unclaim = owed(Seen(exists=True, receipt=v.receipt, timer=v.timer, processing=v.processing,
-                               waiting=v.waiting, dead=v.dead > 0, timed=v.timed), settled=not v.intent)
+    state, unclaim = owed(
+        Seen(
+            exists=True,
+            receipt=v.receipt,
+            timer=v.timer,
+            processing=v.processing,
+            waiting=v.waiting,
+            dead=v.dead > 0,
+            timed=v.timed,
+        ),
+        settled=not v.intent,
+    )
     if state == "claiming":
         return Plan("processing", [CLAIMING])
     timer_del: Command = ()  # leave the id's own timer set
@@ -152,11 +167,13 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
 def keeps_timer(v: IdView, p: Plan, bucket: str, bucket_ms: int) -> bool:
     """Whether the id's entry in timer set ``bucket`` is the one the reaper needs (its
     timer, or the intent of a claim in progress)."""
-    return CLAIMING in p.kinds or (p.state in ("processing", "delayed") and v.timer is not None
-                                   and str(v.timer // bucket_ms) == bucket)
+    return CLAIMING in p.kinds or (
+        p.state in ("processing", "delayed") and v.timer is not None and str(v.timer // bucket_ms) == bucket
+    )
 
 
 # -- the whole queue ---------------------------------------------------------------------------
+
 
 def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], Counter[str]]:
     """The findings of one snapshot, and how many ids are in each state."""
@@ -168,16 +185,24 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
     ids = ids.union(*s.timers.values()) - s.broken_ids(k)
     views: dict[str, tuple[IdView, Plan]] = {}
     # ids in a timer set whose bucket has not passed: a claim's intent, if they are owned
-    passing = {i for b, members in s.timers.items() if _ends_after(b, bucket_ms, s.now)
-               for i in members}
+    passing = {i for b, members in s.timers.items() if _ends_after(b, bucket_ms, s.now) for i in members}
     for i in sorted(ids, key=_natural):
         receipt, timer = s.hashes.get(i, (False, None))
         own = None if timer is None else str(timer // bucket_ms)
         if own is not None and k.timer(own) in s.broken:
             continue  # its timer set is corrupt: leave it to the wrong-type finding
-        v = IdView(i, i in s.hashes, receipt, timer, i in s.waiting, i in s.processing,
-                   s.listed[i], s.dead[i], own is not None and i in s.timers.get(own, ()),
-                   i in passing)
+        v = IdView(
+            i,
+            i in s.hashes,
+            receipt,
+            timer,
+            i in s.waiting,
+            i in s.processing,
+            s.listed[i],
+            s.dead[i],
+            own is not None and i in s.timers.get(own, ()),
+            i in passing,
+        )
         p = plan(v, k, bucket_ms)
         views[i] = (v, p)
         states[p.state] += 1
@@ -197,8 +222,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
         score = s.index.get(bucket)
         if earliest is not None and (score is None or score > earliest):
             found.append(Finding(TIMER_INDEX, bucket))
-    found.extend(Finding(EMPTY_INDEX, b) for b in sorted(s.index, key=_natural)
-                 if k.timer(b) not in s.types)
+    found.extend(Finding(EMPTY_INDEX, b) for b in sorted(s.index, key=_natural) if k.timer(b) not in s.types)
     return found, states
 
 

@@ -15,7 +15,7 @@ from ..keys import QueueKeys
 from .analyse import EMPTY_INDEX, ID_KINDS, STALE_LIST, STALE_TIMER, TIMER_INDEX, Finding, keeps_timer, plan
 from .scan import batched, read_sets, read_view
 
-ATTEMPTS = 8   # tries of one repair when a watched key keeps changing
+ATTEMPTS = 8  # tries of one repair when a watched key keeps changing
 
 
 class Repairer:
@@ -35,8 +35,11 @@ class Repairer:
             if (yield from self.fix_id(i, {f.kind for f in found})):
                 done.update(found)
         entry_fixes: dict[str, Callable[[Finding], Op[bool]]] = {
-            TIMER_INDEX: self.reindex, STALE_TIMER: self.drop_timer_entry,
-            STALE_LIST: self.drop_list_entries, EMPTY_INDEX: self.drop_index_entry}
+            TIMER_INDEX: self.reindex,
+            STALE_TIMER: self.drop_timer_entry,
+            STALE_LIST: self.drop_list_entries,
+            EMPTY_INDEX: self.drop_index_entry,
+        }
         for kind, fix in entry_fixes.items():
             for f in findings:
                 if f.kind == kind and (yield from fix(f)):
@@ -45,6 +48,7 @@ class Repairer:
 
     def fix_id(self, i: str, confirmed: set[str]) -> Op[bool]:
         """Put an id in one state, if what is wrong with it now is what was confirmed."""
+
         def decide() -> Op[list[Command] | None]:
             v = yield from read_view(self.k, self.bucket_ms, i)
             if v is None:
@@ -61,8 +65,9 @@ class Repairer:
         def decide() -> Op[list[Command] | None]:
             (ids,) = yield from read_sets([tk])
             got = yield from batched([("HGET", self.k.item(i), "d") for i in sorted(ids)])
-            timers = [t for t in (int_or(x, None) for x in got)
-                      if t is not None and str(t // self.bucket_ms) == f.subject]
+            timers = [
+                t for t in (int_or(x, None) for x in got) if t is not None and str(t // self.bucket_ms) == f.subject
+            ]
             return [("ZADD", self.k.timers, "LT", min(timers), f.subject)] if timers else []
 
         return (yield from _transact([tk], decide))
@@ -80,8 +85,7 @@ class Repairer:
                 return []
             if p.kinds:
                 return None
-            replies = yield [("SISMEMBER", tk, f.subject), ("SCARD", tk),
-                             ("ZSCORE", self.k.timers, f.bucket)]
+            replies = yield [("SISMEMBER", tk, f.subject), ("SCARD", tk), ("ZSCORE", self.k.timers, f.bucket)]
             member, size, score = map(ok, replies)
             if not member:
                 return []
@@ -90,11 +94,11 @@ class Repairer:
                 cmds.append(("ZREM", self.k.timers, f.bucket))
             return cmds
 
-        return (yield from _transact([self.k.item(f.subject), self.k.items, self.k.processing, tk],
-                                     decide))
+        return (yield from _transact([self.k.item(f.subject), self.k.items, self.k.processing, tk], decide))
 
     def drop_list_entries(self, f: Finding) -> Op[bool]:
         """Remove the queue list entries of an id that is not waiting."""
+
         def decide() -> Op[list[Command] | None]:
             (member,) = yield [("SISMEMBER", self.k.items, f.subject)]
             return [] if ok(member) else [("LREM", self.k.queue, 0, f.subject)]

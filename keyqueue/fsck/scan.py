@@ -16,7 +16,7 @@ from ..keys import QueueKeys
 #: Keys whose wrong type makes every other check meaningless.
 CORE = ("queue", "items", "processing", "timers", "dead")
 
-BATCH = 1000   # commands per round trip, elements per LRANGE/SSCAN step
+BATCH = 1000  # commands per round trip, elements per LRANGE/SSCAN step
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,15 @@ class IdView:
     """What one look showed of one id."""
 
     id: str
-    exists: bool             # its item hash exists
-    receipt: bool            # c is set
-    timer: int | None        # d in ms (None: absent or not a number)
-    waiting: bool            # in items
-    processing: bool         # in processing
-    listed: int | None       # entries in the queue list (None: not looked up)
-    dead: int                # entries in the dead list
-    timed: bool              # in the timer set of its own bucket
-    intent: bool = False     # in a timer set whose bucket has not passed (a claim's intent)
+    exists: bool  # its item hash exists
+    receipt: bool  # c is set
+    timer: int | None  # d in ms (None: absent or not a number)
+    waiting: bool  # in items
+    processing: bool  # in processing
+    listed: int | None  # entries in the queue list (None: not looked up)
+    dead: int  # entries in the dead list
+    timed: bool  # in the timer set of its own bucket
+    intent: bool = False  # in a timer set whose bucket has not passed (a claim's intent)
 
 
 @dataclass
@@ -45,15 +45,15 @@ class Snapshot:
     processing: set[str] = field(default_factory=set)
     dead: Counter[str] = field(default_factory=Counter)
     index: dict[str, float] = field(default_factory=dict)
-    timers: dict[str, set[str]] = field(default_factory=dict)        # bucket -> ids
+    timers: dict[str, set[str]] = field(default_factory=dict)  # bucket -> ids
     hashes: dict[str, tuple[bool, int | None]] = field(default_factory=dict)  # id -> (c?, d)
-    broken: set[str] = field(default_factory=set)                    # keys of the wrong type
-    now: int = 0                                                     # server time, ms
+    broken: set[str] = field(default_factory=set)  # keys of the wrong type
+    now: int = 0  # server time, ms
 
     def broken_ids(self, k: QueueKeys) -> set[str]:
         """Ids whose item key has the wrong type: left alone, reported as that key."""
         base = k.item("")
-        return {n[len(base):] for n in self.broken if n.startswith(base)}
+        return {n[len(base) :] for n in self.broken if n.startswith(base)}
 
     def complete(self, k: QueueKeys) -> bool:
         """Whether no core key has the wrong type (else the ids were not read, nor checked)."""
@@ -74,8 +74,9 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     *kinds, now = yield from batched([*(("TYPE", n) for n in names), ("TIME",)])
     types = {n: text(t) for n, t in zip(names, kinds) if text(t) != "none"}
     sec, usec = ok(now)
-    s = Snapshot(types, broken={n for n, t in types.items() if k.kind(n) not in ("", t)},
-                 now=int(sec) * 1000 + int(usec) // 1000)
+    s = Snapshot(
+        types, broken={n for n, t in types.items() if k.kind(n) not in ("", t)}, now=int(sec) * 1000 + int(usec) // 1000
+    )
     if not s.complete(k):
         return s
     queue, dead = yield from _read_lists([k.queue, k.dead])
@@ -87,14 +88,13 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     timer_keys = [n for n in types if n.startswith(timer_base) and n not in s.broken]
     sets = yield from read_sets([k.items, k.processing, *timer_keys])
     s.waiting, s.processing = sets[0], sets[1]
-    s.timers = {n[len(timer_base):]: members for n, members in zip(timer_keys, sets[2:])}
+    s.timers = {n[len(timer_base) :]: members for n, members in zip(timer_keys, sets[2:])}
     item_base = k.base + "item:"
-    ids = {n[len(item_base):] for n in types if n.startswith(item_base) and n not in s.broken}
+    ids = {n[len(item_base) :] for n in types if n.startswith(item_base) and n not in s.broken}
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)
     ids = ids.union(*s.timers.values())
     looked = sorted(ids - s.broken_ids(k))
-    out = yield from batched([cmd for i in looked
-                              for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d"))])
+    out = yield from batched([cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d"))])
     for j, i in enumerate(looked):
         exists, fields = out[2 * j], out[2 * j + 1]
         if isinstance(fields, Exception):  # became something else since the SCAN
@@ -109,8 +109,12 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
     skips counting its queue list entries (a scan of the list)."""
     ik = k.item(i)
     reads: list[Command] = [
-        ("TYPE", ik), ("HMGET", ik, "c", "d"), ("SISMEMBER", k.items, i),
-        ("SISMEMBER", k.processing, i), ("LPOS", k.dead, i, "COUNT", 0)]
+        ("TYPE", ik),
+        ("HMGET", ik, "c", "d"),
+        ("SISMEMBER", k.items, i),
+        ("SISMEMBER", k.processing, i),
+        ("LPOS", k.dead, i, "COUNT", 0),
+    ]
     if lists:
         reads.append(("LPOS", k.queue, i, "COUNT", 0))
     out = yield reads
@@ -123,8 +127,17 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
         if isinstance(member, Exception):
             return None
         timed = bool(member)
-    return IdView(i, text(out[0]) == "hash", out[1][0] is not None, timer, bool(out[2]),
-                  bool(out[3]), len(out[5]) if lists else None, len(out[4]), timed)
+    return IdView(
+        i,
+        text(out[0]) == "hash",
+        out[1][0] is not None,
+        timer,
+        bool(out[2]),
+        bool(out[3]),
+        len(out[5]) if lists else None,
+        len(out[4]),
+        timed,
+    )
 
 
 def read_sets(keys: Sequence[str]) -> Op[list[set[str]]]:

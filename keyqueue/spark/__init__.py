@@ -24,8 +24,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from ..errors import MissingDependency
 
-    raise MissingDependency(
-        "keyqueue.spark needs PySpark 4.2+ and pyarrow: pip install 'keyqueue[spark]'") from exc
+    raise MissingDependency("keyqueue.spark needs PySpark 4.2+ and pyarrow: pip install 'keyqueue[spark]'") from exc
 
 from ..errors import InvalidArgument
 from .interpreter import keyqueue_python
@@ -74,8 +73,10 @@ def append_only(overwrite: bool) -> None:
     """Overwriting would mean deleting messages that consumers may hold: refused before any
     task runs, so nothing is written."""
     if overwrite:
-        raise InvalidArgument('a queue can only be appended to: use .mode("append") (to empty it '
-                              "first, purge it: keyqueue purge QUEUE --source all)")
+        raise InvalidArgument(
+            'a queue can only be appended to: use .mode("append") (to empty it '
+            "first, purge it: keyqueue purge QUEUE --source all)"
+        )
 
 
 def register(spark: SparkSession) -> None:

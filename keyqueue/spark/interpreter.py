@@ -34,8 +34,11 @@ def keyqueue_python(spark: SparkSession, *, executors_only: bool = False) -> str
     except Exception:  # noqa: BLE001  Spark Connect: the server chooses its workers' Python
         return ""
     local = (sc.master or "").startswith("local")
-    wanted = (os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python")
-              or (sys.executable if local else None))
+    wanted = (
+        os.environ.get("PYSPARK_PYTHON")
+        or sc.getConf().get("spark.pyspark.python")
+        or (sys.executable if local else None)
+    )
     if wanted:
         sc.pythonExec = wanted  # read each time PySpark wraps a function for its workers
     exe = sc.pythonExec
@@ -50,8 +53,9 @@ def keyqueue_python(spark: SparkSession, *, executors_only: bool = False) -> str
 def _imports_keyqueue(exe: str) -> bool:
     """Run from a neutral folder: a checkout in the current one must not pass for an install."""
     try:
-        done = subprocess.run([exe, "-c", "import keyqueue"], cwd=tempfile.gettempdir(),
-                              capture_output=True, timeout=120, check=False)
+        done = subprocess.run(
+            [exe, "-c", "import keyqueue"], cwd=tempfile.gettempdir(), capture_output=True, timeout=120, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -59,6 +63,8 @@ def _imports_keyqueue(exe: str) -> bool:
 
 def cannot_import(exe: str, module: str) -> str:
     shown = os.environ.get("PYSPARK_PYTHON") or "unset"
-    return (f"Spark's Python workers run {exe} (PYSPARK_PYTHON is {shown}), which cannot import "
-            f"{module}: install it for that interpreter, or set PYSPARK_PYTHON to one that has it "
-            f"(this one is {sys.executable})")
+    return (
+        f"Spark's Python workers run {exe} (PYSPARK_PYTHON is {shown}), which cannot import "
+        f"{module}: install it for that interpreter, or set PYSPARK_PYTHON to one that has it "
+        f"(this one is {sys.executable})"
+    )

@@ -40,14 +40,17 @@ class Options:
         o = {k.lower(): v for k, v in opts.items()}
         url = o.get("url") or os.environ.get("KEYQUEUE_URL")
         if not url:
-            raise InvalidArgument('the "keyqueue" format needs option("url", "redis://...") '
-                                  "(or KEYQUEUE_URL in the environment)")
+            raise InvalidArgument(
+                'the "keyqueue" format needs option("url", "redis://...") (or KEYQUEUE_URL in the environment)'
+            )
         if not o.get("queue"):
             raise InvalidArgument('the "keyqueue" format needs option("queue", NAME)')
         source = peek_source(o.get("source", "waiting"))
         vis = o.get("visibilitytimeout")
         parsed = cls(
-            url=url, queue=o["queue"], prefix=o.get("prefix", "kq"),
+            url=url,
+            queue=o["queue"],
+            prefix=o.get("prefix", "kq"),
             scripting=o.get("scripting", "true").lower() in TRUE,
             min_replicas=_whole("minReplicas", o.get("minreplicas", "0")),
             replica_timeout=_seconds("replicaTimeout", o.get("replicatimeout", "1")),
@@ -64,8 +67,14 @@ class Options:
 
     def open(self) -> Queue:
         """A Queue with a client of its own (call it where the work runs)."""
-        return Queue(self.queue, url=self.url, prefix=self.prefix, scripting=self.scripting,
-                     min_replicas=self.min_replicas, replica_timeout=self.replica_timeout)
+        return Queue(
+            self.queue,
+            url=self.url,
+            prefix=self.prefix,
+            scripting=self.scripting,
+            min_replicas=self.min_replicas,
+            replica_timeout=self.replica_timeout,
+        )
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:

@@ -53,8 +53,7 @@ def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written
             if opts.delay_column in names:
                 kw["delays"] = [float(d or 0.0) for d in batch.column(opts.delay_column).to_pylist()]
             if opts.dedup_column in names:
-                kw["dedup_keys"] = [None if k is None else str(k)
-                                    for k in batch.column(opts.dedup_column).to_pylist()]
+                kw["dedup_keys"] = [None if k is None else str(k) for k in batch.column(opts.dedup_column).to_pylist()]
             for i in range(0, len(bodies), CHUNK_ROWS):
                 part = {k: v[i : i + CHUNK_ROWS] for k, v in kw.items()}
                 q.enqueue_many(bodies[i : i + CHUNK_ROWS], **part)
@@ -67,8 +66,10 @@ def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written
 def has_body(opts: Options, schema: StructType) -> None:
     """On the driver, before any task runs: a DataFrame without the body column."""
     if opts.body_column not in schema.names:
-        raise InvalidArgument(f"the DataFrame has no body column {opts.body_column!r} "
-                              f"(columns: {', '.join(schema.names)}; option bodyColumn names it)")
+        raise InvalidArgument(
+            f"the DataFrame has no body column {opts.body_column!r} "
+            f"(columns: {', '.join(schema.names)}; option bodyColumn names it)"
+        )
 
 
 def checked(opts: Options, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -79,10 +80,12 @@ def checked(opts: Options, batch: pa.RecordBatch) -> pa.RecordBatch:
         return batch
     if opts.skip_null_bodies:
         return batch.filter(column.is_valid())
-    raise InvalidArgument(f"the body column {opts.body_column!r} holds nulls: a message needs a "
-                          f"body, so this partition wrote nothing (drop them first: "
-                          f"df.where(F.col({opts.body_column!r}).isNotNull()), or "
-                          f'option("nullBodies", "skip"))')
+    raise InvalidArgument(
+        f"the body column {opts.body_column!r} holds nulls: a message needs a "
+        f"body, so this partition wrote nothing (drop them first: "
+        f"df.where(F.col({opts.body_column!r}).isNotNull()), or "
+        f'option("nullBodies", "skip"))'
+    )
 
 
 def count_skipped(messages: list[WriterCommitMessage | None]) -> None:

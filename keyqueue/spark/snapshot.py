@@ -20,8 +20,7 @@ from ..message import Message
 from ..queue import Queue, list_queues
 from .options import Options
 
-SCHEMA = ("id string, body binary, receives int, enqueued_at timestamp, deadline timestamp, "
-          "last_error string")
+SCHEMA = "id string, body binary, receives int, enqueued_at timestamp, deadline timestamp, last_error string"
 #: Messages per task.
 PER_PARTITION = 10_000
 

@@ -43,6 +43,7 @@ MAX_PER_BATCH = 100_000
 #: Messages per claim call.
 CLAIM_CHUNK = 1000
 
+
 def stubs(q: Queue, pairs: Pairs) -> list[Message]:
     """Messages carrying only what ack and extend need: id and receipt."""
     return [Message(mid, b"", receipt, 0, 0.0, None, None, queue=q) for mid, receipt in pairs]
@@ -152,8 +153,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     rows += self._rows[b]
                 else:  # a batch replayed after a restart: read its messages again
                     ids += [mid for mid, _ in self._held.get(b, [])]
-        parts: list[InputPartition] = [Rows(rows[i : i + PER_PARTITION])
-                                       for i in range(0, len(rows), PER_PARTITION)]
+        parts: list[InputPartition] = [Rows(rows[i : i + PER_PARTITION]) for i in range(0, len(rows), PER_PARTITION)]
         parts += [Ids(ids[i : i + PER_PARTITION]) for i in range(0, len(ids), PER_PARTITION)]
         return parts or [Rows([])]  # at least one: given none, PySpark calls read(None)
 
@@ -172,8 +172,13 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acked = q.ack_many(stubs(q, pairs)) if pairs else 0
         run(q.client, manifest.forget(q.keys, end.source, done))
         if acked < len(pairs):
-            log.info("acknowledged %d of %d messages of batches %s (the rest were redelivered "
-                     "after their visibility timeout)", acked, len(pairs), done)
+            log.info(
+                "acknowledged %d of %d messages of batches %s (the rest were redelivered "
+                "after their visibility timeout)",
+                acked,
+                len(pairs),
+                done,
+            )
 
     def _extend_loop(self) -> None:
         """Keep what this query holds invisible until Spark commits it. Spark never calls

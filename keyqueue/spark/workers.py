@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 from pyspark.sql import SparkSession
 
-from ..errors import InvalidArgument, MissingDependency
 from ..core.results import QueueStats
+from ..errors import InvalidArgument, MissingDependency
 from ..message import Message
 from ..queue import Queue
 from ..worker.threads import Worker
@@ -29,9 +29,17 @@ MAX_WAIT = 300.0
 POLL, SLACK = 0.2, 3.0
 
 
-def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], Any],
-                num_workers: int, *, url: str | None = None, max_rounds: int = 10,
-                max_wait: float = MAX_WAIT, **worker_options: Any) -> dict[str, int]:
+def run_workers(
+    spark: SparkSession,
+    queue: Queue,
+    handler: Callable[[Message], Any],
+    num_workers: int,
+    *,
+    url: str | None = None,
+    max_rounds: int = 10,
+    max_wait: float = MAX_WAIT,
+    **worker_options: Any,
+) -> dict[str, int]:
     """Drain ``queue`` with ``num_workers`` Spark tasks, each a burst Worker (its options in
     ``worker_options``). A burst ends when nothing is waiting, so rounds go on, at most
     ``max_rounds``, while messages are left in flight (a failed task's) or delayed (a
@@ -48,8 +56,9 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     replicas, replica_timeout = queue.min_replicas, queue.replica_timeout
 
     def task(index: int, _: Iterable[int]) -> Iterable[tuple[int, int]]:
-        q = Queue(name, url=target, prefix=prefix, scripting=scripting, min_replicas=replicas,
-                  replica_timeout=replica_timeout)
+        q = Queue(
+            name, url=target, prefix=prefix, scripting=scripting, min_replicas=replicas, replica_timeout=replica_timeout
+        )
         w = Worker(q, handler, **worker_options)
         t = threading.Thread(target=w.run, kwargs={"burst": True})  # not the main thread: no signal handlers
         t.start()
@@ -61,8 +70,9 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
     for n in range(1, max_rounds + 1):
         totals["rounds"] = n
         try:
-            for processed, failed in spark.sparkContext.parallelize(
-                    range(num_workers), num_workers).mapPartitionsWithIndex(task).collect():
+            for processed, failed in (
+                spark.sparkContext.parallelize(range(num_workers), num_workers).mapPartitionsWithIndex(task).collect()
+            ):
                 totals["processed"] += processed
                 totals["failed"] += failed
         except Exception as exc:  # noqa: BLE001  a failed job: its messages come back by deadline
@@ -70,8 +80,10 @@ def run_workers(spark: SparkSession, queue: Queue, handler: Callable[[Message], 
             if missing:  # the executors' Python: no round would do better
                 raise MissingDependency(cannot_import(exe, missing.group(1))) from None
             totals["failed_jobs"] += 1
-            log.warning("a worker job failed (its messages come back after their visibility "
-                        "timeout): %s", str(exc).splitlines()[0][:300])
+            log.warning(
+                "a worker job failed (its messages come back after their visibility timeout): %s",
+                str(exc).splitlines()[0][:300],
+            )
         left = _wait_for_work(queue, max_wait if n < max_rounds else 0.0)
         if not left.waiting:
             break

@@ -33,8 +33,7 @@ MAX_REQUEST_BYTES = 4 << 20
 class SqsApp:
     """ASGI app answering the SQS JSON protocol for the queues under one key prefix."""
 
-    def __init__(self, *, client: Any, prefix: str, access_key_id: str, secret_access_key: str,
-                 region: str) -> None:
+    def __init__(self, *, client: Any, prefix: str, access_key_id: str, secret_access_key: str, region: str) -> None:
         self.verifier = Verifier(access_key_id, secret_access_key)
         self.sqs = Sqs(Directory(client, prefix, region), Handles(secret_access_key, prefix), access_key_id)
 
@@ -107,11 +106,13 @@ def url_of(scope: Scope, headers: dict[str, str]) -> str:
     return f"{scope.get('scheme', 'http')}://{headers.get('host', '')}{path}{'?' + query if query else ''}"
 
 
-def create_sqs_app(*, client: Any, prefix: str = "kq", access_key_id: str, secret_access_key: str,
-                   region: str = "us-east-1") -> SqsApp:
+def create_sqs_app(
+    *, client: Any, prefix: str = "kq", access_key_id: str, secret_access_key: str, region: str = "us-east-1"
+) -> SqsApp:
     """The SQS wire API over the queues under ``prefix`` of ``client`` (a redis.asyncio.Redis
     or RedisCluster, which the caller owns), for requests signed with these credentials."""
     if not access_key_id or not secret_access_key:
         raise ValueError("the SQS API needs an access key id and a secret access key")
-    return SqsApp(client=client, prefix=prefix, access_key_id=access_key_id, secret_access_key=secret_access_key,
-                  region=region)
+    return SqsApp(
+        client=client, prefix=prefix, access_key_id=access_key_id, secret_access_key=secret_access_key, region=region
+    )

@@ -49,8 +49,13 @@ class Handles:
             raw = b""
         mac, payload = raw[:MAC_BYTES], raw[MAC_BYTES:]
         parts = payload.decode("utf-8", "replace").split("\n")
-        if (len(raw) <= MAC_BYTES or not hmac.compare_digest(mac, self._mac(payload)) or len(parts) != 3
-                or parts[0] != queue):
-            raise SqsError("ReceiptHandleIsInvalid",
-                           f'The input receipt handle "{handle[:200]}" is not a valid receipt handle.')
+        if (
+            len(raw) <= MAC_BYTES
+            or not hmac.compare_digest(mac, self._mac(payload))
+            or len(parts) != 3
+            or parts[0] != queue
+        ):
+            raise SqsError(
+                "ReceiptHandleIsInvalid", f'The input receipt handle "{handle[:200]}" is not a valid receipt handle.'
+            )
         return Handle(*parts)

@@ -17,12 +17,26 @@ from .md5 import md5_of_attributes, md5_of_body
 from .queues import QUEUE_ATTRIBUTES, ZERO_VISIBILITY, Directory, Known, check_attributes
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
-from .validate import (MAX_MESSAGE_BYTES, MAX_TAG_KEY, MAX_VISIBILITY, MAX_WAIT, body, entries, entry_size,
-                       integer, message_attributes, queue_name, size_of, string, tag_key)
+from .validate import (
+    MAX_MESSAGE_BYTES,
+    MAX_TAG_KEY,
+    MAX_VISIBILITY,
+    MAX_WAIT,
+    body,
+    entries,
+    entry_size,
+    integer,
+    message_attributes,
+    queue_name,
+    size_of,
+    string,
+    tag_key,
+)
 from .validate import tags as valid_tags
 
 Params = Mapping[str, Any]
 Result = dict[str, Any]
+
 
 class Sqs:
     """The operations of one server: its queues, handles, redrive and move tasks."""
@@ -51,8 +65,9 @@ class Sqs:
             try:
                 await self.directory.get(self.directory.name_of_arn(arn))
             except SqsError:
-                raise invalid(f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Dead letter "
-                              f"target does not exist.") from None
+                raise invalid(
+                    f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist."
+                ) from None
 
     async def get_queue_url(self, p: Params, host: str) -> Result:
         known = await self.directory.get(queue_name(p.get("QueueName")))
@@ -146,8 +161,10 @@ class Sqs:
     def prepare(self, known: Known, p: Params) -> tuple[str, int, Stored, Result]:
         """One message to send, checked: its body, delay, what it stores, and its reply."""
         if p.get("MessageDeduplicationId") is not None:
-            raise invalid("The request include parameter that is not valid for this queue type: "
-                          "MessageDeduplicationId (FIFO queues are not supported by keyqueue).")
+            raise invalid(
+                "The request include parameter that is not valid for this queue type: "
+                "MessageDeduplicationId (FIFO queues are not supported by keyqueue)."
+            )
         text = body(p)
         attributes = message_attributes(p.get("MessageAttributes"))
         system = message_attributes(p.get("MessageSystemAttributes"), system=True)
@@ -174,8 +191,10 @@ class Sqs:
         got = entries(p, "SendMessageBatch")
         total = sum(entry_size(e) for e in got)  # bodies and attributes, as SQS counts
         if total > MAX_MESSAGE_BYTES:
-            raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. "
-                           f"You have sent {total} bytes.")
+            raise SqsError(
+                "BatchRequestTooLong",
+                f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. You have sent {total} bytes.",
+            )
         ok: list[tuple[str, str, int, Stored, Result]] = []
         failed: list[Result] = []
         for e in got:
@@ -187,9 +206,11 @@ class Sqs:
             delays = [d for _, _, d, _, _ in ok]
             stored = [s.dump() for _, _, _, s, _ in ok]
             ids = await known.queue.enqueue_many(
-                [t for _, t, _, _, _ in ok], delay=delays[0],
+                [t for _, t, _, _, _ in ok],
+                delay=delays[0],
                 delays=None if len(set(delays)) == 1 else delays,
-                attributes=None if not any(stored) else stored)
+                attributes=None if not any(stored) else stored,
+            )
             for (entry_id, _, _, _, out), msg_id in zip(ok, ids):
                 out.update(Id=entry_id, MessageId=known.message_id(msg_id))
         return {"Successful": [out for *_, out in ok], "Failed": failed}
@@ -201,8 +222,9 @@ class Sqs:
         wait = integer(p, "WaitTimeSeconds", 0, MAX_WAIT, known.int_attribute("ReceiveMessageWaitTimeSeconds"))
         system = _names(p.get("AttributeNames")) | _names(p.get("MessageSystemAttributeNames"))
         wanted = _names(p.get("MessageAttributeNames"))
-        got = await known.queue.claim_many(count, visibility_timeout=None if visibility is None else visibility or 1,
-                                           wait=wait or 0)
+        got = await known.queue.claim_many(
+            count, visibility_timeout=None if visibility is None else visibility or 1, wait=wait or 0
+        )
         if known.redrive is not None:
             self.redriver.poke(known.name)
         if visibility == 0 or visibility is None and known.queue.settings.visibility_timeout <= ZERO_VISIBILITY:
@@ -214,15 +236,21 @@ class Sqs:
     def delivered(self, known: Known, m: Message, system: set[str], wanted: set[str]) -> Result:
         stored = Stored.load(m.attributes)
         text = m.body.decode("utf-8", "replace")
-        out: Result = {"MessageId": known.message_id(m.id, stored),
-                       "ReceiptHandle": self.handles.make(known.name, m.id, m.receipt or ""),
-                       "MD5OfBody": md5_of_body(text), "Body": text}
+        out: Result = {
+            "MessageId": known.message_id(m.id, stored),
+            "ReceiptHandle": self.handles.make(known.name, m.id, m.receipt or ""),
+            "MD5OfBody": md5_of_body(text),
+            "Body": text,
+        }
         every = "All" in system
-        attrs = {"SenderId": self.sender_id,
-                 "SentTimestamp": str(stored.sent_ms or round(m.enqueued_at * 1000)),
-                 "ApproximateReceiveCount": str(m.receives + (stored.receives or 0)),
-                 "ApproximateFirstReceiveTimestamp": str(stored.first_ms
-                                                         or round((m.first_claimed_at or m.enqueued_at) * 1000))}
+        attrs = {
+            "SenderId": self.sender_id,
+            "SentTimestamp": str(stored.sent_ms or round(m.enqueued_at * 1000)),
+            "ApproximateReceiveCount": str(m.receives + (stored.receives or 0)),
+            "ApproximateFirstReceiveTimestamp": str(
+                stored.first_ms or round((m.first_claimed_at or m.enqueued_at) * 1000)
+            ),
+        }
         if "AWSTraceHeader" in stored.system:
             attrs["AWSTraceHeader"] = str(stored.system["AWSTraceHeader"][1])
         if stored.source:
@@ -267,8 +295,10 @@ class Sqs:
         m = known.held(h.id, h.receipt)
         done = await (known.queue.release(m) if timeout == 0 else known.queue.extend(m, timeout))
         if not done:
-            raise invalid(f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
-                          "exist or is not available for visibility timeout change.")
+            raise invalid(
+                f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not "
+                "exist or is not available for visibility timeout change."
+            )
 
     async def change_message_visibility(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
@@ -319,8 +349,10 @@ class Sqs:
             return await self.directory.get(self.directory.name_of_arn(arn))
         except SqsError as exc:
             if exc.shape == "QueueDoesNotExist":
-                raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {what} "
-                               "parameter doesn't exist.") from None
+                raise SqsError(
+                    "ResourceNotFoundException",
+                    f"The resource that you specified for the {what} parameter doesn't exist.",
+                ) from None
             raise
 
 
@@ -357,15 +389,25 @@ Operation = Callable[[Sqs, Params, str], Awaitable[Result]]
 
 #: Every operation this API answers, by its SQS name.
 OPERATIONS: dict[str, Operation] = {
-    "CreateQueue": Sqs.create_queue, "GetQueueUrl": Sqs.get_queue_url, "ListQueues": Sqs.list_queues,
-    "DeleteQueue": Sqs.delete_queue, "GetQueueAttributes": Sqs.get_queue_attributes,
-    "SetQueueAttributes": Sqs.set_queue_attributes, "PurgeQueue": Sqs.purge_queue,
-    "TagQueue": Sqs.tag_queue, "UntagQueue": Sqs.untag_queue, "ListQueueTags": Sqs.list_queue_tags,
+    "CreateQueue": Sqs.create_queue,
+    "GetQueueUrl": Sqs.get_queue_url,
+    "ListQueues": Sqs.list_queues,
+    "DeleteQueue": Sqs.delete_queue,
+    "GetQueueAttributes": Sqs.get_queue_attributes,
+    "SetQueueAttributes": Sqs.set_queue_attributes,
+    "PurgeQueue": Sqs.purge_queue,
+    "TagQueue": Sqs.tag_queue,
+    "UntagQueue": Sqs.untag_queue,
+    "ListQueueTags": Sqs.list_queue_tags,
     "ListDeadLetterSourceQueues": Sqs.list_dead_letter_source_queues,
-    "SendMessage": Sqs.send_message, "SendMessageBatch": Sqs.send_message_batch,
-    "ReceiveMessage": Sqs.receive_message, "DeleteMessage": Sqs.delete_message,
-    "DeleteMessageBatch": Sqs.delete_message_batch, "ChangeMessageVisibility": Sqs.change_message_visibility,
+    "SendMessage": Sqs.send_message,
+    "SendMessageBatch": Sqs.send_message_batch,
+    "ReceiveMessage": Sqs.receive_message,
+    "DeleteMessage": Sqs.delete_message,
+    "DeleteMessageBatch": Sqs.delete_message_batch,
+    "ChangeMessageVisibility": Sqs.change_message_visibility,
     "ChangeMessageVisibilityBatch": Sqs.change_message_visibility_batch,
-    "StartMessageMoveTask": Sqs.start_message_move_task, "ListMessageMoveTasks": Sqs.list_message_move_tasks,
+    "StartMessageMoveTask": Sqs.start_message_move_task,
+    "ListMessageMoveTasks": Sqs.list_message_move_tasks,
     "CancelMessageMoveTask": Sqs.cancel_message_move_task,
 }

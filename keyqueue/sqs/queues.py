@@ -32,20 +32,39 @@ MESSAGE_IDS = uuid.UUID("6f1d3c2a-6b1e-4f57-9d0a-4b9e1c6a5e21")
 _NAMESPACE = MESSAGE_IDS.bytes
 
 #: Attributes kept in the metadata hash (field ``attr:<Name>``), with their defaults.
-STORED = {"DelaySeconds": "0", "MessageRetentionPeriod": "345600", "ReceiveMessageWaitTimeSeconds": "0",
-          "RedrivePolicy": None, "RedriveAllowPolicy": None, "Policy": None, "KmsMasterKeyId": None,
-          "KmsDataKeyReusePeriodSeconds": None, "SqsManagedSseEnabled": "false"}
+STORED = {
+    "DelaySeconds": "0",
+    "MessageRetentionPeriod": "345600",
+    "ReceiveMessageWaitTimeSeconds": "0",
+    "RedrivePolicy": None,
+    "RedriveAllowPolicy": None,
+    "Policy": None,
+    "KmsMasterKeyId": None,
+    "KmsDataKeyReusePeriodSeconds": None,
+    "SqsManagedSseEnabled": "false",
+}
 #: Attributes that are keyqueue settings.
 SETTINGS = ("VisibilityTimeout", "MaximumMessageSize")
-READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-             "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
+READ_ONLY = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+)
 FIFO = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
 #: Every name GetQueueAttributes accepts (SQS's QueueAttributeName); those a queue lacks (the
 #: FIFO ones, unset policies) are left out of the reply, not refused.
 QUEUE_ATTRIBUTES = frozenset({"All", *STORED, *SETTINGS, *READ_ONLY, *FIFO})
-RANGES = {"VisibilityTimeout": (0, MAX_VISIBILITY), "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES),
-          "DelaySeconds": (0, MAX_DELAY), "MessageRetentionPeriod": (60, 1_209_600),
-          "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT), "KmsDataKeyReusePeriodSeconds": (60, 86_400)}
+RANGES = {
+    "VisibilityTimeout": (0, MAX_VISIBILITY),
+    "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES),
+    "DelaySeconds": (0, MAX_DELAY),
+    "MessageRetentionPeriod": (60, 1_209_600),
+    "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT),
+    "KmsDataKeyReusePeriodSeconds": (60, 86_400),
+}
 
 
 def uuid5(name: str) -> str:
@@ -66,8 +85,9 @@ def check_attributes(attributes: object, arn_to_name: Any) -> dict[str, str]:
     for name, value in attributes.items():
         if name in FIFO:
             if name == "FifoQueue" and str(value).lower() == "true":
-                raise SqsError("InvalidAttributeValue", "FIFO queues are not supported by keyqueue: "
-                               "use a standard queue.")
+                raise SqsError(
+                    "InvalidAttributeValue", "FIFO queues are not supported by keyqueue: use a standard queue."
+                )
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if name not in STORED and name not in SETTINGS:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
@@ -99,8 +119,9 @@ def redrive_policy(value: str, arn_to_name: Any) -> dict[str, Any]:
     except ValueError:
         policy = None
     if not isinstance(policy, dict) or "deadLetterTargetArn" not in policy or "maxReceiveCount" not in policy:
-        raise invalid(reason.format(value, "Redrive policy is not a dict or is missing deadLetterTargetArn "
-                                           "or maxReceiveCount."))
+        raise invalid(
+            reason.format(value, "Redrive policy is not a dict or is missing deadLetterTargetArn or maxReceiveCount.")
+        )
     count = policy["maxReceiveCount"]
     if isinstance(count, bool) or not str(count).isdigit() or not 1 <= int(count) <= 1000:
         raise invalid(reason.format(value, "Invalid value for maxReceiveCount: must be 1 to 1000."))
@@ -171,8 +192,9 @@ class Known:
 
     def held(self, msg_id: str, receipt: str) -> Message:
         """A delivery to settle, from a receipt handle's parts."""
-        return Message(id=msg_id, body=b"", receipt=receipt, receives=0, enqueued_at=0.0, deadline=None,
-                       last_error=None)
+        return Message(
+            id=msg_id, body=b"", receipt=receipt, receives=0, enqueued_at=0.0, deadline=None, last_error=None
+        )
 
 
 class Directory:
@@ -251,8 +273,10 @@ class Directory:
                 else:
                     same = current.get(k, STORED.get(k) or "") == v
                 if not same:
-                    raise SqsError("QueueNameExists", f"A queue already exists with the same name and a "
-                                   f"different value for attribute {k}")
+                    raise SqsError(
+                        "QueueNameExists",
+                        f"A queue already exists with the same name and a different value for attribute {k}",
+                    )
             return known
         settings = {"visibility_timeout": 30.0, "max_body_bytes": MAX_MESSAGE_BYTES, **settings_for(attributes)}
         q = self.queue(name, **settings)
@@ -276,17 +300,26 @@ class Directory:
         every = "All" in names
         wanted = set(names)
         out: dict[str, str] = {}
-        if every or wanted & {"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-                              "ApproximateNumberOfMessagesDelayed"}:
+        if every or wanted & {
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        }:
             await known.queue.reap_if_due()  # expired deliveries count as visible, as in SQS, without a Reaper
             stats = await known.queue.stats()
-            out.update(ApproximateNumberOfMessages=str(stats.waiting),
-                       ApproximateNumberOfMessagesNotVisible=str(stats.processing),
-                       ApproximateNumberOfMessagesDelayed=str(stats.delayed))
+            out.update(
+                ApproximateNumberOfMessages=str(stats.waiting),
+                ApproximateNumberOfMessagesNotVisible=str(stats.processing),
+                ApproximateNumberOfMessagesDelayed=str(stats.delayed),
+            )
         s = known.queue.settings
-        out.update(VisibilityTimeout=str(int(s.visibility_timeout)), MaximumMessageSize=str(s.max_body_bytes),
-                   QueueArn=self.arn(known.name), CreatedTimestamp=known.meta.get("created", "0"),
-                   LastModifiedTimestamp=known.meta.get("modified", known.meta.get("created", "0")))
+        out.update(
+            VisibilityTimeout=str(int(s.visibility_timeout)),
+            MaximumMessageSize=str(s.max_body_bytes),
+            QueueArn=self.arn(known.name),
+            CreatedTimestamp=known.meta.get("created", "0"),
+            LastModifiedTimestamp=known.meta.get("modified", known.meta.get("created", "0")),
+        )
         for name in STORED:
             value = known.attribute(name)
             if value is not None:

@@ -102,8 +102,12 @@ class Redriver:
             except SqsError:
                 if source.name not in self.warned:
                     self.warned.add(source.name)
-                    log.warning("sqs queue %s: dead-letter queue %s does not exist; its dead letters stay "
-                                "in the queue's own dead letters", source.name, target_name)
+                    log.warning(
+                        "sqs queue %s: dead-letter queue %s does not exist; its dead letters stay "
+                        "in the queue's own dead letters",
+                        source.name,
+                        target_name,
+                    )
                 return moved
             self.warned.discard(source.name)
             attributes = []
@@ -155,10 +159,13 @@ class MoveTask:
     task: asyncio.Task[None] | None = None
 
     def describe(self, directory: Directory) -> dict[str, Any]:
-        out: dict[str, Any] = {"Status": self.status, "SourceArn": directory.arn(self.source),
-                               "ApproximateNumberOfMessagesMoved": self.moved,
-                               "ApproximateNumberOfMessagesToMove": self.to_move,
-                               "StartedTimestamp": self.started_ms}
+        out: dict[str, Any] = {
+            "Status": self.status,
+            "SourceArn": directory.arn(self.source),
+            "ApproximateNumberOfMessagesMoved": self.moved,
+            "ApproximateNumberOfMessagesToMove": self.to_move,
+            "StartedTimestamp": self.started_ms,
+        }
         if self.status == "RUNNING":
             out["TaskHandle"] = self.handle
         if self.destination:
@@ -183,10 +190,13 @@ class MoveTasks:
             raise invalid("Source queue must be configured as a Dead Letter Queue.")
         history = self.tasks.setdefault(source.name, [])
         if any(t.status == "RUNNING" for t in history):
-            raise invalid("There is already a task running. Only one active task is allowed for a source "
-                          "queue arn at a given time.")
-        handle = base64.b64encode(json.dumps({"taskId": str(uuid.uuid4()), "sourceArn":
-                                              self.directory.arn(source.name)}).encode()).decode()
+            raise invalid(
+                "There is already a task running. Only one active task is allowed for a source "
+                "queue arn at a given time."
+            )
+        handle = base64.b64encode(
+            json.dumps({"taskId": str(uuid.uuid4()), "sourceArn": self.directory.arn(source.name)}).encode()
+        ).decode()
         stats = await source.queue.stats()
         task = MoveTask(handle, source.name, destination.name if destination else None, per_second, stats.waiting)
         history.insert(0, task)
@@ -218,16 +228,16 @@ class MoveTasks:
                     if where is None:
                         await source.queue.release(m)
                         task.status = "FAILED"
-                        task.failure = (f"message {source.message_id(m.id, stored)} has no source queue: "
-                                        "give a DestinationArn")
+                        task.failure = (
+                            f"message {source.message_id(m.id, stored)} has no source queue: give a DestinationArn"
+                        )
                         continue
                     by_destination.setdefault(where, []).append((m, stored))
                 for where, pairs in by_destination.items():
                     target = await self.directory.get(where)
                     for _, stored in pairs:  # a fresh start where they go
                         stored.source = stored.receives = stored.first_ms = None
-                    await target.queue.enqueue_many([m.body for m, _ in pairs],
-                                                    attributes=[s.dump() for _, s in pairs])
+                    await target.queue.enqueue_many([m.body for m, _ in pairs], attributes=[s.dump() for _, s in pairs])
                     task.moved += await source.queue.ack_many([m for m, _ in pairs])
                 if task.per_second:
                     await asyncio.sleep(max(0.0, began + task.moved / task.per_second - time.monotonic()))

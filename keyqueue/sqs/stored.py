@@ -31,8 +31,13 @@ class Stored:
             out["m"] = _dump_attributes(self.attributes)
         if self.system:
             out["s"] = _dump_attributes(self.system)
-        for key, value in (("i", self.message_id), ("q", self.source), ("t", self.sent_ms), ("r", self.receives),
-                           ("f", self.first_ms)):
+        for key, value in (
+            ("i", self.message_id),
+            ("q", self.source),
+            ("t", self.sent_ms),
+            ("r", self.receives),
+            ("f", self.first_ms),
+        ):
             if value is not None:
                 out[key] = value
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode() if out else None
@@ -44,15 +49,24 @@ class Stored:
             return cls()
         try:
             d = json.loads(raw)
-            return cls(_load_attributes(d.get("m")), _load_attributes(d.get("s")), d.get("i"), d.get("q"),
-                       d.get("t"), d.get("r"), d.get("f"))
+            return cls(
+                _load_attributes(d.get("m")),
+                _load_attributes(d.get("s")),
+                d.get("i"),
+                d.get("q"),
+                d.get("t"),
+                d.get("r"),
+                d.get("f"),
+            )
         except (ValueError, TypeError, AttributeError):
             return cls()
 
 
 def _dump_attributes(attributes: dict[str, Attribute]) -> dict[str, list[Any]]:
-    return {name: [t, base64.b64encode(v).decode(), 1] if isinstance(v, bytes) else [t, v]
-            for name, (t, v) in attributes.items()}
+    return {
+        name: [t, base64.b64encode(v).decode(), 1] if isinstance(v, bytes) else [t, v]
+        for name, (t, v) in attributes.items()
+    }
 
 
 def _load_attributes(raw: Any) -> dict[str, Attribute]:

@@ -78,9 +78,11 @@ def is_text(value: object) -> bool:
 
 def contents(text: str) -> None:
     if BAD_CHARS.search(text):
-        raise SqsError("InvalidMessageContents",
-                       "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "
-                       "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
+        raise SqsError(
+            "InvalidMessageContents",
+            "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "
+            "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF",
+        )
 
 
 def message_attributes(raw: object, *, system: bool = False) -> dict[str, Attribute]:
@@ -126,11 +128,15 @@ def attribute_value(name: str, spec: object) -> Attribute:
         raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
     base = data_type.split(".", 1)[0]
     if base not in ("String", "Number", "Binary"):
-        raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
-                      "supported type prefixes is Binary, Number, and String.")
+        raise invalid(
+            f"The message attribute '{name}' has an invalid message attribute type, the set of "
+            "supported type prefixes is Binary, Number, and String."
+        )
     if len(data_type) > 256 or not is_text(data_type):
-        raise invalid(f"The message attribute '{name}' has an invalid message attribute type: a type is text "
-                      "of up to 256 characters.")
+        raise invalid(
+            f"The message attribute '{name}' has an invalid message attribute type: a type is text "
+            "of up to 256 characters."
+        )
     if spec.get("StringListValues") or spec.get("BinaryListValues"):
         raise invalid(f"Message attribute list values in '{name}' are not supported.")
     if base == "Binary":
@@ -143,8 +149,10 @@ def attribute_value(name: str, spec: object) -> Attribute:
             raise invalid(f"The message attribute '{name}' holds a BinaryValue that is not base64.") from None
     text = spec.get("StringValue")
     if not isinstance(text, str) or not text:
-        raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value "
-                      f"for message attribute type '{base}'.")
+        raise invalid(
+            f"The message attribute '{name}' must contain non-empty message attribute value "
+            f"for message attribute type '{base}'."
+        )
     if base == "Number":
         try:
             number = Decimal(text)
@@ -173,7 +181,7 @@ def entry_size(entry: Mapping[str, Any]) -> int:
     base64 counts as nothing; the entry's own checks refuse it)."""
     n = _bytes(entry.get("MessageBody"))
     raw = entry.get("MessageAttributes")
-    for name, spec in (raw.items() if isinstance(raw, dict) else ()):
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
         n += _bytes(name)
         if isinstance(spec, dict):
             n += _bytes(spec.get("DataType")) + _bytes(spec.get("StringValue"))
@@ -198,8 +206,10 @@ def tags(raw: object) -> dict[str, str]:
     for key, value in raw.items():
         tag_key(key)
         if not is_text(value) or len(value) > MAX_TAG_VALUE:
-            raise invalid(f"Tag value for key {key!r} is invalid. Reason: a tag value is text of up to "
-                          f"{MAX_TAG_VALUE} characters.")
+            raise invalid(
+                f"Tag value for key {key!r} is invalid. Reason: a tag value is text of up to "
+                f"{MAX_TAG_VALUE} characters."
+            )
     return raw
 
 
@@ -217,16 +227,21 @@ def entries(params: Mapping[str, Any], action: str, key: str = "Entries") -> lis
     if not isinstance(got, list) or not got:
         raise SqsError("EmptyBatchRequest", f"There should be at least one {action}RequestEntry in the request.")
     if len(got) > MAX_BATCH_ENTRIES:
-        raise SqsError("TooManyEntriesInBatchRequest",
-                       f"Maximum number of entries per request are {MAX_BATCH_ENTRIES}. You have sent {len(got)}.")
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH_ENTRIES}. You have sent {len(got)}.",
+        )
     seen: set[str] = set()
     for entry in got:
         entry_id = entry.get("Id") if isinstance(entry, dict) else None
         if entry_id is None:
             raise missing(f"{action}RequestEntry.Id")
         if not isinstance(entry_id, str) or not BATCH_ID.fullmatch(entry_id):
-            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
-                           "hyphens and underscores. It can be at most 80 letters long.")
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, "
+                "hyphens and underscores. It can be at most 80 letters long.",
+            )
         if entry_id in seen:
             raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
         seen.add(entry_id)

@@ -9,8 +9,19 @@ from typing import Any, Sequence
 
 from redis.exceptions import ResponseError
 
-from ..core.roundtrip import (CLUSTER_ATTEMPTS, CLUSTER_RETRY_PAUSE, Command, Op, Plan, Sleep, Stepper, T,
-                              must_resend, node_groups, routing_key)
+from ..core.roundtrip import (
+    CLUSTER_ATTEMPTS,
+    CLUSTER_RETRY_PAUSE,
+    Command,
+    Op,
+    Plan,
+    Sleep,
+    Stepper,
+    T,
+    must_resend,
+    node_groups,
+    routing_key,
+)
 from .sync import is_cluster, pack
 
 

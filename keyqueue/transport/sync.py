@@ -10,13 +10,26 @@ import redis
 import redis.asyncio.connection
 from redis.exceptions import ResponseError
 
+from ..core.roundtrip import (
+    CLUSTER_ATTEMPTS,
+    CLUSTER_RETRY_PAUSE,
+    Command,
+    Op,
+    Plan,
+    Sleep,
+    Stepper,
+    T,
+    must_resend,
+    node_groups,
+    routing_key,
+)
 from . import spares
-from ..core.roundtrip import (CLUSTER_ATTEMPTS, CLUSTER_RETRY_PAUSE, Command, Op, Plan, Sleep, Stepper, T,
-                              must_resend, node_groups, routing_key)
 
 #: redis-py's own pack_commands (a connection class overriding it keeps it: it may count or log)
-_STOCK_PACKERS = {redis.connection.AbstractConnection.pack_commands,
-                  redis.asyncio.connection.AbstractConnection.pack_commands}
+_STOCK_PACKERS = {
+    redis.connection.AbstractConnection.pack_commands,
+    redis.asyncio.connection.AbstractConnection.pack_commands,
+}
 _pack_command: Any
 try:
     from hiredis import pack_command as _pack_command
@@ -31,11 +44,15 @@ def is_cluster(client: Any) -> bool:
 def pack(conn: Any, commands: Sequence[Command]) -> Any:
     """The commands in RESP, by hiredis directly when the connection packs with it (redis-py's
     own wrapper around it costs more than the packing: 1-2 us per command)."""
-    if (_pack_command is not None and type(conn).pack_commands in _STOCK_PACKERS
-            and type(getattr(conn, "_command_packer", None)).__name__ == "HiredisRespSerializer"):
+    if (
+        _pack_command is not None
+        and type(conn).pack_commands in _STOCK_PACKERS
+        and type(getattr(conn, "_command_packer", None)).__name__ == "HiredisRespSerializer"
+    ):
         try:
-            return [b"".join([_pack_command(tuple(c[0].split()) + tuple(c[1:]) if " " in c[0] else c)
-                              for c in commands])]
+            return [
+                b"".join([_pack_command(tuple(c[0].split()) + tuple(c[1:]) if " " in c[0] else c) for c in commands])
+            ]
         except TypeError:  # an argument hiredis does not take (memoryview, ...): redis-py's way
             pass
     return conn.pack_commands(commands)

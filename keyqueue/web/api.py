@@ -57,7 +57,7 @@ async def messages(request: Request) -> Response:
 
 async def overview(request: Request) -> Response:
     """What the overview shows, with counters and rates (beyond the /api/queues objects: the
-    dashboard's own, documented in the README)."""
+    dashboard's own, documented in docs/dashboard.md)."""
     out: list[dict[str, Any]] = []
     for v in await store_of(request).overview():
         out.append({**v.api(), "counters": dict(v.counters), "rates": dict(v.rates)})

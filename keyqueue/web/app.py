@@ -39,8 +39,9 @@ def failure(request: Request, status: int, title: str, detail: str) -> Response:
 
 async def unknown_queue(request: Request, exc: Exception) -> Response:
     store = api.store_of(request)
-    return failure(request, 404, "No such queue",
-                   f"no queue {str(exc.args[0])!r} is registered under prefix {store.prefix!r}")
+    return failure(
+        request, 404, "No such queue", f"no queue {str(exc.args[0])!r} is registered under prefix {store.prefix!r}"
+    )
 
 
 async def bad_request(request: Request, exc: Exception) -> Response:
@@ -50,14 +51,22 @@ async def bad_request(request: Request, exc: Exception) -> Response:
 async def unreachable(request: Request, exc: Exception) -> Response:
     store = api.store_of(request)
     kind = "did not answer in time" if isinstance(exc, redis.TimeoutError) else "is unreachable"
-    return failure(request, 503, "Redis unreachable",
-                   f"Redis at {store.shown_url} {kind}; this page will work again once it answers.")
+    return failure(
+        request,
+        503,
+        "Redis unreachable",
+        f"Redis at {store.shown_url} {kind}; this page will work again once it answers.",
+    )
 
 
 async def refused_credentials(request: Request, exc: Exception) -> Response:
     store = api.store_of(request)
-    return failure(request, 503, "Redis refused the credentials",
-                   f"Redis at {store.shown_url} refused the URL's credentials: {exc}")
+    return failure(
+        request,
+        503,
+        "Redis refused the credentials",
+        f"Redis at {store.shown_url} refused the URL's credentials: {exc}",
+    )
 
 
 async def redis_error(request: Request, exc: Exception) -> Response:
@@ -69,8 +78,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
     JSON under /api/, not Starlette's plain text."""
     assert isinstance(exc, HTTPException)
     titles = {404: "Not found", 405: "Method not allowed"}
-    response = failure(request, exc.status_code, titles.get(exc.status_code, "HTTP error"),
-                       f"{request.method} {route_path(request.scope)}: {exc.detail}")
+    response = failure(
+        request,
+        exc.status_code,
+        titles.get(exc.status_code, "HTTP error"),
+        f"{request.method} {route_path(request.scope)}: {exc.detail}",
+    )
     response.headers.update(exc.headers or {})
     return response
 
@@ -81,19 +94,31 @@ async def keyqueue_error(request: Request, exc: Exception) -> Response:
 
 def environment() -> jinja2.Environment:
     """Templates from the package, every value escaped (bodies are never HTML)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("keyqueue.web", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
-    env.filters.update(number=present.number, duration=present.duration, rate=present.rate,
-                       when=present.when)
-    env.globals.update(relative=present.relative, points=present.points, top=present.top,
-                       spark_w=present.SPARK_W, spark_h=present.SPARK_H, error_chars=present.ERROR_CHARS,
-                       full_chars=present.FULL_CHARS)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("keyqueue.web", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    env.filters.update(number=present.number, duration=present.duration, rate=present.rate, when=present.when)
+    env.globals.update(
+        relative=present.relative,
+        points=present.points,
+        top=present.top,
+        spark_w=present.SPARK_W,
+        spark_h=present.SPARK_H,
+        error_chars=present.ERROR_CHARS,
+        full_chars=present.FULL_CHARS,
+    )
     return env
 
 
-def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", read_only: bool = False,
-               token: str | None = None, sqs: tuple[str, str] | None = None,
-               queue_options: Mapping[str, Any] | None = None) -> ASGIApp:
+def create_app(
+    url: str | None = None,
+    client: Any = None,
+    prefix: str = "kq",
+    read_only: bool = False,
+    token: str | None = None,
+    sqs: tuple[str, str] | None = None,
+    queue_options: Mapping[str, Any] | None = None,
+) -> ASGIApp:
     """The ASGI app of ``keyqueue serve``.
 
     Args:
@@ -124,10 +149,17 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
     app = Starlette(
         routes=[*pages.routes, *api.routes, *metrics.routes, Mount("/static", static, name="static")],
         middleware=[Middleware(SecurityHeaders), Middleware(Gate, sessions=sessions)],
-        exception_handlers={HTTPException: http_error, UnknownQueue: unknown_queue, api.BadRequest: bad_request,
-                            redis.AuthenticationError: refused_credentials, redis.ConnectionError: unreachable,
-                            redis.TimeoutError: unreachable, redis.BusyLoadingError: unreachable,
-                            redis.RedisError: redis_error, KeyQueueError: keyqueue_error},
+        exception_handlers={
+            HTTPException: http_error,
+            UnknownQueue: unknown_queue,
+            api.BadRequest: bad_request,
+            redis.AuthenticationError: refused_credentials,
+            redis.ConnectionError: unreachable,
+            redis.TimeoutError: unreachable,
+            redis.BusyLoadingError: unreachable,
+            redis.RedisError: redis_error,
+            KeyQueueError: keyqueue_error,
+        },
         lifespan=lifespan,
     )
     app.state.store = store
@@ -141,6 +173,7 @@ def create_app(url: str | None = None, client: Any = None, prefix: str = "kq", r
     # keyqueue.sqs, imported by name: it is built beside this module and imports downward too
     sqs_module: Any = importlib.import_module("keyqueue.sqs")
     access_key_id, secret_access_key = sqs
-    sqs_app = sqs_module.create_sqs_app(client=store.client, prefix=prefix, access_key_id=access_key_id,
-                             secret_access_key=secret_access_key)
+    sqs_app = sqs_module.create_sqs_app(
+        client=store.client, prefix=prefix, access_key_id=access_key_id, secret_access_key=secret_access_key
+    )
     return SqsDispatch(app, sqs_app)

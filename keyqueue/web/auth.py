@@ -35,7 +35,7 @@ def route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
-        return path[len(root):] or "/"
+        return path[len(root) :] or "/"
     return path
 
 
@@ -151,17 +151,25 @@ class Gate:
             session = self.sessions.new()
         scope.setdefault("state", {})["session"] = session
         path = route_path(scope)
-        allowed = (self.sessions.token is None or session.authenticated
-                   or self.sessions.token_ok(bearer(scope))
-                   or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES))
+        allowed = (
+            self.sessions.token is None
+            or session.authenticated
+            or self.sessions.token_ok(bearer(scope))
+            or path in OPEN_PATHS
+            or path.startswith(OPEN_PREFIXES)
+        )
         if not allowed:
             await self._refuse(scope, send, path)
             return
 
         async def send_with_cookie(message: Message) -> None:
             state = scope["state"]
-            if (message["type"] == "http.response.start" and fresh and state.get("session_wanted")
-                    and not state.get("session_set")):
+            if (
+                message["type"] == "http.response.start"
+                and fresh
+                and state.get("session_wanted")
+                and not state.get("session_set")
+            ):
                 message.setdefault("headers", []).append(set_cookie_header(self.sessions, session, scope))
             await send(message)
 
@@ -174,14 +182,25 @@ class Gate:
             qs = scope.get("query_string", b"").decode("latin-1")
             target = path + (f"?{qs}" if qs else "")
             location = f"{root}/login?next={quote(target, safe='')}"
-            await send({"type": "http.response.start", "status": 303,
-                        "headers": [(b"location", location.encode("latin-1")),
-                                    (b"content-length", b"0")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 303,
+                    "headers": [(b"location", location.encode("latin-1")), (b"content-length", b"0")],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
         body = b'{"error": "unauthorized: send Authorization: Bearer TOKEN"}'
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"www-authenticate", b'Bearer realm="keyqueue"'),
-                                (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="keyqueue"'),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

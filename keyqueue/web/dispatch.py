@@ -19,8 +19,11 @@ def is_sqs(scope: Scope) -> bool:
         return True
     content_type = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
     path = route_path(scope)
-    return (scope["method"] == "POST" and content_type == "application/x-www-form-urlencoded"
-            and (path == "/" or path.startswith(ACCOUNT_PATH)))
+    return (
+        scope["method"] == "POST"
+        and content_type == "application/x-www-form-urlencoded"
+        and (path == "/" or path.startswith(ACCOUNT_PATH))
+    )
 
 
 class SqsDispatch:

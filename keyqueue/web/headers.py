@@ -7,8 +7,12 @@ from __future__ import annotations
 from .auth import ASGIApp, Message, Receive, Scope, Send, route_path
 
 #: Headers added unless the response set them itself.
-COMMON = ((b"x-frame-options", b"SAMEORIGIN"), (b"content-security-policy", b"frame-ancestors 'self'"),
-          (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"))
+COMMON = (
+    (b"x-frame-options", b"SAMEORIGIN"),
+    (b"content-security-policy", b"frame-ancestors 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
 NO_STORE = (b"cache-control", b"no-store")
 
 

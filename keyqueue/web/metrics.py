@@ -33,12 +33,17 @@ class Snapshot(Collector):
 
     def collect(self) -> Iterable[Metric]:
         messages = GaugeMetricFamily("keyqueue_messages", "Messages per state.", labels=["queue", "state"])
-        oldest = GaugeMetricFamily("keyqueue_oldest_message_age_seconds",
-                                   "Age of the oldest waiting message (absent while none waits).",
-                                   labels=["queue"])
+        oldest = GaugeMetricFamily(
+            "keyqueue_oldest_message_age_seconds",
+            "Age of the oldest waiting message (absent while none waits).",
+            labels=["queue"],
+        )
         counters = {k: CounterMetricFamily(name, text, labels=["queue"]) for k, (name, text) in COUNTERS.items()}
-        corrupt = GaugeMetricFamily("keyqueue_queue_corrupt", "1 while a key of the queue holds the wrong type "
-                                    "(its other metrics are then absent).", labels=["queue"])
+        corrupt = GaugeMetricFamily(
+            "keyqueue_queue_corrupt",
+            "1 while a key of the queue holds the wrong type (its other metrics are then absent).",
+            labels=["queue"],
+        )
         for v in self.views:
             corrupt.add_metric([v.name], 0 if v.error is None else 1)
             if v.error is not None:

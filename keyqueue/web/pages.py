@@ -24,10 +24,13 @@ from .present import body_view
 
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
-NOTICES = {"requeue": "Requeued {n} dead letter{s}.", "purge": "Purged {n} {source} message{s}.",
-           "purge-all": "Purged {n} message{s} (every state).",
-           "deleted": "Deleted dead letter {id}.",
-           "missing": "Message {id} is not a dead letter (any more): nothing was changed."}
+NOTICES = {
+    "requeue": "Requeued {n} dead letter{s}.",
+    "purge": "Purged {n} {source} message{s}.",
+    "purge-all": "Purged {n} message{s} (every state).",
+    "deleted": "Deleted dead letter {id}.",
+    "missing": "Message {id} is not a dead letter (any more): nothing was changed.",
+}
 
 
 def templates(request: Request) -> Jinja2Templates:
@@ -54,10 +57,15 @@ def base(request: Request) -> str:
 def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
     store = store_of(request)
     # csrf(): a function, so that only a page whose template has a form with it sets a cookie
-    context.update(base=base(request), read_only=request.app.state.read_only,
-                   csrf=functools.partial(form_csrf, request.scope),
-                   shown_url=store.shown_url, prefix=store.prefix,
-                   logged_in=session(request).authenticated, now=time.time())
+    context.update(
+        base=base(request),
+        read_only=request.app.state.read_only,
+        csrf=functools.partial(form_csrf, request.scope),
+        shown_url=store.shown_url,
+        prefix=store.prefix,
+        logged_in=session(request).authenticated,
+        now=time.time(),
+    )
     return templates(request).TemplateResponse(request, name, context, status_code=status)
 
 
@@ -74,10 +82,19 @@ async def queue_page(request: Request) -> Response:
     view = await store.view(request.path_params["name"])
     source, count = source_and_count(request, PAGE_COUNT)
     messages = await store.peek(view.name, count, source)
-    return render(request, "queue.html", view=view, source=source, count=count, sources=PEEK_SOURCES,
-                  messages=[(m, body_view(m.body)) for m in messages], notice=notice_text(request),
-                  purge_sources=PURGE_SOURCES, max_count=MAX_COUNT,
-                  more=min(max(count * 4, PAGE_COUNT), MAX_COUNT))  # ("?count=0" asks for more than 0)
+    return render(
+        request,
+        "queue.html",
+        view=view,
+        source=source,
+        count=count,
+        sources=PEEK_SOURCES,
+        messages=[(m, body_view(m.body)) for m in messages],
+        notice=notice_text(request),
+        purge_sources=PURGE_SOURCES,
+        max_count=MAX_COUNT,
+        more=min(max(count * 4, PAGE_COUNT), MAX_COUNT),
+    )  # ("?count=0" asks for more than 0)
 
 
 def notice_text(request: Request) -> str | None:
@@ -89,9 +106,12 @@ def notice_text(request: Request) -> str | None:
     if notice not in NOTICES:
         return None
     n, one = q.get("n", "0"), q.get("id", "")
-    return NOTICES[notice].format(n=n if re.fullmatch("[0-9]{1,20}", n) else "?", s="" if n == "1" else "s",
-                                  source=src if src in PURGE_SOURCES else "",
-                                  id=one if re.fullmatch("[0-9]{1,20}", one) else "?")
+    return NOTICES[notice].format(
+        n=n if re.fullmatch("[0-9]{1,20}", n) else "?",
+        s="" if n == "1" else "s",
+        source=src if src in PURGE_SOURCES else "",
+        id=one if re.fullmatch("[0-9]{1,20}", one) else "?",
+    )
 
 
 async def queue_live(request: Request) -> Response:
@@ -110,13 +130,23 @@ async def checked(request: Request) -> Response | tuple[Queue, FormData]:
     (nothing is changed)."""
     q = await store_of(request).existing(request.path_params["name"])
     if request.app.state.read_only:
-        return render(request, "error.html", 403, title="Read-only",
-                      detail="This dashboard runs with --read-only: actions are disabled.")
+        return render(
+            request,
+            "error.html",
+            403,
+            title="Read-only",
+            detail="This dashboard runs with --read-only: actions are disabled.",
+        )
     form = await request.form()
     given = form.get("csrf")
     if not sessions(request).csrf_ok(session(request), given if isinstance(given, str) else None):
-        return render(request, "error.html", 403, title="Action refused",
-                      detail="The form's CSRF token is missing or stale: reload the page and try again.")
+        return render(
+            request,
+            "error.html",
+            403,
+            title="Action refused",
+            detail="The form's CSRF token is missing or stale: reload the page and try again.",
+        )
     return q, form
 
 
@@ -133,9 +163,15 @@ async def requeue(request: Request) -> Response:
     if form.get("confirm") != "1":
         total = (await q.stats()).dead
         what = f"dead letter {one}" if one else f"all {total} dead letters"
-        return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/requeue",
-                      fields={"id": one}, title=f"Requeue {what} of {q.name}?",
-                      detail="They go to the tail of the queue with receives reset to 0.", button="Requeue")
+        return render(
+            request,
+            "confirm.html",
+            action=f"{base(request)}/queues/{q.name}/requeue",
+            fields={"id": one},
+            title=f"Requeue {what} of {q.name}?",
+            detail="They go to the tail of the queue with receives reset to 0.",
+            button="Requeue",
+        )
     n = await q.requeue([one] if one else None, source="dead")
     if one and not n:
         return back(request, q.name, source="dead", notice="missing", id=one)
@@ -156,18 +192,30 @@ async def purge(request: Request) -> Response:
         raise BadRequest(f"only a dead letter is deleted by id, not a {source} message")
     if form.get("confirm") != "1":
         s = await q.stats()
-        total = {"waiting": s.waiting, "delayed": s.delayed, "dead": s.dead,
-                 "all": s.waiting + s.processing + s.delayed + s.dead}[source]
+        total = {
+            "waiting": s.waiting,
+            "delayed": s.delayed,
+            "dead": s.dead,
+            "all": s.waiting + s.processing + s.delayed + s.dead,
+        }[source]
         what = "every message" if source == "all" else f"the {source} messages"
         title = f"Delete dead letter {one} of {q.name}?" if one else f"Delete {what} of {q.name} ({total})?"
-        return render(request, "confirm.html", action=f"{base(request)}/queues/{q.name}/purge",
-                      fields={"source": source, "id": one}, title=title,
-                      detail="Deleted messages cannot be recovered.", button="Delete", danger=True)
+        return render(
+            request,
+            "confirm.html",
+            action=f"{base(request)}/queues/{q.name}/purge",
+            fields={"source": source, "id": one},
+            title=title,
+            detail="Deleted messages cannot be recovered.",
+            button="Delete",
+            danger=True,
+        )
     n = await q.purge(source=source, ids=[one] if one else None)
     if one:
         return back(request, q.name, source="dead", notice="deleted" if n else "missing", id=one)
-    return back(request, q.name, source="waiting" if source == "all" else source, notice="purge",
-                n=str(n), purged=source)
+    return back(
+        request, q.name, source="waiting" if source == "all" else source, notice="purge", n=str(n), purged=source
+    )
 
 
 # -- login ------------------------------------------------------------------------------

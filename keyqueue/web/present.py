@@ -50,8 +50,15 @@ def api_message(m: BaseMessage) -> dict[str, Any]:
     """A message of ``GET /api/queues/NAME/messages``: the body as text, or base64 with
     ``body_base64`` true (as ``keyqueue peek --json``)."""
     body, b64 = json_body(m.body)
-    return {"id": m.id, "body": body, "body_base64": b64, "receives": m.receives,
-            "enqueued_at": m.enqueued_at, "deadline": m.deadline, "last_error": m.last_error}
+    return {
+        "id": m.id,
+        "body": body,
+        "body_base64": b64,
+        "receives": m.receives,
+        "enqueued_at": m.enqueued_at,
+        "deadline": m.deadline,
+        "last_error": m.last_error,
+    }
 
 
 def number(n: int) -> str:

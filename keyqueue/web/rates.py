@@ -50,8 +50,7 @@ class RateHistory:
     def series(self, name: str, counter: str) -> list[float]:
         """The rate between each two consecutive samples, oldest first."""
         samples = list(self._samples.get(name, ()))
-        return [(b.get(counter, 0) - a.get(counter, 0)) / (tb - ta)
-                for (ta, a), (tb, b) in zip(samples, samples[1:])]
+        return [(b.get(counter, 0) - a.get(counter, 0)) / (tb - ta) for (ta, a), (tb, b) in zip(samples, samples[1:])]
 
     def keep_only(self, names: set[str]) -> None:
         """Forget the queues that are gone."""

@@ -11,13 +11,13 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 import redis
 import redis.asyncio
 
+from ..aio.message import Message
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
-from ..errors import CorruptQueue, InvalidQueueName
-from ..keys import validate_prefix
-from ..aio.message import Message
 from ..core.results import QueueStats
 from ..core.sources import PeekSource
+from ..errors import CorruptQueue, InvalidQueueName
+from ..keys import validate_prefix
 from .rates import RATE_COUNTERS, RateHistory
 
 T = TypeVar("T")
@@ -51,11 +51,20 @@ class QueueView:
         """The object of ``GET /api/queues`` (name, the four counts, oldest_age); for a queue that could not be
         read, null numbers and the ``error``."""
         if self.error is not None:
-            return {"name": self.name, **dict.fromkeys(("waiting", "processing", "delayed", "dead", "oldest_age")),
-                    "error": self.error}
+            return {
+                "name": self.name,
+                **dict.fromkeys(("waiting", "processing", "delayed", "dead", "oldest_age")),
+                "error": self.error,
+            }
         s = self.stats
-        return {"name": self.name, "waiting": s.waiting, "processing": s.processing, "delayed": s.delayed,
-                "dead": s.dead, "oldest_age": s.oldest_age}
+        return {
+            "name": self.name,
+            "waiting": s.waiting,
+            "processing": s.processing,
+            "delayed": s.delayed,
+            "dead": s.dead,
+            "oldest_age": s.oldest_age,
+        }
 
 
 async def bounded(aw: Awaitable[T], seconds: float = READ_TIMEOUT) -> T:
@@ -93,8 +102,9 @@ class Store:
     """The app's Redis side. ``queue_options`` go to every ``keyqueue.aio.Queue`` it builds
     (``scripting``, ``min_replicas``, ``replica_timeout``)."""
 
-    def __init__(self, url: str | None, client: Any, prefix: str,
-                 queue_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str | None, client: Any, prefix: str, queue_options: Mapping[str, Any] | None = None
+    ) -> None:
         self.prefix = validate_prefix(prefix)
         self.owns_client = client is None
         if client is None and url is None:
@@ -153,9 +163,13 @@ class Store:
         q = self.queue(name)
         stats, counters = await read(lambda: asyncio.gather(q.stats(), q.counters()))
         self.rates.record(name, counters)
-        return QueueView(name, stats, counters,
-                         {c: self.rates.rate(name, c) for c in RATE_COUNTERS},
-                         {c: self.rates.series(name, c) for c in RATE_COUNTERS})
+        return QueueView(
+            name,
+            stats,
+            counters,
+            {c: self.rates.rate(name, c) for c in RATE_COUNTERS},
+            {c: self.rates.series(name, c) for c in RATE_COUNTERS},
+        )
 
     async def overview(self) -> list[QueueView]:
         """Every queue under the prefix, by name; one with a corrupt key is a view with its

@@ -78,10 +78,14 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         if not callable(handler):
             raise InvalidArgument(f"handler must be callable, not {handler!r}")
         self.handler = handler
-        self.concurrency = whole_number("concurrency", self.default_concurrency if concurrency is None
-                                        else concurrency, 1)
-        self.visibility_timeout = None if visibility_timeout is None else check_seconds(
-            "visibility_timeout", visibility_timeout, allow_zero=False)
+        self.concurrency = whole_number(
+            "concurrency", self.default_concurrency if concurrency is None else concurrency, 1
+        )
+        self.visibility_timeout = (
+            None
+            if visibility_timeout is None
+            else check_seconds("visibility_timeout", visibility_timeout, allow_zero=False)
+        )
         self.heartbeat = heartbeat
         self.retry_backoff = check_seconds("retry_backoff", retry_backoff)
         self.reap_on_start = reap_on_start
@@ -101,11 +105,16 @@ class WorkerBase(Generic[QueueT, HandlerT]):
 
     def options(self) -> dict[str, Any]:
         """The keyword options this worker runs with (no metrics: no metrics host either)."""
-        return dict(concurrency=self.concurrency, visibility_timeout=self.visibility_timeout,
-                    heartbeat=self.heartbeat, retry_backoff=self.retry_backoff,
-                    reap_on_start=self.reap_on_start, grace_period=self.grace_period,
-                    metrics_port=None if self.metrics is None else self.metrics.port,
-                    metrics_host=METRICS_HOST if self.metrics is None else self.metrics.host)
+        return dict(
+            concurrency=self.concurrency,
+            visibility_timeout=self.visibility_timeout,
+            heartbeat=self.heartbeat,
+            retry_backoff=self.retry_backoff,
+            reap_on_start=self.reap_on_start,
+            grace_period=self.grace_period,
+            metrics_port=None if self.metrics is None else self.metrics.port,
+            metrics_host=METRICS_HOST if self.metrics is None else self.metrics.host,
+        )
 
     def with_options(self: W, **changes: Any) -> W:
         """A new worker of this class, with this one's queues, handler and options but for
@@ -125,8 +134,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     def stop(self) -> None:
         raise NotImplementedError
 
-    def run_process(self, name: str, *, url: str | None = None, burst: bool = False,
-                    close: Sequence[Any] = ()) -> None:
+    def run_process(self, name: str, *, url: str | None = None, burst: bool = False, close: Sequence[Any] = ()) -> None:
         """Run the worker as a process's main work (``keyqueue worker``), saying first what
         runs where; ``close``: clients to close at the end."""
         raise NotImplementedError
@@ -156,16 +164,25 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     def _log_stopped(self) -> None:
         """The last line of a run: an operator reading a log after SIGTERM sees it drained."""
         left = len(self._held_now())
-        log.info("worker stopped: %d messages processed, %d failed, %s", self.processed, self.failed,
-                 "nothing left held" if not left else f"{left} still held (they come back after their timeout)")
+        log.info(
+            "worker stopped: %d messages processed, %d failed, %s",
+            self.processed,
+            self.failed,
+            "nothing left held" if not left else f"{left} still held (they come back after their timeout)",
+        )
 
     def _log_options(self) -> None:
         """One INFO line with the worker's options (one per queue follows)."""
-        log.info("worker options: concurrency=%d retry_backoff=%s grace_period=%s heartbeat=%s "
-                 "reap_on_start=%s visibility_timeout=%s", self.concurrency, number(self.retry_backoff),
-                 number(self.grace_period), "on" if self.heartbeat else "off",
-                 "on" if self.reap_on_start else "off",
-                 "per queue" if self.visibility_timeout is None else number(self.visibility_timeout))
+        log.info(
+            "worker options: concurrency=%d retry_backoff=%s grace_period=%s heartbeat=%s "
+            "reap_on_start=%s visibility_timeout=%s",
+            self.concurrency,
+            number(self.retry_backoff),
+            number(self.grace_period),
+            "on" if self.heartbeat else "off",
+            "on" if self.reap_on_start else "off",
+            "per queue" if self.visibility_timeout is None else number(self.visibility_timeout),
+        )
 
     def _announce_steps(self, name: str, url: str | None) -> Steps[None]:
         """Before a process runs the worker (``run_process``): a warning per queue nobody has
@@ -179,12 +196,22 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                 if key not in known:
                     known[key] = yield functools.partial(self._queue_names, q)
                 if q.name not in known[key]:
-                    log.warning("queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
-                                q.name, q.prefix, client_url(q.client), closest(q.name, known[key]))
+                    log.warning(
+                        "queue %r does not exist yet under prefix %r at %s%s; waiting for producers",
+                        q.name,
+                        q.prefix,
+                        client_url(q.client),
+                        closest(q.name, known[key]),
+                    )
         except TRANSIENT:
             pass
-        log.info("worker %s on %s at %s, concurrency %d", name, ", ".join(q.name for q in self.queues),
-                 url or client_url(self.queues[0].client), self.concurrency)
+        log.info(
+            "worker %s on %s at %s, concurrency %d",
+            name,
+            ", ".join(q.name for q in self.queues),
+            url or client_url(self.queues[0].client),
+            self.concurrency,
+        )
 
     # -- start and maintain ---------------------------------------------------------------
 
@@ -195,12 +222,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         if self.metrics is not None:
             self.metrics.start()
         for client in {id(q.client): q.client for q in self.queues}.values():
-            yield from retrying(functools.partial(self._check_eviction, client), "check Redis",
-                                lambda: self.stopping)
+            yield from retrying(functools.partial(self._check_eviction, client), "check Redis", lambda: self.stopping)
         self._log_options()
         for priority, q in enumerate(self.queues, 1):
-            s = yield from retrying(functools.partial(self._read_settings, q), f"read the settings of {q.name}",
-                                    lambda: self.stopping)
+            s = yield from retrying(
+                functools.partial(self._read_settings, q), f"read the settings of {q.name}", lambda: self.stopping
+            )
             if s is None:  # stopped while Redis was unreachable
                 return False
             log_queue_settings(priority, q, s, self.visibility_timeout)
@@ -293,8 +320,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             else:  # the handler acked, released or dead-lettered it: taken at its word
                 result = SETTLED_OUTCOME[m.settled]
                 self.processed += 1
-                log.debug("handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled],
-                          q.name, m.id, m.receives)
+                log.debug(
+                    "handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled], q.name, m.id, m.receives
+                )
                 self._forget([h])
         else:  # the handler's failure, not ours: whatever it raised
             self.failed += 1
@@ -330,8 +358,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     def _grace_over_steps(self) -> Steps[None]:
         """The grace period is over: release what is still held (handlers running or not)."""
         for h in self._held_now():
-            log.warning("grace period over: releasing queue=%s id=%s receives=%d",
-                        h.queue.name, h.message.id, h.message.receives)
+            log.warning(
+                "grace period over: releasing queue=%s id=%s receives=%d",
+                h.queue.name,
+                h.message.id,
+                h.message.receives,
+            )
             h.abandoned = True
             yield from give_back(h)
             self._forget([h])
@@ -352,10 +384,18 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
     vis = number(s.visibility_timeout)
     if visibility_timeout is not None:
         vis = f"{number(visibility_timeout)} (worker; queue's {vis})"
-    log.info("queue=%s priority=%d visibility_timeout=%s max_receives=%s bucket_seconds=%s "
-             "max_body_bytes=%d dedup_window=%s mode=%s", q.name, priority, vis,
-             number(s.max_receives), number(s.bucket_seconds), s.max_body_bytes,
-             number(s.dedup_window), "scripted" if q.scripting else "script-free")
+    log.info(
+        "queue=%s priority=%d visibility_timeout=%s max_receives=%s bucket_seconds=%s "
+        "max_body_bytes=%d dedup_window=%s mode=%s",
+        q.name,
+        priority,
+        vis,
+        number(s.max_receives),
+        number(s.bucket_seconds),
+        s.max_body_bytes,
+        number(s.dedup_window),
+        "scripted" if q.scripting else "script-free",
+    )
 
 
 def client_url(client: Any) -> str:

@@ -34,10 +34,15 @@ class WorkerMetrics:
             raise InvalidArgument(f"metrics_port must be at most 65535, not {port}")
         self.host = host
         self.registry = CollectorRegistry()
-        self.handled = Counter("keyqueue_worker_handled", "Messages handled, by what they became.",
-                               ["queue", "outcome"], registry=self.registry)
-        self.seconds = Histogram("keyqueue_worker_handler_seconds", "Time in the handler, every call.",
-                                 ["queue"], registry=self.registry)
+        self.handled = Counter(
+            "keyqueue_worker_handled",
+            "Messages handled, by what they became.",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.seconds = Histogram(
+            "keyqueue_worker_handler_seconds", "Time in the handler, every call.", ["queue"], registry=self.registry
+        )
         self._server: Any = None
         self._thread: Any = None
 
@@ -50,8 +55,9 @@ class WorkerMetrics:
         try:
             self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
         except OSError as exc:
-            raise KeyQueueError(f"cannot serve worker metrics on {self.host}:{self.port}: "
-                                     f"{exc.strerror or exc}") from None
+            raise KeyQueueError(
+                f"cannot serve worker metrics on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
         self.port = self._server.server_port
         host = f"[{self.host}]" if ":" in self.host else self.host
         log.info("metrics on http://%s:%d/metrics", host, self.port)  # (port 0: the one it got)

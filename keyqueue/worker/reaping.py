@@ -35,6 +35,11 @@ def log_reap(name: str, outcome: ReapResult | Exception, logger: logging.Logger)
         logger.warning("reap of queue=%s failed: %s; retrying next pass", name, outcome)
         return None
     if outcome.total:
-        logger.info("reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
-                    name, outcome.requeued, outcome.dead_lettered, outcome.delayed_released)
+        logger.info(
+            "reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
+            name,
+            outcome.requeued,
+            outcome.dead_lettered,
+            outcome.delayed_released,
+        )
     return outcome

@@ -30,8 +30,10 @@ STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
 
 def is_async(handler: object) -> bool:
     """An ``async def`` function, a callable object with one as ``__call__``, or a partial of one."""
-    return any(inspect.iscoroutinefunction(f) for f in
-               (handler, getattr(handler, "__call__", None), getattr(handler, "func", None)))
+    return any(
+        inspect.iscoroutinefunction(f)
+        for f in (handler, getattr(handler, "__call__", None), getattr(handler, "func", None))
+    )
 
 
 def backoff(retry_backoff: float, receives: int) -> float:

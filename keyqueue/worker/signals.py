@@ -38,8 +38,9 @@ def on_stop_signals(callback: Callable[[signal.Signals], None]) -> Callable[[], 
     return restore
 
 
-def on_loop_stop_signals(loop: asyncio.AbstractEventLoop,
-                         callback: Callable[[signal.Signals], None]) -> Callable[[], None]:
+def on_loop_stop_signals(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[signal.Signals], None]
+) -> Callable[[], None]:
     """``on_stop_signals`` for a loop (the main thread's, Unix): ``callback`` runs on the
     loop, between two callbacks, rather than between two bytecodes."""
     for s in STOP_SIGNALS:
@@ -60,16 +61,20 @@ class StopSignals:
     the process at once. It only logs and sets flags: with ``signal.signal`` it runs
     between two bytecodes of the main thread, which may hold a connection pool's lock."""
 
-    def __init__(self, grace_period: float, stopping: Callable[[], bool], stop: Callable[[], None],
-                 force: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        grace_period: float,
+        stopping: Callable[[], bool],
+        stop: Callable[[], None],
+        force: Callable[[], None] = lambda: None,
+    ) -> None:
         self.grace_period = grace_period
         self.stopping, self.stop, self.force = stopping, stop, force
         self.forced: signal.Signals | None = None
 
     def __call__(self, sig: signal.Signals) -> None:
         if self.forced is not None:  # releasing hangs (Redis unreachable?): leave at once
-            log.warning("third %s: exiting now; messages not yet released return after their "
-                        "deadlines", sig.name)
+            log.warning("third %s: exiting now; messages not yet released return after their deadlines", sig.name)
             os._exit(128 + int(sig))
         if self.stopping():
             log.warning("second %s: releasing every held message now, then exiting", sig.name)

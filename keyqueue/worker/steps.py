@@ -80,8 +80,7 @@ def outage_pause(failures: int, why: str) -> Pause:
     return Pause(delay)
 
 
-def retrying(fn: Callable[[], Any], what: str, stopping: Callable[[], bool],
-             attempts: int | None = None) -> Steps[Any]:
+def retrying(fn: Callable[[], Any], what: str, stopping: Callable[[], bool], attempts: int | None = None) -> Steps[Any]:
     """fn(), retried with backoff through Redis outages; None if it never succeeded (or,
     with no limit of attempts, once the worker stops)."""
     failures = 0
@@ -135,8 +134,14 @@ def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[str]:
     m, q = h.message, h.queue
     error = describe(exc)
     if m.settled is not None:
-        log.warning("failed queue=%s id=%s receives=%d: %s; the handler had %s it already, "
-                    "so it is not released", q.name, m.id, m.receives, error, SETTLED_PAST[m.settled])
+        log.warning(
+            "failed queue=%s id=%s receives=%d: %s; the handler had %s it already, so it is not released",
+            q.name,
+            m.id,
+            m.receives,
+            error,
+            SETTLED_PAST[m.settled],
+        )
         return SETTLED_OUTCOME[m.settled]
     limit = q.settings.max_receives
     outcome = "retry"
@@ -148,8 +153,7 @@ def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[str]:
         else:
             delay = backoff(retry_backoff, m.receives)
             ok = yield functools.partial(q.release, m, delay=delay, error=error)
-            log.warning("failed queue=%s id=%s receives=%d: %s; retry in %.1fs",
-                        q.name, m.id, m.receives, error, delay)
+            log.warning("failed queue=%s id=%s receives=%d: %s; retry in %.1fs", q.name, m.id, m.receives, error, delay)
         if not ok:
             log.warning("queue=%s id=%s was redelivered meanwhile; its new delivery decides", q.name, m.id)
     except RECOVERABLE as exc2:
@@ -169,14 +173,16 @@ def ack(done: list[Held], stopping: Callable[[], bool]) -> Steps[int]:
         q, msgs = group[0].queue, [h.message for h in group if h.message.settled is None]
         if not msgs:
             continue
-        acked = yield from retrying(functools.partial(q.ack_many, msgs), f"ack of {len(msgs)} on {q.name}",
-                                    stopping, attempts=8)
+        acked = yield from retrying(
+            functools.partial(q.ack_many, msgs), f"ack of {len(msgs)} on {q.name}", stopping, attempts=8
+        )
         covered += len(msgs)
         if acked is None:
             log.error("could not ack %d messages of %s; they will be redelivered", len(msgs), q.name)
         elif acked < len(msgs):
-            log.warning("queue=%s: %d of %d acks were stale (redelivered meanwhile)",
-                        q.name, len(msgs) - acked, len(msgs))
+            log.warning(
+                "queue=%s: %d of %d acks were stale (redelivered meanwhile)", q.name, len(msgs) - acked, len(msgs)
+            )
         if log.isEnabledFor(logging.DEBUG):
             for m in msgs:
                 log.debug("acked queue=%s id=%s receives=%d", q.name, m.id, m.receives)
@@ -190,8 +196,13 @@ def give_back(h: Held, level: int = logging.WARNING) -> Steps[bool]:
     try:
         return bool((yield functools.partial(h.queue.release, h.message)))
     except RECOVERABLE as exc:
-        log.log(level, "could not release queue=%s id=%s (%s); it returns after its deadline",
-                h.queue.name, h.message.id, exc)
+        log.log(
+            level,
+            "could not release queue=%s id=%s (%s); it returns after its deadline",
+            h.queue.name,
+            h.message.id,
+            exc,
+        )
         return False
 
 

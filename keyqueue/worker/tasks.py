@@ -29,11 +29,11 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import redis
 
 from ..aio.message import Message
-from ..health import judge_eviction
 from ..core.queue_core import WAIT_SLICE, list_queues_op
 from ..face import QueueFace, claim_any_plan
-from ..transport.aio import run, run_plan
+from ..health import judge_eviction
 from ..settings import QueueSettings
+from ..transport.aio import run, run_plan
 from .base import WorkerBase
 from .reaping import log_reap
 from .rules import RECOVERABLE
@@ -153,8 +153,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
         if self._fatal is not None:
             raise self._fatal
 
-    def run_process(self, name: str, *, url: str | None = None, burst: bool = False,
-                    close: Sequence[Any] = ()) -> None:
+    def run_process(self, name: str, *, url: str | None = None, burst: bool = False, close: Sequence[Any] = ()) -> None:
         """run() as a process's main work (``keyqueue worker``), with ``asyncio.run``: first a
         warning per queue nobody created yet and a line saying what runs where (``name``:
         the handler; ``url``: where, by default where the first queue's client connects).
@@ -279,8 +278,9 @@ class Worker(WorkerBase[QueueFace, Handler]):
 
     async def _claim_now(self, wait: float, poll_first: bool) -> list[Held]:
         """Claim a batch, held (for heartbeats and release) the moment it arrives."""
-        q, msgs = await run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait,
-                                                poll_first))
+        q, msgs = await run_plan(
+            claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, poll_first)
+        )
         return self._hold(q, msgs) if q is not None and msgs else []
 
     async def _invoke(self, h: Held) -> BaseException | None:
@@ -297,10 +297,13 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 await result
             elif not self._warned_plain:
                 self._warned_plain = True
-                log.warning("handler %s returned %r, not an awaitable: it ran on the event loop, "
-                            "blocking it; keyqueue.aio.Worker runs `async def` handlers "
-                            "(keyqueue.Worker runs plain functions, in threads)",
-                            getattr(self.handler, "__name__", repr(self.handler)), result)
+                log.warning(
+                    "handler %s returned %r, not an awaitable: it ran on the event loop, "
+                    "blocking it; keyqueue.aio.Worker runs `async def` handlers "
+                    "(keyqueue.Worker runs plain functions, in threads)",
+                    getattr(self.handler, "__name__", repr(self.handler)),
+                    result,
+                )
         except BaseException as exc:  # the handler's failure, not ours: whatever it raised
             return exc
         return None

@@ -29,13 +29,13 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+from ..core.queue_core import WAIT_SLICE, list_queues_op
 from ..errors import InvalidArgument
+from ..face import QueueFace, claim_any_plan
 from ..health import warn_unless_noeviction
 from ..message import Message
-from ..core.queue_core import WAIT_SLICE, list_queues_op
-from ..face import QueueFace, claim_any_plan
-from ..transport.sync import run, run_plan
 from ..settings import QueueSettings
+from ..transport.sync import run, run_plan
 from .base import WorkerBase
 from .reaping import reap_and_log
 from .rules import RECOVERABLE, is_async
@@ -61,9 +61,11 @@ class Worker(WorkerBase[QueueFace, Handler]):
 
     def _setup(self) -> None:
         if is_async(self.handler):  # called here, it would return an unawaited coroutine: acked unrun
-            raise InvalidArgument(f"handler {getattr(self.handler, '__name__', self.handler)!r} is an "
-                                  "async function: this Worker runs plain functions; run it with "
-                                  "keyqueue.aio.Worker (or @aio_queue.worker) on a keyqueue.aio.Queue")
+            raise InvalidArgument(
+                f"handler {getattr(self.handler, '__name__', self.handler)!r} is an "
+                "async function: this Worker runs plain functions; run it with "
+                "keyqueue.aio.Worker (or @aio_queue.worker) on a keyqueue.aio.Queue"
+            )
         self._stopping = threading.Event()
         self._claiming: set[int] = set()  # threads inside a claim (it may return messages)
         #: The stop signals of the current run(); a second one releases what is held now.
@@ -90,8 +92,10 @@ class Worker(WorkerBase[QueueFace, Handler]):
         restore = on_stop_signals(self._signals)
         try:
             self._drive(self._start_steps())
-            threads = [threading.Thread(target=self._thread_loop, args=(burst,), daemon=True,
-                                        name=f"keyqueue-worker-{i}") for i in range(self.concurrency)]
+            threads = [
+                threading.Thread(target=self._thread_loop, args=(burst,), daemon=True, name=f"keyqueue-worker-{i}")
+                for i in range(self.concurrency)
+            ]
             maintain = threading.Thread(target=self._maintain, name="keyqueue-maintain", daemon=True)
             for t in [*threads, maintain]:
                 t.start()
@@ -108,8 +112,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
         if self._fatal is not None:
             raise self._fatal
 
-    def run_process(self, name: str, *, url: str | None = None, burst: bool = False,
-                    close: Sequence[Any] = ()) -> None:
+    def run_process(self, name: str, *, url: str | None = None, burst: bool = False, close: Sequence[Any] = ()) -> None:
         """run() as a process's main work (``keyqueue worker``): first a warning per queue
         nobody created yet and a line saying what runs where (``name``: the handler; ``url``:
         where, by default where the first queue's client connects); ``close``: clients to
@@ -151,8 +154,9 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 with self._lock:
                     self._claiming.add(threading.get_ident())
                 try:
-                    q, msgs = run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout,
-                                                        wait, not waited_empty))
+                    q, msgs = run_plan(
+                        claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, not waited_empty)
+                    )
                     held = self._hold(q, msgs) if q is not None and msgs else []
                 finally:
                     with self._lock:

@@ -43,9 +43,19 @@ import time
 from typing import Any, Callable
 
 import redis
-
-from harness import (BODY_SIZE, QUEUE_NAME, RAW_QUEUE, Options, Row, Spread, exit_status, interleaved,
-                     markdown_table, row, throwaway_redis)
+from harness import (
+    BODY_SIZE,
+    QUEUE_NAME,
+    RAW_QUEUE,
+    Options,
+    Row,
+    Spread,
+    exit_status,
+    interleaved,
+    markdown_table,
+    row,
+    throwaway_redis,
+)
 
 BODY = "x" * BODY_SIZE
 SIDE_TIMEOUT = 300.0  # seconds: a side that takes longer is killed and the run fails
@@ -203,8 +213,7 @@ def side_saq_drain(url: str, n: int, concurrency: int) -> float:
             await asyncio.gather(*(queue.enqueue("saq_noop", body=BODY) for _ in range(min(100, n - i))))
         assert await queue.count("queued") == n
         # burst mode needs a positive dequeue_timeout: the wait for "empty" before it exits
-        worker = SaqWorker(queue, functions=[saq_noop], concurrency=concurrency, burst=True,
-                           dequeue_timeout=0.05)
+        worker = SaqWorker(queue, functions=[saq_noop], concurrency=concurrency, burst=True, dequeue_timeout=0.05)
         worker.SIGNALS = []  # no signal handlers: a benchmark subprocess
         start = time.monotonic()
         took = await _await_drain(worker.start(), start)
@@ -294,11 +303,13 @@ def run_side(side: Callable[..., float], *args: Any) -> float:
     return float(value)
 
 
-def rates(sides: dict[str, tuple[Callable[..., float], tuple[Any, ...]]], n: int, rounds: int,
-          label: str) -> dict[str, list[float]]:
+def rates(
+    sides: dict[str, tuple[Callable[..., float], tuple[Any, ...]]], n: int, rounds: int, label: str
+) -> dict[str, list[float]]:
     """msg/s of every side in every round, each run in a process of its own."""
-    return interleaved({k: (lambda s=side, a=args: n / run_side(s, *a)) for k, (side, args) in sides.items()},
-                       rounds, label)
+    return interleaved(
+        {k: (lambda s=side, a=args: n / run_side(s, *a)) for k, (side, args) in sides.items()}, rounds, label
+    )
 
 
 # -- reporting ----------------------------------------------------------------------------
@@ -306,19 +317,29 @@ def rates(sides: dict[str, tuple[Callable[..., float], tuple[Any, ...]]], n: int
 
 def summary(baseline: str, t: Row) -> dict[str, Any]:
     s = Spread.of(t.ratios).rounded()
-    return {"name": t.name, "messages": t.messages, "baseline": baseline,
-            "median_msgs_per_s": {"keyqueue": round(t.keyqueue_msgs_per_s), "baseline": round(t.baseline_msgs_per_s)},
-            "ratio_min": s["min"], "ratio_median": s["median"], "ratio_max": s["max"], "rounds": len(t.ratios),
-            "target": t.min_ratio, "met": t.passed}
+    return {
+        "name": t.name,
+        "messages": t.messages,
+        "baseline": baseline,
+        "median_msgs_per_s": {"keyqueue": round(t.keyqueue_msgs_per_s), "baseline": round(t.baseline_msgs_per_s)},
+        "ratio_min": s["min"],
+        "ratio_median": s["median"],
+        "ratio_max": s["max"],
+        "rounds": len(t.ratios),
+        "target": t.min_ratio,
+        "met": t.passed,
+    }
 
 
 def drain_skipped() -> str | None:
     """Why measurement 2 cannot run here, or None."""
     import importlib.util
 
-    for module, why in (("arq", "arq is not installed (see this script's docstring)"),
-                        ("saq", "saq is not installed (see this script's docstring)"),
-                        ("keyqueue.worker.tasks", "keyqueue.aio.Worker does not exist in this checkout")):
+    for module, why in (
+        ("arq", "arq is not installed (see this script's docstring)"),
+        ("saq", "saq is not installed (see this script's docstring)"),
+        ("keyqueue.worker.tasks", "keyqueue.aio.Worker does not exist in this checkout"),
+    ):
         if importlib.util.find_spec(module) is None:
             return why
     return None
@@ -328,31 +349,58 @@ def measure(args: argparse.Namespace, url: str) -> list[tuple[str, Row]]:
     """(the baseline's name, the row) of every figure."""
     figures = []
     # 1. enqueue one at a time
-    runs = rates({"baseline": (side_raw_enqueue, (url, args.enqueue)),
-                  "keyqueue": (side_kq_enqueue, (url, args.enqueue))}, args.enqueue, args.rounds, "enqueue")
-    figures.append(("redis.asyncio LPUSH", row("async enqueue, one at a time", args.enqueue, runs, "keyqueue",
-                                               "baseline", min_ratio=0.5)))
+    runs = rates(
+        {"baseline": (side_raw_enqueue, (url, args.enqueue)), "keyqueue": (side_kq_enqueue, (url, args.enqueue))},
+        args.enqueue,
+        args.rounds,
+        "enqueue",
+    )
+    figures.append(
+        (
+            "redis.asyncio LPUSH",
+            row("async enqueue, one at a time", args.enqueue, runs, "keyqueue", "baseline", min_ratio=0.5),
+        )
+    )
 
     # 2. worker drain
     skipped = drain_skipped()
     if skipped is None:
         c = args.concurrency
-        runs = rates({"arq": (side_arq_drain, (url, args.drain, c, args.arq_poll_delay)),
-                      "saq": (side_saq_drain, (url, args.drain, c)),
-                      "keyqueue": (side_kq_drain, (url, args.drain, c))}, args.drain, args.rounds, "drain")
+        runs = rates(
+            {
+                "arq": (side_arq_drain, (url, args.drain, c, args.arq_poll_delay)),
+                "saq": (side_saq_drain, (url, args.drain, c)),
+                "keyqueue": (side_kq_drain, (url, args.drain, c)),
+            },
+            args.drain,
+            args.rounds,
+            "drain",
+        )
         runs["better of arq, saq"] = [max(a, s) for a, s in zip(runs["arq"], runs["saq"])]
         for base, target in (("arq", None), ("saq", None), ("better of arq, saq", 3.0)):
-            figures.append((base, row(f"async worker drain, concurrency {c}", args.drain, runs, "keyqueue", base,
-                                      min_ratio=target)))
+            figures.append(
+                (
+                    base,
+                    row(f"async worker drain, concurrency {c}", args.drain, runs, "keyqueue", base, min_ratio=target),
+                )
+            )
     else:
         print(f"  drain: SKIPPED, {skipped}", file=sys.stderr)
 
     # 3. many producers
     p, m = args.producers, args.per_producer
-    runs = rates({"baseline": (side_threads_produce, (url, p, m)), "keyqueue": (side_tasks_produce, (url, p, m))},
-                 p * m, args.rounds, "producers")
-    figures.append((f"sync keyqueue.Queue in {p} threads",
-                    row(f"{p} producers: asyncio tasks vs threads", p * m, runs, "keyqueue", "baseline")))
+    runs = rates(
+        {"baseline": (side_threads_produce, (url, p, m)), "keyqueue": (side_tasks_produce, (url, p, m))},
+        p * m,
+        args.rounds,
+        "producers",
+    )
+    figures.append(
+        (
+            f"sync keyqueue.Queue in {p} threads",
+            row(f"{p} producers: asyncio tasks vs threads", p * m, runs, "keyqueue", "baseline"),
+        )
+    )
     return figures
 
 
@@ -363,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producers", type=int, default=100, help="tasks / threads of measurement 3")
     ap.add_argument("--per-producer", type=int, default=200, help="messages per producer (3)")
     ap.add_argument("--concurrency", type=int, default=10, help="handlers at once in every worker (2)")
-    ap.add_argument("--arq-poll-delay", type=float, default=0.0,
-                    help="arq's poll_delay (its default 0.5 s idles between batches)")
+    ap.add_argument(
+        "--arq-poll-delay", type=float, default=0.0, help="arq's poll_delay (its default 0.5 s idles between batches)"
+    )
     args = ap.parse(argv)
     if args.quick:
         args.enqueue, args.drain, args.per_producer = 200, 200, 2
@@ -372,16 +421,46 @@ def main(argv: list[str] | None = None) -> int:
         figures = measure(args, server.url)
     results = [summary(base, t) for base, t in figures]
     if args.json:
-        print(json.dumps({"rounds": args.rounds, "concurrency": args.concurrency,
-                          "arq_poll_delay": args.arq_poll_delay, "results": results}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "rounds": args.rounds,
+                    "concurrency": args.concurrency,
+                    "arq_poll_delay": args.arq_poll_delay,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
     else:
-        print("\n".join(markdown_table(
-            ["measurement", "messages", "baseline", "keyqueue msg/s (median)", "baseline msg/s (median)",
-             f"ratio min / median / max ({args.rounds} rounds)", "target"], "lrlrrrr",
-            ([t.name, f"{t.messages:,}", base, f"{round(t.keyqueue_msgs_per_s):,}", f"{round(t.baseline_msgs_per_s):,}",
-              Spread.of(t.ratios).text(),
-              "-" if t.min_ratio is None else f">= {t.min_ratio:g} ({'met' if t.passed else 'MISSED'})"]
-             for base, t in figures))))
+        print(
+            "\n".join(
+                markdown_table(
+                    [
+                        "measurement",
+                        "messages",
+                        "baseline",
+                        "keyqueue msg/s (median)",
+                        "baseline msg/s (median)",
+                        f"ratio min / median / max ({args.rounds} rounds)",
+                        "target",
+                    ],
+                    "lrlrrrr",
+                    (
+                        [
+                            t.name,
+                            f"{t.messages:,}",
+                            base,
+                            f"{round(t.keyqueue_msgs_per_s):,}",
+                            f"{round(t.baseline_msgs_per_s):,}",
+                            Spread.of(t.ratios).text(),
+                            "-" if t.min_ratio is None else f">= {t.min_ratio:g} ({'met' if t.passed else 'MISSED'})",
+                        ]
+                        for base, t in figures
+                    ),
+                )
+            )
+        )
     return exit_status(args, all(t.passed is not False for _, t in figures))
 
 

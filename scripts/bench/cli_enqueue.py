@@ -27,20 +27,31 @@ def main(argv: list[str] | None = None) -> int:
         args.n = 1_000
     data = b"".join(b"%d\n" % i for i in range(1, args.n + 1))  # what `seq 1 N` writes
     with throwaway_redis() as (server, client):
-        cmd = [sys.executable, "-m", "keyqueue", "--url", server.url,
-               *(["--no-scripting"] if args.no_scripting else []), "enqueue", QUEUE_NAME]
+        cmd = [
+            sys.executable,
+            "-m",
+            "keyqueue",
+            "--url",
+            server.url,
+            *(["--no-scripting"] if args.no_scripting else []),
+            "enqueue",
+            QUEUE_NAME,
+        ]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         lines = 0
         start = time.perf_counter()
         with open(os.devnull if args.ids == "-" else args.ids, "wb") as sink:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, cwd=ROOT,
-                                    stdout=subprocess.PIPE if args.ids == "-" else sink)
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, env=env, cwd=ROOT, stdout=subprocess.PIPE if args.ids == "-" else sink
+            )
             if args.ids == "-":
+
                 def count() -> None:
                     nonlocal lines
                     assert proc.stdout is not None
                     for _ in proc.stdout:
                         lines += 1
+
                 reader = threading.Thread(target=count)
                 reader.start()
             assert proc.stdin is not None
@@ -53,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         waiting = client.scard(f"kq:{{{QUEUE_NAME}}}:items")
     mode = "script-free" if args.no_scripting else "scripted"
     ids = f", {lines:,} ids read from its stdout" if args.ids == "-" else ""
-    print(f"{args.n:,} lines ({mode}): exit {rc}, {waiting:,} waiting, {seconds:.2f}s, "
-          f"{args.n / seconds:,.0f} messages/s{ids}")
+    print(
+        f"{args.n:,} lines ({mode}): exit {rc}, {waiting:,} waiting, {seconds:.2f}s, "
+        f"{args.n / seconds:,.0f} messages/s{ids}"
+    )
     return 0 if rc == 0 and waiting == args.n else 1
 
 

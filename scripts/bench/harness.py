@@ -55,18 +55,20 @@ class Options(argparse.ArgumentParser):
     given a default, ``--rounds``; a benchmark adds its own. ``parse`` settles the rounds: the
     default, or 1 with ``--quick``, and at least ``min_rounds`` otherwise."""
 
-    def __init__(self, doc: str | None, *, rounds: int | None = None, min_rounds: int = 3,
-                 json: bool = True) -> None:
+    def __init__(self, doc: str | None, *, rounds: int | None = None, min_rounds: int = 3, json: bool = True) -> None:
         super().__init__(description=(doc or "").split("\n\n")[0])
         self.default_rounds, self.min_rounds = rounds, min_rounds
-        self.add_argument("--quick", action="store_true",
-                          help="tiny counts, 1 round: a smoke test (a missed target does not fail it)")
+        self.add_argument(
+            "--quick", action="store_true", help="tiny counts, 1 round: a smoke test (a missed target does not fail it)"
+        )
         if json:
             self.add_argument("--json", action="store_true", help="print JSON instead of the tables")
         if rounds is not None:
-            self.add_argument("--rounds", type=int,
-                              help=f"interleaved rounds (default {rounds}, at least {min_rounds}; "
-                                   f"{QUICK_ROUNDS} with --quick)")
+            self.add_argument(
+                "--rounds",
+                type=int,
+                help=f"interleaved rounds (default {rounds}, at least {min_rounds}; {QUICK_ROUNDS} with --quick)",
+            )
 
     def parse(self, argv: Sequence[str] | None = None) -> argparse.Namespace:
         args = self.parse_args(argv)
@@ -100,8 +102,7 @@ def throwaway_redis(extra: Sequence[str] = ()) -> Iterator[tuple[RedisServer, re
 
 def about(r: redis.Redis) -> dict[str, Any]:
     """What every figure depends on besides the machine."""
-    return {"redis_version": r.info("server")["redis_version"], "redis_py": redis.__version__,
-            "body_bytes": BODY_SIZE}
+    return {"redis_version": r.info("server")["redis_version"], "redis_py": redis.__version__, "body_bytes": BODY_SIZE}
 
 
 def about_line(r: redis.Redis) -> str:
@@ -142,8 +143,9 @@ def expect(got: int, want: int, what: str) -> None:
         raise RuntimeError(f"{what}: drained {got} messages, expected {want}")
 
 
-def script_call_durations(r: redis.Redis, work: Callable[[], object],
-                          slower_than_us: int = 0) -> tuple[int, list[float]]:
+def script_call_durations(
+    r: redis.Redis, work: Callable[[], object], slower_than_us: int = 0
+) -> tuple[int, list[float]]:
     """How many EVALSHA calls ``work`` sends (INFO commandstats) and the server-side duration
     in ms of each that SLOWLOG kept (every call, or those over ``slower_than_us``), sorted."""
     r.config_set("slowlog-log-slower-than", slower_than_us)
@@ -157,8 +159,7 @@ def script_call_durations(r: redis.Redis, work: Callable[[], object],
     finally:
         r.config_set("slowlog-log-slower-than", 10_000)
         r.config_set("slowlog-max-len", 128)
-    return calls, sorted(e["duration"] / 1000 for e in entries
-                         if e["command"].split(b" ")[0].upper() == b"EVALSHA")
+    return calls, sorted(e["duration"] / 1000 for e in entries if e["command"].split(b" ")[0].upper() == b"EVALSHA")
 
 
 @dataclass
@@ -216,8 +217,10 @@ def interleaved(sides: Mapping[str, Callable[[], T]], rounds: int, label: str = 
         for name, side in sides.items():
             runs[name].append(side())
         if label:
-            print(f"  {label}: round {i + 1}/{rounds}: "
-                  + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in runs.items()), file=sys.stderr)
+            print(
+                f"  {label}: round {i + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in runs.items()),
+                file=sys.stderr,
+            )
     return runs
 
 
@@ -273,13 +276,30 @@ class Row:
         return all(checks) if checks else None
 
 
-def row(name: str, n: int, runs: Mapping[str, list[float]], keyqueue: str, baseline: str, *,
-        min_ratio: float | None = None, min_rate: float | None = None) -> Row:
+def row(
+    name: str,
+    n: int,
+    runs: Mapping[str, list[float]],
+    keyqueue: str,
+    baseline: str,
+    *,
+    min_ratio: float | None = None,
+    min_rate: float | None = None,
+) -> Row:
     """The row comparing side ``keyqueue`` of ``runs`` with side ``baseline``."""
     parts = ([f"ratio >= {min_ratio:g}"] if min_ratio is not None else []) + (
-        [f">= {min_rate:,.0f} msg/s"] if min_rate is not None else [])
-    return Row(name, n, statistics.median(runs[keyqueue]), statistics.median(runs[baseline]),
-               ratios(runs[keyqueue], runs[baseline]), ", ".join(parts) or "-", min_ratio, min_rate)
+        [f">= {min_rate:,.0f} msg/s"] if min_rate is not None else []
+    )
+    return Row(
+        name,
+        n,
+        statistics.median(runs[keyqueue]),
+        statistics.median(runs[baseline]),
+        ratios(runs[keyqueue], runs[baseline]),
+        ", ".join(parts) or "-",
+        min_ratio,
+        min_rate,
+    )
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -292,21 +312,41 @@ def verdict(passed: bool | None) -> str:
 def markdown_table(head: Sequence[str], align: str, rows: Iterable[Sequence[object]]) -> list[str]:
     """A Markdown table; ``align`` has one letter a column, l(eft) or r(ight)."""
     assert len(align) == len(head), "one alignment letter per column"
-    return [f"| {' | '.join(head)} |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
-            *(f"| {' | '.join(str(c) for c in cells)} |" for cells in rows)]
+    return [
+        f"| {' | '.join(head)} |",
+        "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
+        *(f"| {' | '.join(str(c) for c in cells)} |" for cells in rows),
+    ]
 
 
 def ratio_table(rows: Iterable[Row]) -> list[str]:
     """The rows as the table of ratios: each side's median rate, min / median / max, target."""
     return markdown_table(
-        ["measurement", "messages", "keyqueue msg/s", "baseline msg/s", "ratio min / median / max", "target",
-         "result"], "lrrrrll",
-        ([t.name, f"{t.messages:,}", f"{t.keyqueue_msgs_per_s:,.0f}", f"{t.baseline_msgs_per_s:,.0f}",
-          Spread.of(t.ratios).text(), t.target, verdict(t.passed)] for t in rows))
+        ["measurement", "messages", "keyqueue msg/s", "baseline msg/s", "ratio min / median / max", "target", "result"],
+        "lrrrrll",
+        (
+            [
+                t.name,
+                f"{t.messages:,}",
+                f"{t.keyqueue_msgs_per_s:,.0f}",
+                f"{t.baseline_msgs_per_s:,.0f}",
+                Spread.of(t.ratios).text(),
+                t.target,
+                verdict(t.passed),
+            ]
+            for t in rows
+        ),
+    )
 
 
-def one_table(args: argparse.Namespace, measure: Callable[[redis.Redis], list[T]], key: str, head: Sequence[str],
-              align: str, cells: Callable[[T], Sequence[object]]) -> list[T]:
+def one_table(
+    args: argparse.Namespace,
+    measure: Callable[[redis.Redis], list[T]],
+    key: str,
+    head: Sequence[str],
+    align: str,
+    cells: Callable[[T], Sequence[object]],
+) -> list[T]:
     """A benchmark of one table: ``measure`` on a throwaway redis-server, then its rows (each
     a dataclass) as JSON under ``key`` with what the figures depend on, or as the table with
     that in a line above it. Returns the rows."""

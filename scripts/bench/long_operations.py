@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass
 
 import redis
-
 from harness import MESSAGES, QUICK_MESSAGES, Options, bodies, one_table, prefill, script_call_durations
 
 
@@ -44,10 +43,16 @@ def long_operations(r: redis.Redis, n: int) -> list[BatchResult]:
 
 def main(argv: list[str] | None = None) -> int:
     args = Options(__doc__).parse(argv)
-    one_table(args, lambda r: long_operations(r, QUICK_MESSAGES if args.quick else MESSAGES), "long_operations",
-              ["long operation", "messages", "script calls", "median ms per call", "max ms per call"], "lrrrr",
-              lambda b: [b.operation, f"{b.messages:,}", b.calls, f"{b.median_ms:.2f}", f"{b.max_ms:.2f}"])
+    one_table(
+        args,
+        lambda r: long_operations(r, QUICK_MESSAGES if args.quick else MESSAGES),
+        "long_operations",
+        ["long operation", "messages", "script calls", "median ms per call", "max ms per call"],
+        "lrrrr",
+        lambda b: [b.operation, f"{b.messages:,}", b.calls, f"{b.median_ms:.2f}", f"{b.max_ms:.2f}"],
+    )
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,9 +15,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 import redis
-
-from harness import (BODY_SIZE, MESSAGES, QUEUE_NAME, QUICK_MESSAGES, Options, bodies, one_table, prefill, raw_prefill,
-                     verdict)
+from harness import (
+    BODY_SIZE,
+    MESSAGES,
+    QUEUE_NAME,
+    QUICK_MESSAGES,
+    Options,
+    bodies,
+    one_table,
+    prefill,
+    raw_prefill,
+    verdict,
+)
 
 
 @dataclass
@@ -49,8 +58,10 @@ def memory(r: redis.Redis, n: int) -> list[MemoryRow]:
         r.config_set("hash-max-listpack-value", value)
         try:
             total = bytes_per_message(r, lambda: prefill(r, data), n)
-            item = statistics.mean(r.memory_usage(f"kq:{{{QUEUE_NAME}}}:item:{i}", samples=0) or 0
-                                   for i in range(1, n + 1, max(1, n // 100)))
+            item = statistics.mean(
+                r.memory_usage(f"kq:{{{QUEUE_NAME}}}:item:{i}", samples=0) or 0
+                for i in range(1, n + 1, max(1, n // 100))
+            )
             items = (r.memory_usage(f"kq:{{{QUEUE_NAME}}}:items", samples=0) or 0) / n
             queue = (r.memory_usage(f"kq:{{{QUEUE_NAME}}}:queue", samples=0) or 0) / n
             raw = bytes_per_message(r, lambda: raw_prefill(r, data), n)
@@ -62,14 +73,38 @@ def memory(r: redis.Redis, n: int) -> list[MemoryRow]:
 
 def main(argv: list[str] | None = None) -> int:
     args = Options(__doc__).parse(argv)
-    one_table(args, lambda r: memory(r, QUICK_MESSAGES if args.quick else MESSAGES), "memory",
-              ["memory per waiting message", "hash-max-listpack-value", "bytes", "beyond the body",
-               "item hash (MEMORY USAGE)", "items set per member", "queue list per entry", "LPUSH of the body",
-               "target", "result"], "lrrrrrrrll",
-              lambda m: [f"{BODY_SIZE}-byte bodies", m.listpack_value, f"{m.bytes_per_msg:.1f}", f"{m.beyond_body:.1f}",
-                         f"{m.item_hash:.0f}", f"{m.set_member:.1f}", f"{m.list_entry:.1f}",
-                         f"{m.lpush_bytes_per_msg:.1f}", "<= 200", verdict(m.passed)])
+    one_table(
+        args,
+        lambda r: memory(r, QUICK_MESSAGES if args.quick else MESSAGES),
+        "memory",
+        [
+            "memory per waiting message",
+            "hash-max-listpack-value",
+            "bytes",
+            "beyond the body",
+            "item hash (MEMORY USAGE)",
+            "items set per member",
+            "queue list per entry",
+            "LPUSH of the body",
+            "target",
+            "result",
+        ],
+        "lrrrrrrrll",
+        lambda m: [
+            f"{BODY_SIZE}-byte bodies",
+            m.listpack_value,
+            f"{m.bytes_per_msg:.1f}",
+            f"{m.beyond_body:.1f}",
+            f"{m.item_hash:.0f}",
+            f"{m.set_member:.1f}",
+            f"{m.list_entry:.1f}",
+            f"{m.lpush_bytes_per_msg:.1f}",
+            "<= 200",
+            verdict(m.passed),
+        ],
+    )
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,10 +13,9 @@ import sys
 from typing import Callable
 
 import redis
+from harness import QUEUE_NAME, Options, interleaved, markdown_table, throwaway_redis, timed
 
 from keyqueue import Queue
-
-from harness import QUEUE_NAME, Options, interleaved, markdown_table, throwaway_redis, timed
 
 
 def rate(n: int, work: Callable[[], object]) -> float:
@@ -38,8 +37,9 @@ def measure(r: redis.Redis, scripting: bool, n: int) -> dict[str, float]:
 
     out["claim + ack (1 per call)"] = rate(n, claim_ack_one)
     big = n * 10
-    out["enqueue_many (1000 per call)"] = rate(big, lambda: [q.enqueue_many([b"x" * 32] * 1000)
-                                                            for _ in range(big // 1000)])
+    out["enqueue_many (1000 per call)"] = rate(
+        big, lambda: [q.enqueue_many([b"x" * 32] * 1000) for _ in range(big // 1000)]
+    )
 
     def claim_ack_many() -> None:
         while msgs := q.claim_many(100):
@@ -55,13 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse(argv)
     n = 100 if args.quick else args.messages
     with throwaway_redis() as (_, r):
-        runs = interleaved({"scripted": lambda: measure(r, True, n), "script-free": lambda: measure(r, False, n)},
-                           args.rounds)
+        runs = interleaved(
+            {"scripted": lambda: measure(r, True, n), "script-free": lambda: measure(r, False, n)}, args.rounds
+        )
     best = {mode: {op: max(run[op] for run in rounds) for op in rounds[0]} for mode, rounds in runs.items()}
-    print("\n".join(markdown_table(
-        ["operation", "scripted msg/s", "script-free msg/s", "script-free / scripted"], "lrrr",
-        ([op, f"{a:,.0f}", f"{best['script-free'][op]:,.0f}", f"{best['script-free'][op] / a:.2f}x"]
-         for op, a in best["scripted"].items()))))
+    print(
+        "\n".join(
+            markdown_table(
+                ["operation", "scripted msg/s", "script-free msg/s", "script-free / scripted"],
+                "lrrr",
+                (
+                    [op, f"{a:,.0f}", f"{best['script-free'][op]:,.0f}", f"{best['script-free'][op] / a:.2f}x"]
+                    for op, a in best["scripted"].items()
+                ),
+            )
+        )
+    )
     return 0
 
 

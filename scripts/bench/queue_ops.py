@@ -28,12 +28,29 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import redis
+from harness import (
+    RAW_PROCESSING,
+    RAW_QUEUE,
+    Options,
+    Prepare,
+    Row,
+    about,
+    about_line,
+    bodies,
+    chunks,
+    exit_status,
+    expect,
+    flushed_rate,
+    interleaved,
+    new_queue,
+    prefill,
+    ratio_table,
+    raw_prefill,
+    row,
+    throwaway_redis,
+)
 
 from keyqueue.backends.scripted.scripts import script_sha, script_source
-
-from harness import (RAW_PROCESSING, RAW_QUEUE, Options, Prepare, Row, about, about_line, bodies, chunks,
-                     exit_status, expect, flushed_rate, interleaved, new_queue, prefill, ratio_table, raw_prefill,
-                     row, throwaway_redis)
 
 
 @dataclass(frozen=True)
@@ -126,8 +143,7 @@ def raw_lpush_variadic(r: redis.Redis, data: list[bytes], size: int) -> Prepare:
     return prepare
 
 
-def kq_claim_ack(r: redis.Redis, data: list[bytes], size: int = 1, reaping: bool = True,
-                 **options: Any) -> Prepare:
+def kq_claim_ack(r: redis.Redis, data: list[bytes], size: int = 1, reaping: bool = True, **options: Any) -> Prepare:
     """claim + ack one at a time (size 1), or claim_many(size) + ack_many; without claim-time
     reaping (its baseline: the same Queue with it turned off) when ``reaping`` is False."""
 
@@ -194,8 +210,10 @@ def kq_enqueue_uncounted(r: redis.Redis, data: list[bytes]) -> Prepare:
     """The shipped enqueue with its counting removed: the same Queue, its enqueue calls sent
     to a variant of the script without the HINCRBY of the counters hash."""
     source = script_source("enqueue")
-    counting = ("  r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)\n"
-                "  if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end\n")
+    counting = (
+        "  r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)\n"
+        "  if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end\n"
+    )
     assert source.count(counting) == 1, "the enqueue script changed: update the counter-free variant"
     variant = source.replace(counting, "  r = 2\n")
 
@@ -224,37 +242,97 @@ def kq_enqueue_uncounted(r: redis.Redis, data: list[bytes]) -> Prepare:
 
 def rounds_of(r: redis.Redis, sides: dict[str, Prepare], n: int, rounds: int) -> dict[str, list[float]]:
     """Each side's msg/s in each round, every run on a freshly flushed server."""
-    return interleaved({name: (lambda p=prepare: flushed_rate(r, p, n)) for name, prepare in sides.items()},
-                       rounds)
+    return interleaved({name: (lambda p=prepare: flushed_rate(r, p, n)) for name, prepare in sides.items()}, rounds)
 
 
 def throughput(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
     single, batch = bodies(counts.single), bodies(counts.batch)
     n = counts.single
-    runs = rounds_of(r, {"lpush": raw_lpush(r, single), "floor": raw_layout_floor(r, single),
-                         "enqueue": kq_enqueue(r, single), "uncounted": kq_enqueue_uncounted(r, single)}, n, rounds)
-    out = [row("enqueue (one at a time) vs LPUSH", n, runs, "enqueue", "lpush", min_ratio=0.65),
-           row("enqueue vs the bare layout script (TIME, INCR, HSET, RPUSH, SADD)", n, runs, "enqueue", "floor",
-               min_ratio=0.9),
-           row("reference: the bare layout script vs LPUSH", n, runs, "floor", "lpush"),
-           row("enqueue vs the same without its counter (what counting costs)", n, runs, "enqueue", "uncounted",
-               min_ratio=0.9)]
+    runs = rounds_of(
+        r,
+        {
+            "lpush": raw_lpush(r, single),
+            "floor": raw_layout_floor(r, single),
+            "enqueue": kq_enqueue(r, single),
+            "uncounted": kq_enqueue_uncounted(r, single),
+        },
+        n,
+        rounds,
+    )
+    out = [
+        row("enqueue (one at a time) vs LPUSH", n, runs, "enqueue", "lpush", min_ratio=0.65),
+        row(
+            "enqueue vs the bare layout script (TIME, INCR, HSET, RPUSH, SADD)",
+            n,
+            runs,
+            "enqueue",
+            "floor",
+            min_ratio=0.9,
+        ),
+        row("reference: the bare layout script vs LPUSH", n, runs, "floor", "lpush"),
+        row(
+            "enqueue vs the same without its counter (what counting costs)",
+            n,
+            runs,
+            "enqueue",
+            "uncounted",
+            min_ratio=0.9,
+        ),
+    ]
     print("  done: single enqueue", file=sys.stderr)
     for size, target in ((1000, dict(min_ratio=0.6, min_rate=150_000.0)), (100, {})):
-        runs = rounds_of(r, {"lpush": raw_lpush_variadic(r, batch, size), "kq": kq_enqueue_many(r, batch, size)},
-                         counts.batch, rounds)
-        out.append(row(f"enqueue_many({size}) vs one variadic LPUSH of the {size} bodies", counts.batch,
-                       runs, "kq", "lpush", **target))
+        runs = rounds_of(
+            r,
+            {"lpush": raw_lpush_variadic(r, batch, size), "kq": kq_enqueue_many(r, batch, size)},
+            counts.batch,
+            rounds,
+        )
+        out.append(
+            row(
+                f"enqueue_many({size}) vs one variadic LPUSH of the {size} bodies",
+                counts.batch,
+                runs,
+                "kq",
+                "lpush",
+                **target,
+            )
+        )
     print("  done: enqueue_many", file=sys.stderr)
-    runs = rounds_of(r, {"raw": raw_claim_ack(r, single), "kq": kq_claim_ack(r, single),
-                         "unreaped": kq_claim_ack(r, single, reaping=False)}, n, rounds)
-    out += [row("claim + ack (one at a time) vs RPOPLPUSH + LREM", n, runs, "kq", "raw"),
-            row("claim + ack with claim-time reaping vs without", n, runs, "kq", "unreaped", min_ratio=0.95)]
-    runs = rounds_of(r, {"raw": raw_claim_ack_pipelined(r, batch, 100), "kq": kq_claim_ack(r, batch, 100),
-                         "unreaped": kq_claim_ack(r, batch, 100, False)}, counts.batch, rounds)
-    out += [row("claim_many(100) + ack_many vs pipelined LMOVE + LREM x100", counts.batch, runs, "kq", "raw"),
-            row("claim_many(100) + ack_many with claim-time reaping vs without", counts.batch, runs, "kq",
-                "unreaped", min_ratio=0.95)]
+    runs = rounds_of(
+        r,
+        {
+            "raw": raw_claim_ack(r, single),
+            "kq": kq_claim_ack(r, single),
+            "unreaped": kq_claim_ack(r, single, reaping=False),
+        },
+        n,
+        rounds,
+    )
+    out += [
+        row("claim + ack (one at a time) vs RPOPLPUSH + LREM", n, runs, "kq", "raw"),
+        row("claim + ack with claim-time reaping vs without", n, runs, "kq", "unreaped", min_ratio=0.95),
+    ]
+    runs = rounds_of(
+        r,
+        {
+            "raw": raw_claim_ack_pipelined(r, batch, 100),
+            "kq": kq_claim_ack(r, batch, 100),
+            "unreaped": kq_claim_ack(r, batch, 100, False),
+        },
+        counts.batch,
+        rounds,
+    )
+    out += [
+        row("claim_many(100) + ack_many vs pipelined LMOVE + LREM x100", counts.batch, runs, "kq", "raw"),
+        row(
+            "claim_many(100) + ack_many with claim-time reaping vs without",
+            counts.batch,
+            runs,
+            "kq",
+            "unreaped",
+            min_ratio=0.95,
+        ),
+    ]
     print("  done: claim + ack", file=sys.stderr)
     return out
 
@@ -279,8 +357,9 @@ def flatness(r: redis.Redis, sizes: Sequence[int], rounds: int, claims: int) -> 
         return prepare
 
     runs = rounds_of(r, {str(s): side(s) for s in sizes}, claims, rounds)
-    return [row(f"claim + ack with {s:,} waiting vs with {sizes[0]:,}", claims, runs, str(s), str(sizes[0]))
-            for s in sizes]
+    return [
+        row(f"claim + ack with {s:,} waiting vs with {sizes[0]:,}", claims, runs, str(s), str(sizes[0])) for s in sizes
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,16 +368,32 @@ def main(argv: list[str] | None = None) -> int:
     with throwaway_redis() as (_, r):
         head, info = about_line(r), about(r)
         rows = throughput(r, counts, args.rounds)
-        flat = flatness(r, *((QUICK_FLAT_SIZES, args.rounds, QUICK_FLAT_CLAIMS) if args.quick
-                             else (FLAT_SIZES, args.rounds, FLAT_CLAIMS)))
+        flat = flatness(
+            r,
+            *(
+                (QUICK_FLAT_SIZES, args.rounds, QUICK_FLAT_CLAIMS)
+                if args.quick
+                else (FLAT_SIZES, args.rounds, FLAT_CLAIMS)
+            ),
+        )
         print("  done: flatness", file=sys.stderr)
     if args.json:
-        print(json.dumps({**info, "rounds": args.rounds,
-                          "rows": [{**asdict(t), "ratio": t.ratio, "passed": t.passed} for t in rows + flat]},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    **info,
+                    "rounds": args.rounds,
+                    "rows": [{**asdict(t), "ratio": t.ratio, "passed": t.passed} for t in rows + flat],
+                },
+                indent=2,
+            )
+        )
     else:
-        print("\n".join([f"{head}, {args.rounds} interleaved rounds per row", "", *ratio_table(rows), "",
-                         *ratio_table(flat)]))
+        print(
+            "\n".join(
+                [f"{head}, {args.rounds} interleaved rounds per row", "", *ratio_table(rows), "", *ratio_table(flat)]
+            )
+        )
     return exit_status(args, all(t.passed is not False for t in rows))
 
 

@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-
-from harness import (MESSAGES, QUICK_MESSAGES, Options, bodies, exit_status, expect, one_table, prefill,
-                     script_call_durations, verdict)
+from harness import (
+    MESSAGES,
+    QUICK_MESSAGES,
+    Options,
+    bodies,
+    exit_status,
+    expect,
+    one_table,
+    prefill,
+    script_call_durations,
+    verdict,
+)
 
 
 @dataclass
@@ -63,20 +72,42 @@ def reap_expired(r: redis.Redis, n: int, runs: int = 3) -> list[ReapRun]:
         calls, times = script_call_durations(r, reap, slower_than_us=1000)
         expect(result[0].requeued, n, "reap")
         usec = r.info("commandstats")["cmdstat_evalsha"]["usec"] / 1e6
-        out.append(ReapRun(n, spans[0], usec, calls, statistics.median(times) if times else 0.0,
-                           max(times, default=0.0)))
+        out.append(
+            ReapRun(n, spans[0], usec, calls, statistics.median(times) if times else 0.0, max(times, default=0.0))
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = Options(__doc__).parse(argv)
     reaps = one_table(
-        args, lambda r: reap_expired(r, *((QUICK_MESSAGES, 1) if args.quick else (MESSAGES, 3))), "reaps",
-        ["reaping expired deliveries", "seconds", "Redis seconds", "script calls", "median ms per call",
-         "max ms per call", "target", "result"], "lrrrrrll",
-        lambda x: [f"{x.messages:,}", f"{x.seconds:.3f}", f"{x.redis_seconds:.3f}", x.calls, f"{x.median_call_ms:.2f}",
-                   f"{x.max_call_ms:.2f}", "<= 1 s, no call > 10 ms", verdict(x.passed)])
+        args,
+        lambda r: reap_expired(r, *((QUICK_MESSAGES, 1) if args.quick else (MESSAGES, 3))),
+        "reaps",
+        [
+            "reaping expired deliveries",
+            "seconds",
+            "Redis seconds",
+            "script calls",
+            "median ms per call",
+            "max ms per call",
+            "target",
+            "result",
+        ],
+        "lrrrrrll",
+        lambda x: [
+            f"{x.messages:,}",
+            f"{x.seconds:.3f}",
+            f"{x.redis_seconds:.3f}",
+            x.calls,
+            f"{x.median_call_ms:.2f}",
+            f"{x.max_call_ms:.2f}",
+            "<= 1 s, no call > 10 ms",
+            verdict(x.passed),
+        ],
+    )
     return exit_status(args, all(x.passed for x in reaps))
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -48,12 +48,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import redis
+from harness import (
+    QUEUE_NAME,
+    Options,
+    Spread,
+    about,
+    about_line,
+    bodies,
+    exit_status,
+    interleaved,
+    markdown_table,
+    ratios,
+    spawned,
+    throwaway_redis,
+)
 
 from keyqueue import Queue, Worker
 from keyqueue.backends.scripted.scripts import SCRIPT_NAMES, script_source
-
-from harness import (QUEUE_NAME, Options, Spread, about, about_line, bodies, exit_status, interleaved,
-                     markdown_table, ratios, spawned, throwaway_redis)
 
 STREAM, GROUP = "raw:stream", "g"
 BATCH = 100  # the worker's largest batch (keyqueue.worker.rules.MAX_BATCH)
@@ -62,9 +73,12 @@ BREAKDOWN_MESSAGES = 20_000  # (the messages of the one-client breakdown)
 VISIBILITY_MS, BUCKET_MS = 30_000, 60_000
 TARGETS = {"floor": 1.3, "streams": 4.5}  # keyqueue (scripted) / side, at most, median
 SIDES = ("streams", "floor", "keyqueue", "script-free")
-LABELS = {"streams": "Redis Streams consumer group (XREADGROUP COUNT 100 + XACK)",
-          "floor": "layout floor (bare claim + ack scripts, batches of 100)",
-          "keyqueue": "keyqueue Worker (scripted)", "script-free": "keyqueue Worker (scripting=False)"}
+LABELS = {
+    "streams": "Redis Streams consumer group (XREADGROUP COUNT 100 + XACK)",
+    "floor": "layout floor (bare claim + ack scripts, batches of 100)",
+    "keyqueue": "keyqueue Worker (scripted)",
+    "script-free": "keyqueue Worker (scripting=False)",
+}
 
 # -- the layout floor ------------------------------------------------------------------------
 
@@ -272,8 +286,11 @@ def measure(r: redis.Redis, url: str, side: str, data: list[bytes]) -> Sample:
     left = drained(r, side)
     if handled != n or left:
         raise RuntimeError(f"{side}: handled {handled} of {n}, {left} left")
-    commands = {k[len("cmdstat_"):]: (int(v["calls"]), int(v["usec"])) for k, v in stats.items()
-                if k[len("cmdstat_"):] not in OWN}
+    commands = {
+        k[len("cmdstat_") :]: (int(v["calls"]), int(v["usec"]))
+        for k, v in stats.items()
+        if k[len("cmdstat_") :] not in OWN
+    }
     return Sample(enqueue / n * 1e6, drain / n * 1e6, commands)
 
 
@@ -286,19 +303,39 @@ _ONES = "(function() local t = {} for i = 1, #%s do t[i] = %d end return t end)(
 #: correct queues. Each edit must match the shipped script once.
 WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "the ownership rule's checks (SMISMEMBER of items and processing)": (
-        [("redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))", _ONES % ("heads", 1)),
-         ("redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))", _ONES % ("heads", 0))],
-        [("rcall('SMISMEMBER', KEYS[1], unpack(ids))", _ONES % ("ids", 1))]),
+        [
+            ("redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))", _ONES % ("heads", 1)),
+            ("redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))", _ONES % ("heads", 0)),
+        ],
+        [("rcall('SMISMEMBER', KEYS[1], unpack(ids))", _ONES % ("ids", 1))],
+    ),
     "reading a and n (a claim's HMGET of b, b1, t only)": (
-        [("redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')", "redis.pcall('HMGET', ik, 'b', 'b1', 't')")], []),
+        [("redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')", "redis.pcall('HMGET', ik, 'b', 'b1', 't')")],
+        [],
+    ),
     "writing n and f (a first delivery's HSET of r, c, d only)": (
-        [("'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)",
-          "'r', '1', 'c', first_receipt, 'd', deadline_s)")], []),
+        [
+            (
+                "'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)",
+                "'r', '1', 'c', first_receipt, 'd', deadline_s)",
+            )
+        ],
+        [],
+    ),
     "the counters (ack's HINCRBY)": (
-        [], [("redis.pcall('HINCRBY', KEYS[3], 'acked', 0)", "0"), ("rcall('HINCRBY', KEYS[3], 'acked', n)", "local _ = n")]),
+        [],
+        [
+            ("redis.pcall('HINCRBY', KEYS[3], 'acked', 0)", "0"),
+            ("rcall('HINCRBY', KEYS[3], 'acked', n)", "local _ = n"),
+        ],
+    ),
     "the self-healing and reaping replies (EXISTS config, ZRANGE timers)": (
-        [("checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')", "{}"),
-         ("rcall('EXISTS', KEYS[7]) == 0 and 1 or 0", "0")], []),
+        [
+            ("checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')", "{}"),
+            ("rcall('EXISTS', KEYS[7]) == 0 and 1 or 0", "0"),
+        ],
+        [],
+    ),
 }
 ALL_OF_THEM = "all of the above"
 
@@ -330,8 +367,10 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
     for name, (claim_edits, ack_edits) in WITHOUT.items():
         variants[f"without {name}"] = (edited(claim, claim_edits), edited(ack, ack_edits))
     every = [WITHOUT[name] for name in WITHOUT]
-    variants[f"without {ALL_OF_THEM}"] = (edited(claim, [e for c, _ in every for e in c]),
-                                         edited(ack, [e for _, a in every for e in a]))
+    variants[f"without {ALL_OF_THEM}"] = (
+        edited(claim, [e for c, _ in every for e in c]),
+        edited(ack, [e for _, a in every for e in a]),
+    )
     n = len(data)
 
     def run(name: str) -> float:
@@ -349,10 +388,20 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
         base = (k.keys.base, "")
         before = cpu_seconds(r)
         done = 0
-        while got := claimed(r.execute_command("EVALSHA", claim_sha, len(k.claim_keys), *k.claim_keys, *base,
-                                               BATCH, VISIBILITY_MS, BUCKET_MS, "")).messages:
-            done += r.execute_command("EVALSHA", ack_sha, len(k.ack_keys), *k.ack_keys, *base, BUCKET_MS,
-                                      *(x for m in got for x in (m.id, m.receipt)))
+        while got := claimed(
+            r.execute_command(
+                "EVALSHA", claim_sha, len(k.claim_keys), *k.claim_keys, *base, BATCH, VISIBILITY_MS, BUCKET_MS, ""
+            )
+        ).messages:
+            done += r.execute_command(
+                "EVALSHA",
+                ack_sha,
+                len(k.ack_keys),
+                *k.ack_keys,
+                *base,
+                BUCKET_MS,
+                *(x for m in got for x in (m.id, m.receipt)),
+            )
         if done != n:
             raise RuntimeError(f"{name}: acked {done} of {n}")
         return (cpu_seconds(r) - before) / n * 1e6
@@ -387,13 +436,22 @@ def command_costs(samples: list[Sample], n: int) -> list[CommandCost]:
             calls[cmd] = calls.get(cmd, 0) + c
             usec[cmd] = usec.get(cmd, 0) + u
     messages = n * len(samples)
-    rows = [CommandCost(cmd, calls[cmd] / messages, usec[cmd] / calls[cmd], usec[cmd] / messages)
-            for cmd in sorted(calls, key=lambda c: -usec[c]) if calls[cmd]]
+    rows = [
+        CommandCost(cmd, calls[cmd] / messages, usec[cmd] / calls[cmd], usec[cmd] / messages)
+        for cmd in sorted(calls, key=lambda c: -usec[c])
+        if calls[cmd]
+    ]
     if "evalsha" in calls:
         inside = sum(u for cmd, u in usec.items() if cmd not in TOP_LEVEL)
         own = usec["evalsha"] - inside
-        rows.append(CommandCost("(EVALSHA beyond the commands inside: the scripts' own work)",
-                                calls["evalsha"] / messages, own / calls["evalsha"], own / messages))
+        rows.append(
+            CommandCost(
+                "(EVALSHA beyond the commands inside: the scripts' own work)",
+                calls["evalsha"] / messages,
+                own / calls["evalsha"],
+                own / messages,
+            )
+        )
     return rows
 
 
@@ -407,8 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         head, info = about_line(r), about(r)
         runs = interleaved({side: (lambda s=side: measure(r, server.url, s, data)) for side in SIDES}, args.rounds)
         for i in range(args.rounds):
-            print(f"  round {i + 1}: " + ", ".join(f"{s} {runs[s][i].drain_us:.2f}" for s in SIDES)
-                  + " us of Redis CPU per delivered message", file=sys.stderr)
+            print(
+                f"  round {i + 1}: "
+                + ", ".join(f"{s} {runs[s][i].drain_us:.2f}" for s in SIDES)
+                + " us of Redis CPU per delivered message",
+                file=sys.stderr,
+            )
         parts = breakdown(r, data[:BREAKDOWN_MESSAGES], args.rounds)
     drain = {s: [x.drain_us for x in runs[s]] for s in SIDES}
     whole = {s: [x.enqueue_us + x.drain_us for x in runs[s]] for s in SIDES}
@@ -416,13 +478,29 @@ def main(argv: list[str] | None = None) -> int:
     met = all(vs[base].median <= limit for base, limit in TARGETS.items())
     costs = {s: command_costs(runs[s], n) for s in SIDES}
     if args.json:
-        print(json.dumps({**info, "messages": n, "rounds": args.rounds, "processes": PROCESSES, "sides": {
-            s: {"drain_us_per_message": Spread.of(drain[s]).rounded(),
-                "enqueue_us_per_message": round(statistics.median(x.enqueue_us for x in runs[s]), 2),
-                "whole_life_us_per_message": Spread.of(whole[s]).rounded(),
-                "commands": [asdict(c) for c in costs[s]]} for s in SIDES},
-            "keyqueue_vs": {base: vs[base].rounded() for base in TARGETS}, "targets_met": met,
-            "breakdown": [asdict(b) for b in parts]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **info,
+                    "messages": n,
+                    "rounds": args.rounds,
+                    "processes": PROCESSES,
+                    "sides": {
+                        s: {
+                            "drain_us_per_message": Spread.of(drain[s]).rounded(),
+                            "enqueue_us_per_message": round(statistics.median(x.enqueue_us for x in runs[s]), 2),
+                            "whole_life_us_per_message": Spread.of(whole[s]).rounded(),
+                            "commands": [asdict(c) for c in costs[s]],
+                        }
+                        for s in SIDES
+                    },
+                    "keyqueue_vs": {base: vs[base].rounded() for base in TARGETS},
+                    "targets_met": met,
+                    "breakdown": [asdict(b) for b in parts],
+                },
+                indent=2,
+            )
+        )
         return exit_status(args, met)
 
     def against(side: str, base: str, values: dict[str, list[float]]) -> str:
@@ -430,30 +508,83 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [f"{head}, {n:,} messages drained by {PROCESSES} processes, {args.rounds} interleaved rounds", ""]
     lines += markdown_table(
-        ["Redis CPU per delivered message", "us min / median / max", "vs floor min / median / max",
-         "vs Streams min / median / max"], "lrrr",
-        ([LABELS[s], Spread.of(drain[s]).text(), against(s, "floor", drain), against(s, "streams", drain)]
-         for s in SIDES))
-    lines += ["", *markdown_table(
-        ["keyqueue (scripted) / side, median", "target", "result"], "lll",
-        ([f"vs {base}: {vs[base].median:.2f}", f"<= {limit}", "PASS" if vs[base].median <= limit else "FAIL"]
-         for base, limit in TARGETS.items()))]
-    lines += ["", *markdown_table(
-        ["whole life (enqueue + claim + ack), us per message, median", "enqueue", "claim + ack", "whole life",
-         "vs Streams"], "lrrrr",
-        ([LABELS[s], f"{statistics.median(x.enqueue_us for x in runs[s]):.2f}",
-          f"{statistics.median(drain[s]):.2f}", f"{statistics.median(whole[s]):.2f}",
-          f"{statistics.median(ratios(whole[s], whole['streams'])):.2f}"] for s in SIDES))]
-    lines += ["", *markdown_table(
-        [f"keyqueue beyond the floor, one thing at a time: one client, claim {BATCH} + ack, "
-         f"{min(n, BREAKDOWN_MESSAGES):,} messages", "us per message, median", "vs shipped"], "lrr",
-        ([LABELS[FLOOR] if b.variant == FLOOR else b.variant, f"{b.us_per_message:.2f}", f"{b.vs_shipped:+.2f}"]
-         for b in parts))]
+        [
+            "Redis CPU per delivered message",
+            "us min / median / max",
+            "vs floor min / median / max",
+            "vs Streams min / median / max",
+        ],
+        "lrrr",
+        (
+            [LABELS[s], Spread.of(drain[s]).text(), against(s, "floor", drain), against(s, "streams", drain)]
+            for s in SIDES
+        ),
+    )
+    lines += [
+        "",
+        *markdown_table(
+            ["keyqueue (scripted) / side, median", "target", "result"],
+            "lll",
+            (
+                [f"vs {base}: {vs[base].median:.2f}", f"<= {limit}", "PASS" if vs[base].median <= limit else "FAIL"]
+                for base, limit in TARGETS.items()
+            ),
+        ),
+    ]
+    lines += [
+        "",
+        *markdown_table(
+            [
+                "whole life (enqueue + claim + ack), us per message, median",
+                "enqueue",
+                "claim + ack",
+                "whole life",
+                "vs Streams",
+            ],
+            "lrrrr",
+            (
+                [
+                    LABELS[s],
+                    f"{statistics.median(x.enqueue_us for x in runs[s]):.2f}",
+                    f"{statistics.median(drain[s]):.2f}",
+                    f"{statistics.median(whole[s]):.2f}",
+                    f"{statistics.median(ratios(whole[s], whole['streams'])):.2f}",
+                ]
+                for s in SIDES
+            ),
+        ),
+    ]
+    lines += [
+        "",
+        *markdown_table(
+            [
+                f"keyqueue beyond the floor, one thing at a time: one client, claim {BATCH} + ack, "
+                f"{min(n, BREAKDOWN_MESSAGES):,} messages",
+                "us per message, median",
+                "vs shipped",
+            ],
+            "lrr",
+            (
+                [LABELS[FLOOR] if b.variant == FLOOR else b.variant, f"{b.us_per_message:.2f}", f"{b.vs_shipped:+.2f}"]
+                for b in parts
+            ),
+        ),
+    ]
     for s in SIDES:
-        lines += ["", f"{LABELS[s]}: per command, over every round's drain", "", *markdown_table(
-            ["command", "calls per message", "us per call", "us per message"], "lrrr",
-            ([c.command, f"{c.calls_per_message:.3f}", f"{c.us_per_call:.2f}", f"{c.us_per_message:.3f}"]
-             for c in costs[s] if c.us_per_message >= 0.005 or c.command.startswith("(")))]
+        lines += [
+            "",
+            f"{LABELS[s]}: per command, over every round's drain",
+            "",
+            *markdown_table(
+                ["command", "calls per message", "us per call", "us per message"],
+                "lrrr",
+                (
+                    [c.command, f"{c.calls_per_message:.3f}", f"{c.us_per_call:.2f}", f"{c.us_per_message:.3f}"]
+                    for c in costs[s]
+                    if c.us_per_message >= 0.005 or c.command.startswith("(")
+                ),
+            ),
+        ]
     print("\n".join(lines))
     return exit_status(args, met)
 

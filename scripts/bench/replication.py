@@ -17,11 +17,10 @@ import time
 from dataclasses import asdict
 
 import redis
-
-from keyqueue.server import RedisServer
-
 from harness import Options, Row, bodies, ratio_table, row, throwaway_redis
 from queue_ops import FULL, QUICK, Counts, kq_claim_ack, kq_enqueue, kq_enqueue_many, rounds_of
+
+from keyqueue.server import RedisServer
 
 
 def replication(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
@@ -33,8 +32,9 @@ def replication(r: redis.Redis, counts: Counts, rounds: int) -> list[Row]:
         ("claim + ack (one at a time)", counts.single, lambda **o: kq_claim_ack(r, single, **o)),
         ("claim_many(100) + ack_many", len(batch), lambda **o: kq_claim_ack(r, batch, 100, **o)),
     ):
-        runs = rounds_of(r, {"unreplicated": make(), "replicated": make(min_replicas=1, replica_timeout=5.0)},
-                         n, rounds)
+        runs = rounds_of(
+            r, {"unreplicated": make(), "replicated": make(min_replicas=1, replica_timeout=5.0)}, n, rounds
+        )
         out.append(row(f"{name}, min_replicas=1 vs 0", n, runs, "replicated", "unreplicated"))
         print(f"  done: {name} replicated", file=sys.stderr)
     return out
@@ -55,15 +55,24 @@ def wait_for_sync(replica: RedisServer, timeout: float = 30.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = Options(__doc__, rounds=5).parse(argv)
     # no 5 s wait before the replica's first (diskless) sync: it happens before any timing
-    with throwaway_redis(["--repl-diskless-sync-delay", "0"]) as (primary, r), \
-            RedisServer(["--replicaof", "127.0.0.1", str(primary.port)]) as replica:
+    with (
+        throwaway_redis(["--repl-diskless-sync-delay", "0"]) as (primary, r),
+        RedisServer(["--replicaof", "127.0.0.1", str(primary.port)]) as replica,
+    ):
         wait_for_sync(replica)
         rows = replication(r, QUICK if args.quick else FULL, args.rounds)
     if args.json:
         print(json.dumps([{**asdict(t), "ratio": t.ratio} for t in rows], indent=2))
     else:
-        print("\n".join([f"a primary and one replica on loopback, {args.rounds} interleaved rounds per row",
-                         "", *ratio_table(rows)]))
+        print(
+            "\n".join(
+                [
+                    f"a primary and one replica on loopback, {args.rounds} interleaved rounds per row",
+                    "",
+                    *ratio_table(rows),
+                ]
+            )
+        )
     return 0
 
 

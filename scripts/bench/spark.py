@@ -16,10 +16,9 @@ import tempfile
 from typing import Any, Callable, Iterable
 
 import redis
+from harness import Options, flushed_rate, interleaved, markdown_table, throwaway_redis, timed
 
 from keyqueue import Queue
-
-from harness import Options, flushed_rate, interleaved, markdown_table, throwaway_redis, timed
 
 
 def session() -> Any:
@@ -28,10 +27,15 @@ def session() -> Any:
 
     from keyqueue.spark import register
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.memory", "2g").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -74,32 +78,48 @@ def main(argv: list[str] | None = None) -> int:
         writers: dict[str, Callable[[], None]] = {
             "bare foreachPartition, one pipelined RPUSH per row": lambda: df.foreachPartition(bare_writer(url, 1)),
             "bare foreachPartition, 1,000 values per RPUSH": lambda: df.foreachPartition(bare_writer(url, 1000)),
-            'df.write.format("keyqueue") (real enqueues)': lambda: df.write.format("keyqueue")
-            .option("url", url).option("queue", "sink").mode("append").save(),
+            'df.write.format("keyqueue") (real enqueues)': lambda: (
+                df.write.format("keyqueue").option("url", url).option("queue", "sink").mode("append").save()
+            ),
         }
-        runs = interleaved({name: (lambda w=write: flushed_rate(r, lambda: w, args.rows))
-                            for name, write in writers.items()}, args.rounds)
+        runs = interleaved(
+            {name: (lambda w=write: flushed_rate(r, lambda: w, args.rows)) for name, write in writers.items()},
+            args.rounds,
+        )
         best = {name: max(rates) for name, rates in runs.items()}
         base = best["bare foreachPartition, one pipelined RPUSH per row"]
         print(f"write {args.rows:,} small rows, 2 partitions, best of {args.rounds}:\n")
-        print("\n".join(markdown_table(["writer", "rows/s", "vs one pipelined RPUSH per row"], "lrr",
-                                       ([name, f"{rate:,.0f}", f"{rate / base:.2f}x"] for name, rate in best.items()))))
+        print(
+            "\n".join(
+                markdown_table(
+                    ["writer", "rows/s", "vs one pipelined RPUSH per row"],
+                    "lrr",
+                    ([name, f"{rate:,.0f}", f"{rate / base:.2f}x"] for name, rate in best.items()),
+                )
+            )
+        )
 
         r.flushall()
         q = Queue("stream", client=r, visibility_timeout=300)
         for i in range(0, args.stream_rows, 10_000):
             q.enqueue_many([b"x" * 16] * min(10_000, args.stream_rows - i))
         with tempfile.TemporaryDirectory() as ck:
-            stream = (spark.readStream.format("keyqueue").option("url", url).option("queue", "stream")
-                      .option("maxRowsPerTrigger", 50_000).load())
-            query = (stream.writeStream.format("noop").option("checkpointLocation", ck)
-                     .trigger(availableNow=True))
+            stream = (
+                spark.readStream.format("keyqueue")
+                .option("url", url)
+                .option("queue", "stream")
+                .option("maxRowsPerTrigger", 50_000)
+                .load()
+            )
+            query = stream.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True)
             took = timed(lambda: query.start().awaitTermination())
         left = q.stats()
         assert left.waiting == left.processing == 0, left
-        print(f"\nstream read with ack: {args.stream_rows:,} messages in {took:.1f} s = "
-              f"{args.stream_rows / took:,.0f} rows/s (maxRowsPerTrigger 50,000, AvailableNow, "
-              f"noop sink; every message claimed, read and acknowledged)")
+        print(
+            f"\nstream read with ack: {args.stream_rows:,} messages in {took:.1f} s = "
+            f"{args.stream_rows / took:,.0f} rows/s (maxRowsPerTrigger 50,000, AvailableNow, "
+            f"noop sink; every message claimed, read and acknowledged)"
+        )
     spark.stop()
     return 0
 

@@ -45,10 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from harness import BODY_SIZE, Options, Spread, exit_status, interleaved, ratios, throwaway_redis, timed
 
 from keyqueue.server import free_port
-
-from harness import BODY_SIZE, Options, Spread, exit_status, interleaved, ratios, throwaway_redis, timed
 
 KEY_ID, SECRET = "AKIABENCHMARK", "bench-secret"
 BODY = "x" * BODY_SIZE
@@ -56,8 +55,9 @@ BIN = Path(sys.executable).parent
 
 
 def client(endpoint: str) -> Any:
-    return boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID,
-                        aws_secret_access_key=SECRET)
+    return boto3.client(
+        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET
+    )
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -87,8 +87,10 @@ def drain(c: Any, url: str, n: int) -> None:
     while got < n:
         messages = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
         if messages:
-            c.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                                                          for i, m in enumerate(messages)])
+            c.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+            )
             got += len(messages)
 
 
@@ -128,8 +130,9 @@ def _process_sender(endpoint: str, url: str, n: int, start: Any, done: Any) -> N
     done.put(own_cpu() - before)
 
 
-def rate_parallel(endpoint: str, server_pid: int, workers: int, batches: int,
-                  processes: bool) -> tuple[float, float, float]:
+def rate_parallel(
+    endpoint: str, server_pid: int, workers: int, batches: int, processes: bool
+) -> tuple[float, float, float]:
     """Messages per second of ``workers`` senders (threads or processes), and the server's
     and the clients' CPU milliseconds per call."""
     setup = client(endpoint)
@@ -138,8 +141,9 @@ def rate_parallel(endpoint: str, server_pid: int, workers: int, batches: int,
     if processes:
         ctx = mp.get_context("spawn")
         start, done = ctx.Barrier(workers + 1), ctx.Queue()
-        pool: list[Any] = [ctx.Process(target=_process_sender, args=(endpoint, url, n, start, done))
-                           for _ in range(workers)]
+        pool: list[Any] = [
+            ctx.Process(target=_process_sender, args=(endpoint, url, n, start, done)) for _ in range(workers)
+        ]
     else:
         clients = [client(endpoint) for _ in range(workers)]
         for c in clients:  # a first call each, so connection set-up is not timed
@@ -160,8 +164,11 @@ def rate_parallel(endpoint: str, server_pid: int, workers: int, batches: int,
     took = time.perf_counter() - t0
     server_cpu = cpu_seconds(server_pid) - server0
     client_cpu = sum(done.get() for _ in pool) if processes else own_cpu() - client0
-    total = int(setup.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-                ["Attributes"]["ApproximateNumberOfMessages"])
+    total = int(
+        setup.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
+            "ApproximateNumberOfMessages"
+        ]
+    )
     assert total == workers * n, (total, workers * n)
     calls = workers * batches
     return total / took, server_cpu * 1000 / calls, client_cpu * 1000 / calls
@@ -184,25 +191,51 @@ def main(argv: list[str] | None = None) -> int:
     with throwaway_redis() as (redis_server, _):
         try:
             kq_port, moto_port = free_port(), free_port()
-            procs.append(subprocess.Popen([str(BIN / "keyqueue"), "--url", redis_server.url, "serve", "--sqs",
-                                           "--port", str(kq_port), "--log-level", "warning"], env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            procs.append(subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(moto_port)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "keyqueue"),
+                        "--url",
+                        redis_server.url,
+                        "serve",
+                        "--sqs",
+                        "--port",
+                        str(kq_port),
+                        "--log-level",
+                        "warning",
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            procs.append(
+                subprocess.Popen(
+                    [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(moto_port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             wait_for_port(kq_port, procs[0])
             wait_for_port(moto_port, procs[1])
-            sides = {"moto": client(f"http://127.0.0.1:{moto_port}"),
-                     "keyqueue": client(f"http://127.0.0.1:{kq_port}")}
+            sides = {"moto": client(f"http://127.0.0.1:{moto_port}"), "keyqueue": client(f"http://127.0.0.1:{kq_port}")}
             for c in sides.values():  # warm both: connections, imports, first queue
                 rate_send(c, 50)
-            runs = interleaved({f"{name} {what}": (lambda c=c, f=f: f(c, args.messages))  # moto first, every round
-                                for name, c in sides.items()
-                                for what, f in (("send", rate_send), ("receive_delete", rate_drain))}, args.rounds)
+            runs = interleaved(
+                {
+                    f"{name} {what}": (lambda c=c, f=f: f(c, args.messages))  # moto first, every round
+                    for name, c in sides.items()
+                    for what, f in (("send", rate_send), ("receive_delete", rate_drain))
+                },
+                args.rounds,
+            )
             endpoint = f"http://127.0.0.1:{kq_port}"
-            threaded = [rate_parallel(endpoint, procs[0].pid, args.threads, args.batches, False)
-                        for _ in range(args.rounds)]
-            processed = [rate_parallel(endpoint, procs[0].pid, args.threads, args.batches, True)
-                         for _ in range(args.rounds)]
+            threaded = [
+                rate_parallel(endpoint, procs[0].pid, args.threads, args.batches, False) for _ in range(args.rounds)
+            ]
+            processed = [
+                rate_parallel(endpoint, procs[0].pid, args.threads, args.batches, True) for _ in range(args.rounds)
+            ]
         finally:
             for p in procs:
                 p.terminate()
@@ -211,12 +244,20 @@ def main(argv: list[str] | None = None) -> int:
     for what in ("send", "receive_delete"):
         kq, moto = runs[f"keyqueue {what}"], runs[f"moto {what}"]
         ratio = ratios(kq, moto)
-        report[what] = {"keyqueue_msgs_per_s": spread(kq), "moto_msgs_per_s": spread(moto),
-                        "ratio": spread(ratio), "target": 5.0, "met": statistics.median(ratio) >= 5.0}
+        report[what] = {
+            "keyqueue_msgs_per_s": spread(kq),
+            "moto_msgs_per_s": spread(moto),
+            "ratio": spread(ratio),
+            "target": 5.0,
+            "met": statistics.median(ratio) >= 5.0,
+        }
     for key, results in (("threads_send", threaded), ("processes_send", processed)):
-        report[key] = {"senders": args.threads, "msgs_per_s": spread([r[0] for r in results]),
-                       "server_cpu_ms_per_call": statistics.median(r[1] for r in results),
-                       "client_cpu_ms_per_call": statistics.median(r[2] for r in results)}
+        report[key] = {
+            "senders": args.threads,
+            "msgs_per_s": spread([r[0] for r in results]),
+            "server_cpu_ms_per_call": statistics.median(r[1] for r in results),
+            "client_cpu_ms_per_call": statistics.median(r[2] for r in results),
+        }
     report["threads_send"].update(target=5000.0, met=report["threads_send"]["msgs_per_s"]["median"] >= 5000.0)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -225,16 +266,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'measurement':<34} {'keyqueue msg/s':>16} {'moto msg/s':>12} {'keyqueue/moto min/med/max':>28}")
         for what, label in (("send", "SendMessageBatch(10)"), ("receive_delete", "ReceiveMessage(10)+DeleteBatch")):
             r = report[what]
-            print(f"{label:<34} {r['keyqueue_msgs_per_s']['median']:>16,.0f} {r['moto_msgs_per_s']['median']:>12,.0f}"
-                  f" {r['ratio']['min']:>9.1f} / {r['ratio']['median']:.1f} / {r['ratio']['max']:.1f}"
-                  f"  {'met' if r['met'] else 'MISSED'} (>= 5x)")
+            print(
+                f"{label:<34} {r['keyqueue_msgs_per_s']['median']:>16,.0f} {r['moto_msgs_per_s']['median']:>12,.0f}"
+                f" {r['ratio']['min']:>9.1f} / {r['ratio']['median']:.1f} / {r['ratio']['max']:.1f}"
+                f"  {'met' if r['met'] else 'MISSED'} (>= 5x)"
+            )
         for key, label in (("threads_send", "threads"), ("processes_send", "processes")):
             t = report[key]
             verdict = ("  met" if t["met"] else "  MISSED") + " (>= 5,000 msg/s)" if "met" in t else ""
-            print(f"{f'{args.threads} {label}, SendMessageBatch(10)':<34} {t['msgs_per_s']['median']:>16,.0f}"
-                  f" {'':>12} min {t['msgs_per_s']['min']:,.0f} max {t['msgs_per_s']['max']:,.0f}{verdict}")
-            print(f"{'':<34} CPU ms a call: server {t['server_cpu_ms_per_call']:.2f}, "
-                  f"clients {t['client_cpu_ms_per_call']:.2f}")
+            print(
+                f"{f'{args.threads} {label}, SendMessageBatch(10)':<34} {t['msgs_per_s']['median']:>16,.0f}"
+                f" {'':>12} min {t['msgs_per_s']['min']:,.0f} max {t['msgs_per_s']['max']:,.0f}{verdict}"
+            )
+            print(
+                f"{'':<34} CPU ms a call: server {t['server_cpu_ms_per_call']:.2f}, "
+                f"clients {t['client_cpu_ms_per_call']:.2f}"
+            )
     return exit_status(args, all(v.get("met", True) for v in report.values()))
 
 

@@ -32,11 +32,22 @@ import time
 from typing import Any, Callable
 
 import redis
+from harness import (
+    BODY,
+    QUEUE_NAME,
+    RAW_PROCESSING,
+    RAW_QUEUE,
+    Options,
+    Spread,
+    exit_status,
+    interleaved,
+    markdown_table,
+    ratios,
+    spawned,
+    throwaway_redis,
+)
 
 from keyqueue import Message, Queue, Worker
-
-from harness import (BODY, QUEUE_NAME, RAW_PROCESSING, RAW_QUEUE, Options, Spread, exit_status, interleaved,
-                     markdown_table, ratios, spawned, throwaway_redis)
 
 STREAM, GROUP = "raw:stream", "g"
 HANDLED = "bench:handled"
@@ -111,8 +122,7 @@ def drained(r: redis.Redis, side: str, n: int) -> None:
         raise RuntimeError(f"{side}: handled {handled} of {n}, {left} left")
 
 
-SIDES: dict[str, Callable[[str], None]] = {"streams": streams_drain, "keyqueue": keyqueue_drain,
-                                           "lmove": lmove_drain}
+SIDES: dict[str, Callable[[str], None]] = {"streams": streams_drain, "keyqueue": keyqueue_drain, "lmove": lmove_drain}
 
 
 def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
@@ -141,10 +151,15 @@ def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, 
     for processes in (1, 2):
         # baseline, keyqueue, baseline: neighbours in time
         runs = interleaved({side: (lambda s=side: drain_rate(r, url, s, processes, n)) for side in SIDES}, rounds)
-        rows.append({"processes": processes, "messages": n,
-                     **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in runs.items()},
-                     "vs_streams": Spread.of(ratios(runs["keyqueue"], runs["streams"])).rounded(),
-                     "vs_lmove": Spread.of(ratios(runs["keyqueue"], runs["lmove"])).rounded()})
+        rows.append(
+            {
+                "processes": processes,
+                "messages": n,
+                **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in runs.items()},
+                "vs_streams": Spread.of(ratios(runs["keyqueue"], runs["streams"])).rounded(),
+                "vs_lmove": Spread.of(ratios(runs["keyqueue"], runs["lmove"])).rounded(),
+            }
+        )
         print(f"  drained with {processes} process(es)", file=sys.stderr)
     return rows
 
@@ -234,19 +249,52 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"drain": rows, "latency": latency}, indent=2))
         return exit_status(args, ok)
     spread = "{min:.2f} / {median:.2f} / {max:.2f}".format_map
-    print("\n".join(markdown_table(
-        ["worker processes", "messages", "keyqueue msg/s", "Streams consumer msg/s", "LMOVE loop msg/s",
-         "vs Streams min / median / max (target >= 1)", "vs LMOVE (target >= 2)"], "rrrrrrr",
-        ([row["processes"], f"{row['messages']:,}", f"{row['keyqueue_msgs_per_s']:,}", f"{row['streams_msgs_per_s']:,}",
-          f"{row['lmove_msgs_per_s']:,}", spread(row["vs_streams"]), spread(row["vs_lmove"])] for row in rows))))
+    print(
+        "\n".join(
+            markdown_table(
+                [
+                    "worker processes",
+                    "messages",
+                    "keyqueue msg/s",
+                    "Streams consumer msg/s",
+                    "LMOVE loop msg/s",
+                    "vs Streams min / median / max (target >= 1)",
+                    "vs LMOVE (target >= 2)",
+                ],
+                "rrrrrrr",
+                (
+                    [
+                        row["processes"],
+                        f"{row['messages']:,}",
+                        f"{row['keyqueue_msgs_per_s']:,}",
+                        f"{row['streams_msgs_per_s']:,}",
+                        f"{row['lmove_msgs_per_s']:,}",
+                        spread(row["vs_streams"]),
+                        spread(row["vs_lmove"]),
+                    ]
+                    for row in rows
+                ),
+            )
+        )
+    )
     print()
-    print("\n".join(markdown_table(
-        [f"idle consumer, until its handler starts ({samples} samples)", "median ms", "p99 ms", "max ms"], "lrrr",
-        ([label, *(f"{latency[key][k]:.3f}" for k in ("median_ms", "p99_ms", "max_ms"))] for key, label in (
-            ("keyqueue_from_call", "keyqueue worker, from enqueue's call (target 0.5 / 2)"),
-            ("keyqueue_from_return", "keyqueue worker, from enqueue's return"),
-            ("raw_from_call", "raw BLPOP consumer, from LPUSH's call (the floor)"),
-            ("raw_from_return", "raw BLPOP consumer, from LPUSH's return"))))))
+    print(
+        "\n".join(
+            markdown_table(
+                [f"idle consumer, until its handler starts ({samples} samples)", "median ms", "p99 ms", "max ms"],
+                "lrrr",
+                (
+                    [label, *(f"{latency[key][k]:.3f}" for k in ("median_ms", "p99_ms", "max_ms"))]
+                    for key, label in (
+                        ("keyqueue_from_call", "keyqueue worker, from enqueue's call (target 0.5 / 2)"),
+                        ("keyqueue_from_return", "keyqueue worker, from enqueue's return"),
+                        ("raw_from_call", "raw BLPOP consumer, from LPUSH's call (the floor)"),
+                        ("raw_from_return", "raw BLPOP consumer, from LPUSH's return"),
+                    )
+                ),
+            )
+        )
+    )
     return exit_status(args, ok)
 
 

@@ -32,8 +32,9 @@ def loop_thread() -> Iterator[Any]:
 
 
 @pytest.fixture
-def make_queue(r: redis.Redis, scripting: bool, face: str, redis_server: RedisServer,
-               request: pytest.FixtureRequest) -> Callable[..., Queue]:
+def make_queue(
+    r: redis.Redis, scripting: bool, face: str, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> Callable[..., Queue]:
     made: list[Any] = []
 
     def make(name: str = "q", **kw: Any) -> Queue:

@@ -13,8 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from keyqueue import InvalidQueueName, Queue
-from keyqueue import aio
+from keyqueue import InvalidQueueName, Queue, aio
 
 from ..support.helpers import wait_until
 
@@ -66,8 +65,7 @@ def test_a_cancelled_long_poll_takes_nothing(redis_server, r: redis.Redis, scrip
     assert m is not None and m.text == "after the cancellation" and m.receives == 1
 
 
-def test_many_tasks_and_a_sync_thread_own_each_message_once(redis_server, r: redis.Redis,
-                                                            scripting: bool) -> None:
+def test_many_tasks_and_a_sync_thread_own_each_message_once(redis_server, r: redis.Redis, scripting: bool) -> None:
     n = 600
     sync = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
     sync.enqueue_many([str(i) for i in range(n)])
@@ -83,6 +81,7 @@ def test_many_tasks_and_a_sync_thread_own_each_message_once(redis_server, r: red
 
     async def main() -> None:
         async with aio.Queue("q", url=redis_server.url, scripting=scripting) as q:
+
             async def consumer() -> None:
                 while msgs := await q.claim_many(3):
                     with lock:

@@ -20,11 +20,9 @@ import redis
 import redis.asyncio
 
 from keyqueue import InvalidArgument, Queue
-from keyqueue.aio import Message
+from keyqueue.aio import Message, Worker
 from keyqueue.aio import Queue as AsyncQueue
-from keyqueue.aio import Worker
 from keyqueue.server import RedisServer
-
 
 
 @pytest.fixture
@@ -94,6 +92,7 @@ def test_handlers_run_concurrently_on_one_loop(url: str, scripting: bool) -> Non
 def test_a_cancelled_error_the_handler_raises_fails_the_delivery(url: str, scripting: bool) -> None:
     """A CancelledError the handler raises itself is its failure, not a shutdown. (Any other
     BaseException, SystemExit too: test_worker_outcomes.py, on both faces.)"""
+
     async def handler(m: Message) -> None:
         raise asyncio.CancelledError(3)
 
@@ -193,13 +192,16 @@ def test_a_redis_outage_is_logged_and_waited_out(scripting: bool, caplog: pytest
                 await until(lambda: done == ["before", "after"], timeout=15)
             assert (await q.stats()).processing == 0
 
-    with RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server, \
-            caplog.at_level(logging.WARNING, logger="keyqueue.worker"):
+    with (
+        RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server,
+        caplog.at_level(logging.WARNING, logger="keyqueue.worker"),
+    ):
         asyncio.run(main(server))
 
 
 def test_a_blocking_queue_is_refused_both_ways(r: redis.Redis) -> None:
     """(Bad options, and the decorator's options: test_worker.py, on both faces.)"""
+
     async def handler(m: Message) -> None:
         pass
 

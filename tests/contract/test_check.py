@@ -15,12 +15,37 @@ import redis
 
 from keyqueue import Queue
 from keyqueue.errors import InvalidArgument
-from keyqueue.fsck import (CLAIMING, DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
-                           STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, UNTIMED,
-                           WRONG_TYPE, CheckReport, check_queue)
+from keyqueue.fsck import (
+    CLAIMING,
+    DEAD_DUPLICATE,
+    EMPTY_INDEX,
+    MISSING_HASH,
+    ORPHAN,
+    OWNED_AND_WAITING,
+    STALE_LIST,
+    STALE_TIMER,
+    STRAY_FIELDS,
+    TIMER_INDEX,
+    UNLISTED,
+    UNTIMED,
+    WRONG_TYPE,
+    CheckReport,
+    check_queue,
+)
 
-from ..support.check_support import (BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, acked_before_the_repair_looks,
-                                     claim_and_ack_all, item, notes, problems)
+from ..support.check_support import (
+    BASE,
+    DEAD,
+    ITEMS,
+    PROCESSING,
+    QUEUE,
+    TIMERS,
+    acked_before_the_repair_looks,
+    claim_and_ack_all,
+    item,
+    notes,
+    problems,
+)
 from ..support.helpers import FakeClock, snapshot
 
 
@@ -75,8 +100,10 @@ def every_state(q: Queue) -> None:
 
 # -- a healthy queue --------------------------------------------------------------------------
 
-def test_a_healthy_queue_in_every_state_is_consistent_and_left_alone(cq: Queue, clock: FakeClock,
-                                                                      r: redis.Redis) -> None:
+
+def test_a_healthy_queue_in_every_state_is_consistent_and_left_alone(
+    cq: Queue, clock: FakeClock, r: redis.Redis
+) -> None:
     every_state(cq)
     before = snapshot(r)
     report = cq.check(settle=0)
@@ -85,7 +112,11 @@ def test_a_healthy_queue_in_every_state_is_consistent_and_left_alone(cq: Queue, 
     assert (report.waiting, report.processing, report.delayed, report.dead) == (2, 1, 2, 1)
     assert str(report).endswith("2 waiting, 1 processing, 2 delayed, 1 dead; 0 problems, 0 notes: consistent")
     assert json.loads(json.dumps(report.to_dict()))["counts"] == {
-        "waiting": 2, "processing": 1, "delayed": 2, "dead": 1}
+        "waiting": 2,
+        "processing": 1,
+        "delayed": 2,
+        "dead": 1,
+    }
     assert cq.check(repair=True, settle=0).consistent
     assert snapshot(r) == before  # neither the check nor a repair of nothing wrote anything
     assert sorted(drain(cq, clock, r)) == ["1", "2", "3", "4", "5", "6"]
@@ -98,6 +129,7 @@ def test_a_queue_that_does_not_exist_is_consistent(make_queue: Callable[..., Que
 
 
 # -- each problem: found, repaired, then every message delivered once ------------------------
+
 
 def test_owned_and_waiting(cq: Queue, clock: FakeClock, r: redis.Redis) -> None:
     cq.enqueue_many(["a", "b"])
@@ -120,8 +152,9 @@ def test_in_flight_without_its_timer_entry(cq: Queue, clock: FakeClock, r: redis
 
 
 @pytest.mark.parametrize("origin", ["waiting", "delayed", "dead", "receipt-without-deadline"])
-def test_an_abandoned_claim_goes_back_where_it_came_from(cq: Queue, clock: FakeClock, r: redis.Redis,
-                                                         origin: str) -> None:
+def test_an_abandoned_claim_goes_back_where_it_came_from(
+    cq: Queue, clock: FakeClock, r: redis.Redis, origin: str
+) -> None:
     if origin == "waiting":  # taken out of items and the list, never given a receipt
         cq.enqueue("a")
         r.srem(ITEMS, "1")
@@ -168,8 +201,7 @@ def test_orphaned_delayed_message_gets_its_timer_back(cq: Queue, clock: FakeCloc
 
 
 @pytest.mark.parametrize("where", ["waiting", "processing", "dead"])
-def test_entries_without_an_item_hash_are_removed(cq: Queue, clock: FakeClock, r: redis.Redis,
-                                                  where: str) -> None:
+def test_entries_without_an_item_hash_are_removed(cq: Queue, clock: FakeClock, r: redis.Redis, where: str) -> None:
     cq.enqueue_many(["a", "b"])
     if where != "waiting":
         msg = cq.claim()
@@ -227,8 +259,7 @@ def test_dead_and_waiting_stays_waiting(cq: Queue, clock: FakeClock, r: redis.Re
 
 
 @pytest.mark.parametrize("state", ["waiting", "dead"])
-def test_stray_receipt_and_timer_fields_are_removed(cq: Queue, clock: FakeClock, r: redis.Redis,
-                                                     state: str) -> None:
+def test_stray_receipt_and_timer_fields_are_removed(cq: Queue, clock: FakeClock, r: redis.Redis, state: str) -> None:
     cq.enqueue("a")
     if state == "dead":
         msg = cq.claim()
@@ -265,12 +296,13 @@ def test_a_core_key_of_the_wrong_type_stops_the_id_checks(cq: Queue, r: redis.Re
 
 # -- leftovers: reported as notes, consistent, cleaned by --repair -------------------------
 
+
 def test_leftovers_are_notes_and_are_cleaned(cq: Queue, clock: FakeClock, r: redis.Redis) -> None:
     cq.enqueue_many(["a", "b"])
     assert cq.claim()
-    r.rpush(QUEUE, "1")                    # a list entry of an id that is in flight
-    r.sadd(BASE + "timer:5", "2")          # a timer entry of a waiting id
-    r.zadd(TIMERS, {"999": 1})             # an index entry of a bucket with no set
+    r.rpush(QUEUE, "1")  # a list entry of an id that is in flight
+    r.sadd(BASE + "timer:5", "2")  # a timer entry of a waiting id
+    r.zadd(TIMERS, {"999": 1})  # an index entry of a bucket with no set
     report = cq.check(settle=0)
     assert report.consistent and report.problems == []
     assert notes(report) == {STALE_LIST: ["1"], STALE_TIMER: ["2"], EMPTY_INDEX: ["999"]}
@@ -284,8 +316,10 @@ def test_leftovers_are_notes_and_are_cleaned(cq: Queue, clock: FakeClock, r: red
 
 # -- settle: a live operation's passing state is not a problem ---------------------------------
 
-def test_a_state_gone_on_the_second_look_is_not_reported(r: redis.Redis, scripting: bool,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_a_state_gone_on_the_second_look_is_not_reported(
+    r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """keyqueue.Queue's second look waits in time.sleep: the claim finishes meanwhile. (The
     asyncio face's waits without blocking the loop: test_check_async.py.)"""
     sq = Queue("q", client=r, scripting=scripting, visibility_timeout=30)
@@ -309,8 +343,9 @@ def test_a_state_still_there_on_the_second_look_is_reported(cq: Queue, r: redis.
     assert problems(cq.check(settle=0.05)) == {OWNED_AND_WAITING: ["1"]}
 
 
-def test_repair_leaves_an_id_alone_when_its_state_changed_since(cq: Queue, r: redis.Redis,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repair_leaves_an_id_alone_when_its_state_changed_since(
+    cq: Queue, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The repair re-reads each id: a change since the check found it is not overwritten."""
     cq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
@@ -340,6 +375,7 @@ def test_a_claim_within_its_intent_bucket_is_left_to_the_claimer(cq: Queue, r: r
 
 
 # -- a live queue: checks and repairs while workers run lose and double nothing -------------
+
 
 def test_check_and_repair_on_a_live_queue(make_queue: Callable[..., Queue]) -> None:
     q = make_queue("live", visibility_timeout=30)
@@ -390,8 +426,10 @@ def test_check_and_repair_on_a_live_queue(make_queue: Callable[..., Queue]) -> N
 
 # -- without Lua ------------------------------------------------------------------------------
 
-def test_check_and_repair_work_without_scripting(make_queue: Callable[..., Queue], cq: Queue, clock: FakeClock,
-                                                 r: redis.Redis, no_scripting_url: str) -> None:
+
+def test_check_and_repair_work_without_scripting(
+    make_queue: Callable[..., Queue], cq: Queue, clock: FakeClock, r: redis.Redis, no_scripting_url: str
+) -> None:
     cq.enqueue_many(["a", "b"])
     r.sadd(PROCESSING, "1")
     r.lrem(QUEUE, 0, "2")

@@ -14,20 +14,45 @@ import redis.asyncio
 
 from keyqueue import Queue
 from keyqueue.aio import Queue as AioQueue
-from keyqueue.fsck import (DEAD_DUPLICATE, EMPTY_INDEX, MISSING_HASH, ORPHAN, OWNED_AND_WAITING,
-                           STALE_LIST, STALE_TIMER, STRAY_FIELDS, TIMER_INDEX, UNLISTED, WRONG_TYPE,
-                           CheckReport, check_queue)
+from keyqueue.fsck import (
+    DEAD_DUPLICATE,
+    EMPTY_INDEX,
+    MISSING_HASH,
+    ORPHAN,
+    OWNED_AND_WAITING,
+    STALE_LIST,
+    STALE_TIMER,
+    STRAY_FIELDS,
+    TIMER_INDEX,
+    UNLISTED,
+    WRONG_TYPE,
+    CheckReport,
+    check_queue,
+)
 from keyqueue.server import RedisServer
 
-from ..support.check_support import BASE, DEAD, ITEMS, PROCESSING, QUEUE, TIMERS, claim_and_ack_all, item, notes, problems
+from ..support.check_support import (
+    BASE,
+    DEAD,
+    ITEMS,
+    PROCESSING,
+    QUEUE,
+    TIMERS,
+    claim_and_ack_all,
+    item,
+    notes,
+    problems,
+)
 from ..support.helpers import FakeClock, snapshot
 
 T = TypeVar("T")
 
 
-def on_loop(port: int, scripting: bool, body: Callable[[AioQueue], Awaitable[T]], *,
-            protocol: int | None = None, **kw: Any) -> T:
+def on_loop(
+    port: int, scripting: bool, body: Callable[[AioQueue], Awaitable[T]], *, protocol: int | None = None, **kw: Any
+) -> T:
     """Run ``body(queue)`` on a fresh loop with an async queue "q" on its own client."""
+
     async def main() -> T:
         options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
         client = redis.asyncio.Redis(port=port, **options)
@@ -47,25 +72,32 @@ def sq(r: redis.Redis, scripting: bool, clock: FakeClock) -> Queue:
 
 @pytest.mark.parametrize("protocol", [None, 2], ids=["default-protocol", "resp2"])
 def test_async_check_finds_and_repairs_what_the_sync_check_does(
-        redis_server: RedisServer, r: redis.Redis, scripting: bool, clock: FakeClock, sq: Queue,
-        protocol: int | None) -> None:
+    redis_server: RedisServer, r: redis.Redis, scripting: bool, clock: FakeClock, sq: Queue, protocol: int | None
+) -> None:
     sq.enqueue_many(["a", "b", "c", "d", "e", "f"])  # 1..6
-    assert sq.claim() is not None                     # 1 in flight
-    sq.enqueue("later", delay=60)                     # 7 delayed
+    assert sq.claim() is not None  # 1 in flight
+    sq.enqueue("later", delay=60)  # 7 delayed
     bucket = str(int(r.hget(item("7"), "d")) // 60_000)
-    r.rpush(QUEUE, "1")                               # a list entry of an id in flight
-    r.sadd(PROCESSING, "2")                           # a claim that died between its steps
-    r.lrem(QUEUE, 0, "3")                             # waiting, but invisible to claims
-    r.sadd(BASE + "timer:5", "3")                     # a timer entry of a waiting id
+    r.rpush(QUEUE, "1")  # a list entry of an id in flight
+    r.sadd(PROCESSING, "2")  # a claim that died between its steps
+    r.lrem(QUEUE, 0, "3")  # waiting, but invisible to claims
+    r.sadd(BASE + "timer:5", "3")  # a timer entry of a waiting id
     r.srem(ITEMS, "4")
-    r.lrem(QUEUE, 0, "4")                             # an item hash nothing refers to
+    r.lrem(QUEUE, 0, "4")  # an item hash nothing refers to
     r.hset(item("5"), mapping={"c": "9-9", "d": "123"})  # stray receipt and timer
-    r.rpush(DEAD, "6")                                # dead and waiting
-    r.zrem(TIMERS, bucket)                            # a bucket the reaper cannot see
-    r.sadd(ITEMS, "99")                               # an id without an item hash
-    r.zadd(TIMERS, {"999": 1})                        # an index entry of no timer set
-    want = {MISSING_HASH: ["99"], ORPHAN: ["4"], OWNED_AND_WAITING: ["2"], UNLISTED: ["3"],
-            DEAD_DUPLICATE: ["6"], STRAY_FIELDS: ["5"], TIMER_INDEX: [bucket]}
+    r.rpush(DEAD, "6")  # dead and waiting
+    r.zrem(TIMERS, bucket)  # a bucket the reaper cannot see
+    r.sadd(ITEMS, "99")  # an id without an item hash
+    r.zadd(TIMERS, {"999": 1})  # an index entry of no timer set
+    want = {
+        MISSING_HASH: ["99"],
+        ORPHAN: ["4"],
+        OWNED_AND_WAITING: ["2"],
+        UNLISTED: ["3"],
+        DEAD_DUPLICATE: ["6"],
+        STRAY_FIELDS: ["5"],
+        TIMER_INDEX: [bucket],
+    }
     want_notes = {STALE_LIST: ["1"], STALE_TIMER: ["3"], EMPTY_INDEX: ["999"]}
     before = snapshot(r)
     sync = check_queue(sq, settle=0)
@@ -91,8 +123,7 @@ def test_async_check_finds_and_repairs_what_the_sync_check_does(
     assert r.keys(BASE + "item:*") == [] and r.zcard(TIMERS) == 0 and r.llen(DEAD) == 0
 
 
-def test_async_and_sync_reports_agree(redis_server: RedisServer, r: redis.Redis, scripting: bool,
-                                      sq: Queue) -> None:
+def test_async_and_sync_reports_agree(redis_server: RedisServer, r: redis.Redis, scripting: bool, sq: Queue) -> None:
     sq.enqueue_many(["a", "b", "c"])
     held, dead = sq.claim(), sq.claim()
     assert held and dead and dead.dead_letter("broken")
@@ -106,8 +137,9 @@ def test_async_and_sync_reports_agree(redis_server: RedisServer, r: redis.Redis,
     assert problems(async_) == {WRONG_TYPE: [item("77")], OWNED_AND_WAITING: ["3"], DEAD_DUPLICATE: ["2"]}
 
 
-def test_async_second_look_waits_without_blocking_the_loop(redis_server: RedisServer, r: redis.Redis,
-                                                           scripting: bool, sq: Queue) -> None:
+def test_async_second_look_waits_without_blocking_the_loop(
+    redis_server: RedisServer, r: redis.Redis, scripting: bool, sq: Queue
+) -> None:
     """A claim caught between its steps finishes while the check waits: another task on the
     loop runs during the settle, and the check then finds nothing (and repairs nothing)."""
     sq.enqueue("a")

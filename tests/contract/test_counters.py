@@ -1,4 +1,4 @@
-"""The counters hash (SPEC 8): exact totals kept by the operations themselves, in the same
+"""The counters hash: exact totals kept by the operations themselves, in the same
 script or MULTI as the change they count, in both modes and both faces."""
 
 from __future__ import annotations
@@ -78,8 +78,7 @@ def test_dead_lettered_counts_every_way_to_the_dead_letters(make_queue: Callable
     assert q.counters() == counts(q, enqueued=3, dead_lettered=3)
 
 
-def test_counters_outlive_a_purge_and_go_with_the_queue(make_queue: Callable[..., Queue],
-                                                        r: redis.Redis) -> None:
+def test_counters_outlive_a_purge_and_go_with_the_queue(make_queue: Callable[..., Queue], r: redis.Redis) -> None:
     q = make_queue("q")
     q.enqueue_many(["a", "b"])
     q.purge(source="all")

@@ -1,20 +1,24 @@
-"""SPEC section 3: bad input and overwritten keys get a clear error and change nothing."""
+"""Bad input and overwritten keys get a clear error and change nothing."""
 
 from __future__ import annotations
 
 import re
-
 from typing import Callable
 
 import pytest
 import redis
 
 import keyqueue
-from keyqueue.queue import list_queues
 from keyqueue import (
-    ConfigurationError, CorruptQueue, InvalidArgument, InvalidQueueName, KeyQueueError,
-    MessageTooLarge, Queue,
+    ConfigurationError,
+    CorruptQueue,
+    InvalidArgument,
+    InvalidQueueName,
+    KeyQueueError,
+    MessageTooLarge,
+    Queue,
 )
+from keyqueue.queue import list_queues
 from keyqueue.server import free_port
 
 from ..support.helpers import snapshot
@@ -56,19 +60,22 @@ def test_non_bytes_bodies_raise_plain_type_error(q: Queue, r: redis.Redis, body:
     assert snapshot(r) == before
 
 
-@pytest.mark.parametrize("call", [
-    lambda q: q.enqueue("x", delay=-1),
-    lambda q: q.enqueue("x", delay=float("nan")),
-    lambda q: q.enqueue("x", dedup_key=""),
-    lambda q: q.enqueue("x", dedup_key=5),
-    lambda q: q.claim_many(0),
-    lambda q: q.claim(visibility_timeout=0),
-    lambda q: q.claim(wait=-1),
-    lambda q: q.peek(source="everything"),
-    lambda q: q.peek(-1),
-    lambda q: q.purge(source="processing"),
-    lambda q: q.requeue(source="waiting"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.enqueue("x", delay=-1),
+        lambda q: q.enqueue("x", delay=float("nan")),
+        lambda q: q.enqueue("x", dedup_key=""),
+        lambda q: q.enqueue("x", dedup_key=5),
+        lambda q: q.claim_many(0),
+        lambda q: q.claim(visibility_timeout=0),
+        lambda q: q.claim(wait=-1),
+        lambda q: q.peek(source="everything"),
+        lambda q: q.peek(-1),
+        lambda q: q.purge(source="processing"),
+        lambda q: q.requeue(source="waiting"),
+    ],
+)
 def test_bad_arguments(q: Queue, r: redis.Redis, call: Callable[[Queue], object]) -> None:
     q.enqueue("keep")
     before = snapshot(r)
@@ -134,11 +141,28 @@ USERS = {
     "items": ALL_BUT(*MESSAGE_OPS - {"release"}),
     "processing": ALL_BUT("enqueue", "enqueue_many", "enqueue_delayed", "length"),
     "timers": ALL_BUT("length", "enqueue", "enqueue_many"),
-    "dead": {"dead_letter", "reap", "requeue_dead", "requeue_processing", "purge_waiting",
-             "purge_all", "peek_waiting", "peek_delayed", "stats"},
+    "dead": {
+        "dead_letter",
+        "reap",
+        "requeue_dead",
+        "requeue_processing",
+        "purge_waiting",
+        "purge_all",
+        "peek_waiting",
+        "peek_delayed",
+        "stats",
+    },
     "seq": {"enqueue", "enqueue_many", "enqueue_delayed"},
-    "signal": {"enqueue", "enqueue_many", "claim", "release", "release_delayed",
-               "reap", "requeue_dead", "requeue_processing"},
+    "signal": {
+        "enqueue",
+        "enqueue_many",
+        "claim",
+        "release",
+        "release_delayed",
+        "reap",
+        "requeue_dead",
+        "requeue_processing",
+    },
     "item:3": MESSAGE_OPS | {"requeue_processing"},
     # the counters are written by what they count (a claim and a reap may dead-letter)
     # (a claim writes the dead letters and the counters only with max_receives: see below)
@@ -157,8 +181,7 @@ def _setup(make_queue) -> tuple[Queue, dict]:
 
 
 @pytest.mark.parametrize("key", sorted(USERS))
-def test_overwritten_key_raises_corrupt_queue_and_changes_nothing(make_queue, r: redis.Redis,
-                                                                  key: str) -> None:
+def test_overwritten_key_raises_corrupt_queue_and_changes_nothing(make_queue, r: redis.Redis, key: str) -> None:
     q, state = _setup(make_queue)
     held = state["held"]
     if key == "item:3":

@@ -30,9 +30,11 @@ def parameters(fn: Any) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-@pytest.mark.parametrize("sync_cls, async_cls", [(keyqueue.Queue, keyqueue.aio.Queue),
-                                                 (keyqueue.Message, keyqueue.aio.Message)],
-                         ids=["Queue", "Message"])
+@pytest.mark.parametrize(
+    "sync_cls, async_cls",
+    [(keyqueue.Queue, keyqueue.aio.Queue), (keyqueue.Message, keyqueue.aio.Message)],
+    ids=["Queue", "Message"],
+)
 def test_every_method_has_an_awaited_twin(sync_cls: type, async_cls: type) -> None:
     sync, aio = public(sync_cls), public(async_cls)
     assert set(aio) - set(sync) <= ASYNC_ONLY

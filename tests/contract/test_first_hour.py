@@ -26,8 +26,9 @@ def test_an_unknown_url_parameter_is_a_bad_url_at_once() -> None:
     Queue("q", url="redis://127.0.0.1:1/0?socket_timeout=0.5")  # a real one is fine
 
 
-def test_the_library_reads_keyqueue_url_as_the_cli_does(redis_server, r: redis.Redis,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_library_reads_keyqueue_url_as_the_cli_does(
+    redis_server, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KEYQUEUE_URL", redis_server.url)
     Queue("envq").enqueue("x")  # neither client= nor url=
     assert r.llen("kq:{envq}:queue") == 1
@@ -36,11 +37,14 @@ def test_the_library_reads_keyqueue_url_as_the_cli_does(redis_server, r: redis.R
         Queue("envq")
 
 
-@pytest.mark.parametrize("call", [
-    lambda q: q.enqueue("x", delay=1e20),
-    lambda q: q.claim(visibility_timeout=1e12),
-    lambda q: Queue("q", client=q.client, visibility_timeout=1e15),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.enqueue("x", delay=1e20),
+        lambda q: q.claim(visibility_timeout=1e12),
+        lambda q: Queue("q", client=q.client, visibility_timeout=1e15),
+    ],
+)
 def test_durations_beyond_any_real_use_are_refused(q: Queue, call) -> None:
     with pytest.raises(InvalidArgument, match="at most 1e[+]09"):
         call(q)
@@ -55,8 +59,9 @@ def test_a_message_repr_shows_a_short_body(q: Queue) -> None:
     assert len(text) < 200 and "100000 bytes" in text and f"id='{m.id}'" in text
 
 
-def test_a_corrupt_registry_does_not_stop_a_healthy_queue(r: redis.Redis, scripting: bool,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_registry_does_not_stop_a_healthy_queue(
+    r: redis.Redis, scripting: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     r.set("kq:queues", "oops")  # the registry is shared by every queue under the prefix
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=5)
     assert q.enqueue("x") == "1" and q.length() == 1
@@ -73,8 +78,7 @@ def test_a_reaper_takes_one_queue_or_name_as_it_is(r: redis.Redis, scripting: bo
     assert r.smembers("kq:queues") == {b"emails"}
 
 
-def test_a_reaper_over_a_corrupt_registry_logs_one_line(r: redis.Redis,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_reaper_over_a_corrupt_registry_logs_one_line(r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     from keyqueue import Reaper
 
     r.set("kq:queues", "oops")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Any
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -77,8 +77,7 @@ DELAYS_MS = st.one_of(st.just(0), DURATIONS_MS)
 BODIES = st.one_of(
     st.binary(max_size=6),
     st.binary(min_size=60, max_size=200),
-    st.builds(lambda n, c: c * n, st.sampled_from([6399, 6400, 6401]),
-              st.binary(min_size=1, max_size=1)),
+    st.builds(lambda n, c: c * n, st.sampled_from([6399, 6400, 6401]), st.binary(min_size=1, max_size=1)),
 )
 DEDUP_KEYS = st.sampled_from(["a", "b", "c"])
 
@@ -98,8 +97,9 @@ class Model:
     receipts: set[str] = field(default_factory=set)
 
 
-def make_machine(client: redis.Redis, scripting: bool = True,
-                 new_queue: Callable[..., Queue] | None = None) -> type[RuleBasedStateMachine]:
+def make_machine(
+    client: redis.Redis, scripting: bool = True, new_queue: Callable[..., Queue] | None = None
+) -> type[RuleBasedStateMachine]:
     """``new_queue(name, **kw)`` builds the queue under test (default: a sync Queue on
     ``client``; the async face gives a keyqueue.aio.Queue behind tests/support/async_face.py)."""
     under_test = new_queue or (lambda name, **kw: Queue(name, client=client, **kw))
@@ -135,12 +135,19 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             visibility=st.sampled_from([0.5, 1, 5, 30]),
             bodies=st.lists(BODIES, max_size=4),
         )
-        def setup(self, bucket_seconds: float, max_receives: int | None, visibility: float,
-                  bodies: list[bytes]) -> None:
-            writer = Queue(NAME, client=self.r, clock=self.clock, scripting=scripting,
-                           bucket_seconds=bucket_seconds,
-                           max_receives=max_receives, visibility_timeout=visibility,
-                           dedup_window=DEDUP_WINDOW)
+        def setup(
+            self, bucket_seconds: float, max_receives: int | None, visibility: float, bodies: list[bytes]
+        ) -> None:
+            writer = Queue(
+                NAME,
+                client=self.r,
+                clock=self.clock,
+                scripting=scripting,
+                bucket_seconds=bucket_seconds,
+                max_receives=max_receives,
+                visibility_timeout=visibility,
+                dedup_window=DEDUP_WINDOW,
+            )
             # The queue under test reads its settings back from the config hash.
             self.q = under_test(NAME, clock=self.clock, scripting=scripting)
             assert self.q.settings == writer.settings
@@ -176,8 +183,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
 
         def current(self, msg: Message) -> bool:
             m = self.msgs.get(msg.id)
-            return (m is not None and m.state == PROCESSING and msg.receipt is not None
-                    and m.receipt == msg.receipt)
+            return m is not None and m.state == PROCESSING and msg.receipt is not None and m.receipt == msg.receipt
 
         def pick(self, data: st.DataObject) -> Message:
             live = [m for m in self.held if self.current(m)]
@@ -242,8 +248,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
 
         # -- producing ---------------------------------------------------------------------
 
-        @rule(body=BODIES, delay_ms=DELAYS_MS,
-              dedup_key=st.one_of(st.none(), DEDUP_KEYS))
+        @rule(body=BODIES, delay_ms=DELAYS_MS, dedup_key=st.one_of(st.none(), DEDUP_KEYS))
         def enqueue(self, body: bytes, delay_ms: int, dedup_key: str | None) -> None:
             assert self.q is not None
             got = self.q.enqueue(body, delay=delay_ms / 1000, dedup_key=dedup_key)
@@ -345,14 +350,15 @@ def make_machine(client: redis.Redis, scripting: bool = True,
         def claim(self) -> None:
             self._claim(1, None, single=True)
 
-        @rule(count=st.integers(1, 5), vis_ms=st.one_of(st.none(), DURATIONS_MS),
-              single=st.booleans())
+        @rule(count=st.integers(1, 5), vis_ms=st.one_of(st.none(), DURATIONS_MS), single=st.booleans())
         def claim_with(self, count: int, vis_ms: int | None, single: bool) -> None:
             """claim(visibility_timeout=...) or claim_many(count, visibility_timeout=...)."""
             self._claim(1 if single else count, vis_ms, single=single)
 
-        @rule(outcome=st.sampled_from(["ack", "retry", "retry later", "give up", "crash"]),
-              vis_ms=st.one_of(st.none(), DURATIONS_MS))
+        @rule(
+            outcome=st.sampled_from(["ack", "retry", "retry later", "give up", "crash"]),
+            vis_ms=st.one_of(st.none(), DURATIONS_MS),
+        )
         def worker(self, outcome: str, vis_ms: int | None) -> None:
             """A worker's cycle: claim one message, then handle it (a crash leaves it in flight)."""
             for msg in self._claim(1, vis_ms, single=True):
@@ -391,8 +397,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             self._extend(self.pick(data), seconds_ms)
 
         @precondition(lambda self: self.held)
-        @rule(data=st.data(), delay_ms=DELAYS_MS,
-              error=st.one_of(st.none(), st.sampled_from(["", "oops"])))
+        @rule(data=st.data(), delay_ms=DELAYS_MS, error=st.one_of(st.none(), st.sampled_from(["", "oops"])))
         def release(self, data: st.DataObject, delay_ms: int, error: str | None) -> None:
             self._release(self.pick(data), delay_ms, error)
 
@@ -440,7 +445,10 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                 m.receipt, m.timer = None, None
             self.note(f"reap: moved {min(res.total, 3)}{'+' if res.total >= 3 else ''}")
             assert (res.requeued, res.dead_lettered, res.delayed_released) == (
-                len(to_waiting) - released, len(to_dead), released)
+                len(to_waiting) - released,
+                len(to_dead),
+                released,
+            )
             self.counts["redelivered"] += len(to_waiting) - released
             self.counts["dead_lettered"] += len(to_dead)
             self._adopt_tail(BASE + "queue", self.waiting, to_waiting)
@@ -500,20 +508,17 @@ def make_machine(client: redis.Redis, scripting: bool = True,
 
         # -- time ----------------------------------------------------------------------------
 
-        @rule(ms=st.one_of(st.sampled_from([0, 1, 499, 1000]), DURATIONS_MS),
-              then_reap=st.booleans())
+        @rule(ms=st.one_of(st.sampled_from([0, 1, 499, 1000]), DURATIONS_MS), then_reap=st.booleans())
         def advance(self, ms: int, then_reap: bool) -> None:
             self._set_clock(self.now + ms)
             if then_reap:
                 self.reap()
 
-        @precondition(lambda self: any(m.timer is not None and m.timer > self.now
-                                       for m in self.msgs.values()))
+        @precondition(lambda self: any(m.timer is not None and m.timer > self.now for m in self.msgs.values()))
         @rule(offset=st.sampled_from([-1, 0, 1]), then_reap=st.booleans(), data=st.data())
         def advance_to_a_timer(self, offset: int, then_reap: bool, data: st.DataObject) -> None:
             """Land exactly on (or 1 ms around) a pending deadline / visible-at."""
-            timers = sorted({m.timer for m in self.msgs.values()
-                             if m.timer is not None and m.timer > self.now})
+            timers = sorted({m.timer for m in self.msgs.values() if m.timer is not None and m.timer > self.now})
             target = data.draw(st.sampled_from(timers), label="timer")
             self._set_clock(max(self.now, target + offset))
             if then_reap:
@@ -531,14 +536,22 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             stats = q.stats()
             head = self.msgs[self.waiting[0]] if self.waiting else None
             age = None if head is None else max(0.0, (self.now - head.t) / 1000)
-            assert (stats.waiting, stats.processing, stats.delayed, stats.dead,
-                    stats.oldest_age) == (len(self.waiting), len(processing), len(delayed),
-                                          len(self.dead), age)
+            assert (stats.waiting, stats.processing, stats.delayed, stats.dead, stats.oldest_age) == (
+                len(self.waiting),
+                len(processing),
+                len(delayed),
+                len(self.dead),
+                age,
+            )
             assert len(q) == len(self.waiting)
             # A short peek of the delayed ones stops early (bucket by bucket): still the first.
             assert [m.id for m in q.peek(2, source=DELAYED)] == want_delayed[:2]
-            for source, want in ((WAITING, self.waiting), (DEAD, self.dead),
-                                 (PROCESSING, processing), (DELAYED, want_delayed)):
+            for source, want in (
+                (WAITING, self.waiting),
+                (DEAD, self.dead),
+                (PROCESSING, processing),
+                (DELAYED, want_delayed),
+            ):
                 got = q.peek(1000, source=source)  # type: ignore[arg-type]
                 assert [m.id for m in got] == want, source
                 for msg in got:
@@ -572,8 +585,8 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             seq, queue, items, proc, dead, timers, signal = out[:7]
             rest = out[7:]
             sets = dict(zip(timer_keys, rest[: len(timer_keys)]))
-            hashes = dict(zip(item_keys, rest[len(timer_keys): len(timer_keys) + len(item_keys)]))
-            dedups = dict(zip(dedup_keys, rest[len(timer_keys) + len(item_keys):]))
+            hashes = dict(zip(item_keys, rest[len(timer_keys) : len(timer_keys) + len(item_keys)]))
+            dedups = dict(zip(dedup_keys, rest[len(timer_keys) + len(item_keys) :]))
 
             def dec(xs: Any) -> Any:
                 return [x.decode() for x in xs]
@@ -585,12 +598,12 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             assert set(dec(proc)) == set(self.ids_in(PROCESSING))
             assert dec(dead) == self.dead
             assert signal <= 1
-            assert {k[len(BASE + "dedup:"):]: v.decode() for k, v in dedups.items()} == self.dedup
+            assert {k[len(BASE + "dedup:") :]: v.decode() for k, v in dedups.items()} == self.dedup
 
             # Every live id has an item hash; no acked/purged id does.
-            assert {k[len(BASE + "item:"):] for k in item_keys} == set(self.msgs)
+            assert {k[len(BASE + "item:") :] for k in item_keys} == set(self.msgs)
             for k, h in hashes.items():
-                m = self.msgs[k[len(BASE + "item:"):]]
+                m = self.msgs[k[len(BASE + "item:") :]]
                 fields = {f.decode(): v for f, v in h.items()}
                 parts = sorted(int(f[1:]) for f in fields if f[0] == "b" and f != "b")
                 assert parts == list(range(1, len(parts) + 1)), fields.keys()  # b, b1, b2, ...
@@ -607,8 +620,7 @@ def make_machine(client: redis.Redis, scripting: bool = True,
                 e = fields.get("e")
                 self._check_error(None if e is None else e.decode(), m.error)
                 # Exactly one place for every live id.
-                places = [m.id in self.waiting, m.state == PROCESSING,
-                          m.state == DELAYED, m.id in self.dead]
+                places = [m.id in self.waiting, m.state == PROCESSING, m.state == DELAYED, m.id in self.dead]
                 assert sum(places) == 1 and self.dead.count(m.id) <= 1
 
             # Timer sets hold exactly the in-flight and delayed ids, each in its own bucket,
@@ -616,17 +628,17 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             # earliest timer (else the reaper would look too late).
             where: dict[str, int] = {}
             for k, members in sets.items():
-                b = int(k[len(BASE + "timer:"):])
+                b = int(k[len(BASE + "timer:") :])
                 for mid in dec(members):
                     assert mid not in where, f"id {mid} in two timer sets"
                     where[mid] = b
-            want_where = {i: m.timer // self.bucket_ms for i, m in self.msgs.items()
-                          if m.state in (PROCESSING, DELAYED)}
-            assert all(m.timer is not None for m in self.msgs.values()
-                       if m.state in (PROCESSING, DELAYED))
+            want_where = {
+                i: m.timer // self.bucket_ms for i, m in self.msgs.items() if m.state in (PROCESSING, DELAYED)
+            }
+            assert all(m.timer is not None for m in self.msgs.values() if m.state in (PROCESSING, DELAYED))
             assert where == want_where
             index = {int(b): score for b, score in timers}
-            assert set(index) == {int(k[len(BASE + "timer:"):]) for k in timer_keys}
+            assert set(index) == {int(k[len(BASE + "timer:") :]) for k in timer_keys}
             for b, score in index.items():
                 earliest = min(self.msgs[i].timer for i, bb in where.items() if bb == b)
                 assert score <= earliest, (b, score, earliest)
@@ -636,14 +648,21 @@ def make_machine(client: redis.Redis, scripting: bool = True,
             counters = {k.decode(): int(v) for k, v in self.r.hgetall(BASE + "counters").items()}
             assert counters == {k: v for k, v in self.counts.items() if v}
             assert self.q is not None and self.q.counters() == {
-                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered")}
+                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered")
+            }
 
             # Nothing but the documented keys.
             expected = {BASE + "config"} | set(timer_keys) | set(item_keys) | set(dedup_keys)
-            for key, present in (("seq", self.next_id > 1), ("queue", self.waiting),
-                                 ("items", self.waiting), ("processing", proc),
-                                 ("dead", self.dead), ("timers", timers), ("signal", signal),
-                                 ("counters", counters)):
+            for key, present in (
+                ("seq", self.next_id > 1),
+                ("queue", self.waiting),
+                ("items", self.waiting),
+                ("processing", proc),
+                ("dead", self.dead),
+                ("timers", timers),
+                ("signal", signal),
+                ("counters", counters),
+            ):
                 if present:
                     expected.add(BASE + key)
             assert keys == expected, keys ^ expected
@@ -652,15 +671,19 @@ def make_machine(client: redis.Redis, scripting: bool = True,
 
 
 @pytest.mark.timeout(420)  # passes in ~20 s; a failure needs time to shrink (at most 300 s)
-def test_queue_agrees_with_model(redis_server: RedisServer, scripting: bool, face: str,
-                                 make_queue: Callable[..., Queue]) -> None:
+def test_queue_agrees_with_model(
+    redis_server: RedisServer, scripting: bool, face: str, make_queue: Callable[..., Queue]
+) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
         run_state_machine_as_test(
             make_machine(client, scripting, make_queue),
-            settings=settings(max_examples=200 if scripting else 120, stateful_step_count=40, deadline=None,
-                              suppress_health_check=[HealthCheck.too_slow,
-                                                     HealthCheck.filter_too_much]),
+            settings=settings(
+                max_examples=200 if scripting else 120,
+                stateful_step_count=40,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
         )
     finally:
         client.close()

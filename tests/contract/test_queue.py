@@ -1,4 +1,4 @@
-"""The Queue contract against a real redis-server: data model and semantics of SPEC section 2."""
+"""The Queue contract against a real redis-server: the data model and its semantics."""
 
 from __future__ import annotations
 
@@ -232,8 +232,10 @@ def test_purge_empties_its_source_only(make_queue, r: redis.Redis, source: str) 
     assert q.purge(source=source) == counts[source]
     after = q.stats()
     expect = {
-        "waiting": QueueStats(0, 3, 1, 1, None), "delayed": QueueStats(2, 3, 0, 1, after.oldest_age),
-        "dead": QueueStats(2, 3, 1, 0, after.oldest_age), "all": QueueStats(0, 0, 0, 0, None),
+        "waiting": QueueStats(0, 3, 1, 1, None),
+        "delayed": QueueStats(2, 3, 0, 1, after.oldest_age),
+        "dead": QueueStats(2, 3, 1, 0, after.oldest_age),
+        "all": QueueStats(0, 0, 0, 0, None),
     }[source]
     assert after == expect
     items = [k for k in r.keys("kq:{q}:item:*")]

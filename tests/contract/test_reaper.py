@@ -93,7 +93,9 @@ def test_bad_interval() -> None:
         Reaper(interval=0)
 
 
-def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture, scripting: bool) -> None:
+def test_reaper_warns_about_eviction(
+    redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture, scripting: bool
+) -> None:
     import logging
 
     Queue("q", client=r, scripting=scripting).enqueue("x")
@@ -106,8 +108,9 @@ def test_reaper_warns_about_eviction(redis_server, r: redis.Redis, caplog: pytes
     assert any("volatile-lru" in rec.getMessage() for rec in caplog.records)
 
 
-def test_a_corrupt_queue_does_not_stop_the_pass(redis_server, r: redis.Redis,
-                                                caplog: pytest.LogCaptureFixture, scripting: bool) -> None:
+def test_a_corrupt_queue_does_not_stop_the_pass(
+    redis_server, r: redis.Redis, caplog: pytest.LogCaptureFixture, scripting: bool
+) -> None:
     import logging
 
     good = Queue("good", client=r, scripting=scripting, bucket_seconds=1)
@@ -126,8 +129,9 @@ def test_a_corrupt_queue_does_not_stop_the_pass(redis_server, r: redis.Redis,
     assert any("queue=bad" in m and "kq:{bad}:config" in m for m in messages)
 
 
-def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(redis_server, r: redis.Redis, scripting: bool,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(
+    redis_server, r: redis.Redis, scripting: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     import logging
 
     q = Queue("q", client=r, scripting=scripting, bucket_seconds=1)
@@ -136,8 +140,11 @@ def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(redis_server, r: redi
     caplog.set_level(logging.DEBUG)
 
     def lines() -> list[str]:
-        return [rec.getMessage() for rec in caplog.records
-                if rec.levelno >= logging.INFO and rec.name.startswith(("keyqueue.reaper", "apscheduler"))]
+        return [
+            rec.getMessage()
+            for rec in caplog.records
+            if rec.levelno >= logging.INFO and rec.name.startswith(("keyqueue.reaper", "apscheduler"))
+        ]
 
     reaper.start()
     try:

@@ -1,4 +1,4 @@
-"""Redis losing its data under running processes (SPEC 6), a Queue made while Redis is down,
+"""Redis losing its data under running processes, a Queue made while Redis is down,
 and a consumer that only claims getting expired and delayed messages back (claim reaps)."""
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def vr(volatile: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-def test_a_restart_without_persistence_heals_registry_and_settings(volatile: RedisServer, vr: redis.Redis,
-                                                                   scripting: bool) -> None:
+def test_a_restart_without_persistence_heals_registry_and_settings(
+    volatile: RedisServer, vr: redis.Redis, scripting: bool
+) -> None:
     producer = Queue("q", url=volatile.url, visibility_timeout=1, bucket_seconds=1, scripting=scripting)
     consumer = Queue("q", url=volatile.url, scripting=scripting)  # reads the settings
     reaper = Reaper(url=volatile.url, interval=0.2, scripting=scripting)  # every queue
@@ -58,8 +59,7 @@ def test_a_restart_without_persistence_heals_registry_and_settings(volatile: Red
         reaper.shutdown()
 
 
-def test_a_consumer_alone_restores_what_it_runs_with(volatile: RedisServer, vr: redis.Redis,
-                                                     scripting: bool) -> None:
+def test_a_consumer_alone_restores_what_it_runs_with(volatile: RedisServer, vr: redis.Redis, scripting: bool) -> None:
     Queue("q", client=vr, max_receives=4, dedup_window=9)
     consumer = Queue("q", url=volatile.url, scripting=scripting)  # found the hash, holds it
     volatile.restart()
@@ -89,8 +89,9 @@ def test_a_restore_never_overwrites_newer_settings(r: redis.Redis, scripting: bo
     assert r.hgetall(CONFIG) == {b"visibility_timeout": b"60", b"max_receives": b"2"}
 
 
-def test_flushdb_under_a_worker_process_restores_max_receives(redis_server, r: redis.Redis, tmp_path: Path,
-                                                              scripting: bool) -> None:
+def test_flushdb_under_a_worker_process_restores_max_receives(
+    redis_server, r: redis.Redis, tmp_path: Path, scripting: bool
+) -> None:
     Queue("q", client=r, max_receives=2)
     procs = Procs(tmp_path, scripting)
     try:
@@ -140,10 +141,12 @@ def test_changing_a_setting_logs_what_it_changed(r: redis.Redis, caplog: pytest.
         assert not caplog.records
         Queue("q", client=r, visibility_timeout=6, max_receives=3)
     assert [rec.getMessage() for rec in caplog.records] == [
-        "queue q: changed visibility_timeout 5 -> 6 in its config hash"]
+        "queue q: changed visibility_timeout 5 -> 6 in its config hash"
+    ]
 
 
 # -- a consumer that only claims and acks ----------------------------------------------------
+
 
 def test_claim_alone_redelivers_expired_and_delayed_messages(make_queue) -> None:
     q = make_queue("q", bucket_seconds=60)  # wide buckets: each message's own deadline decides

@@ -27,8 +27,14 @@ FITS = {
 
 def combos():  # type: ignore[no-untyped-def]
     for receipt, timer, processing, waiting, dead, timed, settled in itertools.product(
-            (False, True), (None, NOW - 500, NOW + 500), (False, True), (False, True), (False, True),
-            (False, True), (False, True)):
+        (False, True),
+        (None, NOW - 500, NOW + 500),
+        (False, True),
+        (False, True),
+        (False, True),
+        (False, True),
+        (False, True),
+    ):
         if timer is None and timed:
             continue  # no timer, no timer entry of its own
         yield receipt, timer, processing, waiting, dead, timed, settled
@@ -39,8 +45,18 @@ def test_the_reaper_and_the_fsck_agree_on_every_id() -> None:
     for receipt, timer, processing, waiting, dead, timed, settled in combos():
         seen = Seen(True, receipt, timer, processing, waiting, dead=dead, timed=timed)
         state, _ = owed(seen, settled)
-        view = IdView("7", True, receipt, timer, waiting, processing, listed=1 if waiting else 0,
-                      dead=int(dead), timed=timed, intent=not settled)
+        view = IdView(
+            "7",
+            True,
+            receipt,
+            timer,
+            waiting,
+            processing,
+            listed=1 if waiting else 0,
+            dead=int(dead),
+            timed=timed,
+            intent=not settled,
+        )
         fsck = plan(view, K, BUCKET_MS)
         assert fsck.state == ("processing" if state == "claiming" else state), (seen, settled)
         bucket_end = NOW + 1 if not settled else NOW - 1

@@ -44,8 +44,7 @@ class ReapLoop:
 
 
 @pytest.mark.parametrize("bucket_seconds", [1, 60, 3600])
-def test_redelivery_never_before_and_soon_after_the_deadline(make_queue, r: redis.Redis,
-                                                             bucket_seconds: int) -> None:
+def test_redelivery_never_before_and_soon_after_the_deadline(make_queue, r: redis.Redis, bucket_seconds: int) -> None:
     q = make_queue(visibility_timeout=1.0, bucket_seconds=bucket_seconds)
     q.enqueue_many(["a", "b", "c"])
     first = {m.id: m for m in q.claim_many(3, visibility_timeout=1.0)}
@@ -130,7 +129,7 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
     elapsed = time.monotonic() - t0
     stats = r.info("commandstats")
     assert elapsed >= 6.0
-    sent = {k[len("cmdstat_"):]: v["calls"] for k, v in stats.items()}
+    sent = {k[len("cmdstat_") :]: v["calls"] for k, v in stats.items()}
     # one claim (a script call, or one round trip of the script-free mode) per BLPOP
     claims = sent.get("evalsha", 0) + sent.get("lindex", 0)
     client_sent = claims + sent.get("blpop", 0)
@@ -140,11 +139,19 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
         # that check types: LLEN of the signal list; EXISTS config and ZRANGE timers: the
         # script reports a lost config hash and the next timer, so the claim knows when to
         # reap without a round trip of its own)
-        assert set(sent) <= {"evalsha", "blpop", "type", "time", "lrange", "exists", "zrange", "llen",
-                             "config|resetstat"}, sent
+        assert set(sent) <= {
+            "evalsha",
+            "blpop",
+            "type",
+            "time",
+            "lrange",
+            "exists",
+            "zrange",
+            "llen",
+            "config|resetstat",
+        }, sent
     else:  # an empty claim is TIME, LINDEX, LLEN, EXISTS config, ZRANGE timers in one round trip
-        assert set(sent) <= {"blpop", "time", "lindex", "llen", "exists", "zrange",
-                             "config|resetstat"}, sent
+        assert set(sent) <= {"blpop", "time", "lindex", "llen", "exists", "zrange", "config|resetstat"}, sent
         assert sent["time"] == sent["lindex"] == sent["llen"] == sent["exists"] == claims
 
 

@@ -1,4 +1,4 @@
-"""One URL parser (SPEC 9): redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://,
+"""One URL parser: redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://,
 sync and async clients, one clear line for a malformed URL, passwords never shown."""
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ SENTINEL = "redis+sentinel://kq:s3cret@127.0.0.1:26379,127.0.0.1:26380,[::1]:263
 
 @pytest.mark.parametrize("cls", [redis.Redis, redis.asyncio.Redis])
 def test_every_scheme_makes_a_client_without_io(cls: type) -> None:
-    for url in ("redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0?ssl_cert_reqs=required",
-                "unix:///tmp/nowhere.sock?db=1", SENTINEL + "?sentinel_password=x&socket_timeout=2",
-                "rediss+sentinel://h1:1/svc?ssl_ca_certs=/tmp/ca.pem"):
+    for url in (
+        "redis://127.0.0.1:1/0",
+        "rediss://127.0.0.1:1/0?ssl_cert_reqs=required",
+        "unix:///tmp/nowhere.sock?db=1",
+        SENTINEL + "?sentinel_password=x&socket_timeout=2",
+        "rediss+sentinel://h1:1/svc?ssl_ca_certs=/tmp/ca.pem",
+    ):
         client = from_url(url, cls)
         assert isinstance(client, cls)
     client = from_url(SENTINEL + "?sentinel_password=sp&socket_timeout=2", cls)
@@ -31,20 +35,23 @@ def test_every_scheme_makes_a_client_without_io(cls: type) -> None:
     assert sentinels[2].connection_pool.connection_kwargs["host"] == "::1"
 
 
-@pytest.mark.parametrize("url,why", [
-    ("redis+sentinel://", "bad sentinel address"),
-    ("redis+sentinel://h:port/s", "bad sentinel address 'h:port'"),
-    ("redis+sentinel://h:99999/s", "bad port"),
-    ("redis+sentinel://h:1", "the path must name the monitored service"),
-    ("redis+sentinel://h:1/s/db", "the database must be a number"),
-    ("redis+sentinel://h:1/s?colour=red", "unknown query parameter 'colour'"),
-    ("redis+sentinel://h:1/s?socket_timeout=soon", "invalid value for 'socket_timeout'"),
-    ("redis+sentinel://h:1/s?ssl_ca_certs=/x", "needs TLS"),
-    ("redis://h:1/0?timeout_s=1", "unknown query parameter 'timeout_s'"),
-    ("rediss://h:1/0?ssl_ca_cert=/x", "unknown query parameter 'ssl_ca_cert'"),
-    ("http://h:1/0", "the scheme must be redis://, rediss://, unix://, redis+sentinel://"),
-    ("localhost:6379", "the scheme must be"),
-])
+@pytest.mark.parametrize(
+    "url,why",
+    [
+        ("redis+sentinel://", "bad sentinel address"),
+        ("redis+sentinel://h:port/s", "bad sentinel address 'h:port'"),
+        ("redis+sentinel://h:99999/s", "bad port"),
+        ("redis+sentinel://h:1", "the path must name the monitored service"),
+        ("redis+sentinel://h:1/s/db", "the database must be a number"),
+        ("redis+sentinel://h:1/s?colour=red", "unknown query parameter 'colour'"),
+        ("redis+sentinel://h:1/s?socket_timeout=soon", "invalid value for 'socket_timeout'"),
+        ("redis+sentinel://h:1/s?ssl_ca_certs=/x", "needs TLS"),
+        ("redis://h:1/0?timeout_s=1", "unknown query parameter 'timeout_s'"),
+        ("rediss://h:1/0?ssl_ca_cert=/x", "unknown query parameter 'ssl_ca_cert'"),
+        ("http://h:1/0", "the scheme must be redis://, rediss://, unix://, redis+sentinel://"),
+        ("localhost:6379", "the scheme must be"),
+    ],
+)
 def test_a_malformed_url_is_one_line_naming_the_problem(url: str, why: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         from_url(url)
@@ -53,8 +60,12 @@ def test_a_malformed_url_is_one_line_naming_the_problem(url: str, why: str) -> N
 
 
 def test_passwords_never_appear_in_errors_or_redacted_urls() -> None:
-    for url in (SENTINEL + "?colour=red", SENTINEL + "?sentinel_password=topsecret&colour=red",
-                "redis://u:s3cret@h:1/0?timeout_s=1", "redis://:s3cret@h:1/0?password=topsecret&x=1"):
+    for url in (
+        SENTINEL + "?colour=red",
+        SENTINEL + "?sentinel_password=topsecret&colour=red",
+        "redis://u:s3cret@h:1/0?timeout_s=1",
+        "redis://:s3cret@h:1/0?password=topsecret&x=1",
+    ):
         with pytest.raises(ConfigurationError) as info:
             from_url(url)
         assert "s3cret" not in str(info.value) and "topsecret" not in str(info.value)

@@ -142,8 +142,7 @@ def test_queues_are_served_in_priority_order(make_queue: Callable[..., Queue], w
     assert order == [f"high{i}" for i in range(50)] + [f"low{i}" for i in range(50)]
 
 
-def test_reap_on_start_recovers_expired_but_never_live_work(make_queue: Callable[..., Queue],
-                                                            workers: Workers) -> None:
+def test_reap_on_start_recovers_expired_but_never_live_work(make_queue: Callable[..., Queue], workers: Workers) -> None:
     q = make_queue(bucket_seconds=1)
     q.enqueue_many(["expired", "live"])
     expired = q.claim(visibility_timeout=0.05)
@@ -177,8 +176,7 @@ def test_stop_lets_in_flight_work_finish(q: Queue, workers: Workers) -> None:
     assert sorted(m.text for m in q.peek()) == ["b", "c"]  # never started: given back at once
 
 
-def test_grace_period_over_releases_what_is_left(q: Queue, workers: Workers,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_grace_period_over_releases_what_is_left(q: Queue, workers: Workers, caplog: pytest.LogCaptureFixture) -> None:
     q.enqueue_many(["a", "b"])
     stuck = threading.Event()
     started: list[str] = []
@@ -226,15 +224,17 @@ def test_the_decorator_works_without_parentheses(q: Queue, workers: Workers) -> 
     assert isinstance(handle, workers.kind) and handle.queues == [workers.queue(q)]
 
 
-@pytest.mark.parametrize("kw", [{"concurrency": 0}, {"retry_backoff": -1}, {"grace_period": "x"},
-                                {"visibility_timeout": 0}])
+@pytest.mark.parametrize(
+    "kw", [{"concurrency": 0}, {"retry_backoff": -1}, {"grace_period": "x"}, {"visibility_timeout": 0}]
+)
 def test_bad_worker_options(q: Queue, workers: Workers, kw: dict) -> None:
     with pytest.raises(InvalidArgument):
         workers.make(q, lambda m: None, **kw)
 
 
-def test_eviction_policy_warning(make_queue: Callable[..., Queue], workers: Workers, r: redis.Redis,
-                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_eviction_policy_warning(
+    make_queue: Callable[..., Queue], workers: Workers, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     q = make_queue()
     r.config_set("maxmemory-policy", "allkeys-lru")
     try:
@@ -242,12 +242,12 @@ def test_eviction_policy_warning(make_queue: Callable[..., Queue], workers: Work
             workers.run(workers.make(q, lambda m: None))
     finally:
         r.config_set("maxmemory-policy", "noeviction")
-    assert any("allkeys-lru" in rec.getMessage() and "noeviction" in rec.getMessage()
-               for rec in caplog.records)
+    assert any("allkeys-lru" in rec.getMessage() and "noeviction" in rec.getMessage() for rec in caplog.records)
 
 
-def test_log_lines_name_queue_id_and_receives(make_queue: Callable[..., Queue], workers: Workers,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_log_lines_name_queue_id_and_receives(
+    make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture
+) -> None:
     q = make_queue("mail", max_receives=1)
     q.enqueue("fine")
     q.enqueue("bad")
@@ -261,6 +261,5 @@ def test_log_lines_name_queue_id_and_receives(make_queue: Callable[..., Queue], 
     lines = [rec.getMessage() for rec in caplog.records]
     assert "claimed queue=mail id=1 receives=1" in lines
     assert "acked queue=mail id=1 receives=1" in lines
-    assert any(line.startswith("dead-lettered queue=mail id=2 receives=1 after KeyError")
-               for line in lines)
+    assert any(line.startswith("dead-lettered queue=mail id=2 receives=1 after KeyError") for line in lines)
     assert all("\n" not in line for line in lines)

@@ -48,13 +48,18 @@ EXPECTED = {"ok": 5, "retry": 2, "dead": 2}
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def handled(m: dict[Any, float], queue: str) -> dict[str, float]:
-    return {o: m.get(("keyqueue_worker_handled_total", (("outcome", o), ("queue", queue))), 0.0)
-            for o in ("ok", "retry", "dead")}
+    return {
+        o: m.get(("keyqueue_worker_handled_total", (("outcome", o), ("queue", queue))), 0.0)
+        for o in ("ok", "retry", "dead")
+    }
 
 
 def finished(port: int, queue: str) -> bool:
@@ -81,8 +86,11 @@ def test_worker_serves_exact_outcomes(make_queue: Callable[..., Queue], workers:
     q = make_queue("mjobs", max_receives=2)
     fill(q)
     with workers.running(workers.make(q, by_body, retry_backoff=0.0, metrics_port=0)) as w:
-        wait_until(lambda: w.metrics is not None and w.metrics.port and finished(w.metrics.port, "mjobs"),
-                   timeout=30, interval=0.1)
+        wait_until(
+            lambda: w.metrics is not None and w.metrics.port and finished(w.metrics.port, "mjobs"),
+            timeout=30,
+            interval=0.1,
+        )
         assert w.metrics is not None
         check(w.metrics.port, "mjobs", q)
     port = w.metrics.port
@@ -94,10 +102,24 @@ def test_cli_worker_metrics_port(redis_server: RedisServer, r: redis.Redis) -> N
     """--metrics-port 0: the worker logs the port it got, and serves there."""
     q = Queue("cjobs", client=r, max_receives=2)
     fill(q)
-    proc = subprocess.Popen([sys.executable, "-m", "keyqueue", "--url", redis_server.url, "worker",
-                             "tests.contract.test_worker_metrics:by_body", "-q", "cjobs", "--metrics-port", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keyqueue",
+            "--url",
+            redis_server.url,
+            "worker",
+            "tests.contract.test_worker_metrics:by_body",
+            "-q",
+            "cjobs",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     err = proc.stderr
     assert err is not None
     log: list[bytes] = []

@@ -22,8 +22,8 @@ PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
 @pytest.mark.parametrize("then_raise", [False, True], ids=["returns", "raises"])
 @pytest.mark.parametrize("action", ["ack", "release", "dead_letter"])
 def test_a_handler_that_settles_its_message_is_taken_at_its_word(
-        make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture, action: str,
-        then_raise: bool) -> None:
+    make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture, action: str, then_raise: bool
+) -> None:
     q = make_queue()
     q.enqueue("x")
 
@@ -49,15 +49,19 @@ def test_a_handler_that_settles_its_message_is_taken_at_its_word(
     warnings = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING]
     if then_raise:  # the failure is logged, and nothing is redone
         assert w.failed == 1 and len(warnings) == 1
-        assert warnings[0] == f"failed queue=q id=1 receives=1: RuntimeError: boom; the handler had {PAST[action]} it already, so it is not released"
+        assert (
+            warnings[0]
+            == f"failed queue=q id=1 receives=1: RuntimeError: boom; the handler had {PAST[action]} it already, so it is not released"
+        )
     else:
         assert w.processed == 1 and warnings == []
         assert f"handler {PAST[action]} queue=q id=1 receives=1 itself" in caplog.messages
         assert not any(line.startswith("acked ") for line in caplog.messages)
 
 
-def test_the_heartbeat_never_shortens_a_deadline_the_handler_extended(make_queue: Callable[..., Queue],
-                                                                       workers: Workers) -> None:
+def test_the_heartbeat_never_shortens_a_deadline_the_handler_extended(
+    make_queue: Callable[..., Queue], workers: Workers
+) -> None:
     q = make_queue(visibility_timeout=0.6, bucket_seconds=1)
     q.enqueue_many(["long", "control"])
     proceed = threading.Event()
@@ -92,10 +96,14 @@ class Cancelled(BaseException):
 
 
 @pytest.mark.parametrize("max_receives", [None, 1], ids=["retried", "dead-lettered"])
-@pytest.mark.parametrize("exc", [Cancelled("nope"), SystemExit(3), KeyboardInterrupt()],
-                         ids=["BaseException", "SystemExit", "KeyboardInterrupt"])
-def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], workers: Workers,
-                                             exc: BaseException, max_receives: int | None) -> None:
+@pytest.mark.parametrize(
+    "exc",
+    [Cancelled("nope"), SystemExit(3), KeyboardInterrupt()],
+    ids=["BaseException", "SystemExit", "KeyboardInterrupt"],
+)
+def test_a_base_exception_fails_the_delivery(
+    make_queue: Callable[..., Queue], workers: Workers, exc: BaseException, max_receives: int | None
+) -> None:
     q = make_queue(max_receives=max_receives)
     q.enqueue_many(["raise", "fine"])
     done: list[str] = []
@@ -124,8 +132,9 @@ def test_a_base_exception_fails_the_delivery(make_queue: Callable[..., Queue], w
     assert q.stats().processing == 0 and q.length() == (1 if stops else 0)
 
 
-def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Callable[..., Queue], workers: Workers,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_system_exit_from_a_handler_lets_in_flight_work_finish(
+    make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture
+) -> None:
     q = make_queue("jobs")
     q.enqueue_many(["slow", "exit"])
     slow_started = threading.Event()
@@ -149,8 +158,9 @@ def test_system_exit_from_a_handler_lets_in_flight_work_finish(make_queue: Calla
     assert not any("grace period over" in line for line in caplog.messages)
 
 
-def test_the_worker_logs_its_settings_at_start(make_queue: Callable[..., Queue], workers: Workers,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_the_worker_logs_its_settings_at_start(
+    make_queue: Callable[..., Queue], workers: Workers, caplog: pytest.LogCaptureFixture
+) -> None:
     make_queue("mail", visibility_timeout=12, max_receives=4, bucket_seconds=5)  # another process's settings
     mail, bulk = make_queue("mail"), make_queue("bulk")
     with caplog.at_level(logging.INFO, logger="keyqueue.worker"):

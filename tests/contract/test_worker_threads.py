@@ -31,10 +31,12 @@ def test_an_async_handler_is_refused_not_acked_unrun(r: redis.Redis, scripting: 
         q.worker(concurrency=2)(handle)
 
 
-@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)],
-                         ids=["SIGINT", "SIGTERM"])
-def test_a_second_signal_releases_what_is_held_at_once(r: redis.Redis, scripting: bool,
-                                                       sig: signal.Signals, raised: type) -> None:
+@pytest.mark.parametrize(
+    "sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_second_signal_releases_what_is_held_at_once(
+    r: redis.Redis, scripting: bool, sig: signal.Signals, raised: type
+) -> None:
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
     q.enqueue_many(["a", "b", "c"])
     proceed = threading.Event()

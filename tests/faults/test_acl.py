@@ -20,16 +20,26 @@ PASSWORD = "s3cret-pw"
 
 @pytest.fixture
 def no_scripts_url(redis_server: RedisServer, r: redis.Redis) -> Iterator[str]:
-    r.acl_setuser("noscript", enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"], channels=["*"],
-                  commands=["+@all", "-@scripting"])
+    r.acl_setuser(
+        "noscript",
+        enabled=True,
+        passwords=[f"+{PASSWORD}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-@scripting"],
+    )
     yield f"redis://noscript:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
     r.acl_deluser("noscript")
 
 
 def test_the_acl_really_denies_scripts(no_scripts_url: str) -> None:
     client = redis.Redis.from_url(no_scripts_url)
-    for cmd in (("EVAL", "return 1", 0), ("EVALSHA", "0" * 40, 0), ("FUNCTION", "LIST"),
-                ("SCRIPT", "LOAD", "return 1")):
+    for cmd in (
+        ("EVAL", "return 1", 0),
+        ("EVALSHA", "0" * 40, 0),
+        ("FUNCTION", "LIST"),
+        ("SCRIPT", "LOAD", "return 1"),
+    ):
         with pytest.raises(NoPermissionError):
             client.execute_command(*cmd)
     with pytest.raises(NoPermissionError, match="use the script-free mode"):
@@ -38,8 +48,7 @@ def test_the_acl_really_denies_scripts(no_scripts_url: str) -> None:
 
 def test_every_operation_works_without_scripts(no_scripts_url: str, r: redis.Redis) -> None:
     r.config_resetstat()
-    q = Queue("q", url=no_scripts_url, scripting=False, visibility_timeout=1, bucket_seconds=1,
-              max_receives=2)
+    q = Queue("q", url=no_scripts_url, scripting=False, visibility_timeout=1, bucket_seconds=1, max_receives=2)
     ids = q.enqueue_many(["a", "b", "c"])
     assert q.enqueue("d", dedup_key="k") == q.enqueue("d again", dedup_key="k")
     q.enqueue("later", delay=0.2)
@@ -68,8 +77,12 @@ def test_worker_and_cli_without_scripts(no_scripts_url: str) -> None:
     assert sorted(seen, key=int) == [str(i) for i in range(200)]
 
     def kq(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "keyqueue", "--url", no_scripts_url,
-                               "--no-scripting", *args], capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "keyqueue", "--url", no_scripts_url, "--no-scripting", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert kq("enqueue", "jobs", "x", "y").returncode == 0
     res = kq("len", "jobs")

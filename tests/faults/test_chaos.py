@@ -16,10 +16,19 @@ from ..support.helpers import ROOT
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", [[], ["--no-scripting"]], ids=["scripted", "commands"])
 def test_chaos_soak_loses_nothing_and_orphans_nothing(mode: list[str]) -> None:
-    cmd = [sys.executable, str(ROOT / "scripts" / "chaos.py"), "--messages", "3000", "--rate", "150",
-           "--seconds-between-kills", "1.0", "--json", *mode]
-    proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=230)
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "chaos.py"),
+        "--messages",
+        "3000",
+        "--rate",
+        "150",
+        "--seconds-between-kills",
+        "1.0",
+        "--json",
+        *mode,
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=230)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
     r = json.loads(proc.stdout)
     assert r["lost"] == 0

@@ -17,17 +17,30 @@ from keyqueue.server import RedisServer, free_port
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisCluster]:
-    nodes = [RedisServer(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                          "--cluster-node-timeout", "2000", "--cluster-port", str(free_port())])
-             for _ in range(3)]
+    nodes = [
+        RedisServer(
+            [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--cluster-port",
+                str(free_port()),
+            ]
+        )
+        for _ in range(3)
+    ]
     try:
         for n in nodes:
             n.start()
         cli = shutil.which("redis-cli")
         assert cli, "redis-cli is needed to form the cluster"
         addrs = [f"127.0.0.1:{n.port}" for n in nodes]
-        subprocess.run([cli, "--cluster", "create", *addrs, "--cluster-yes"], check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [cli, "--cluster", "create", *addrs, "--cluster-yes"], check=True, capture_output=True, timeout=60
+        )
         client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
         end = time.monotonic() + 30
         while client.cluster_info().get("cluster_state") != "ok":

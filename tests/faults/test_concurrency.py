@@ -31,8 +31,9 @@ def test_threads_never_share_a_message(redis_server, r: redis.Redis, scripting: 
     q = Queue("race", client=r, scripting=scripting)
     ids = q.enqueue_many([b"x"] * 6000)
     outs: list[list[str]] = [[] for _ in range(8)]
-    threads = [threading.Thread(target=drain, args=(redis_server.url, 1 + 9 * (i % 2), outs[i], scripting))
-               for i in range(8)]
+    threads = [
+        threading.Thread(target=drain, args=(redis_server.url, 1 + 9 * (i % 2), outs[i], scripting)) for i in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -49,8 +50,10 @@ def test_processes_never_share_a_message(redis_server, r: redis.Redis, scripting
     ids = q.enqueue_many([b"y"] * 8000)
     ctx = mp.get_context("spawn")
     results: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_drain_into, args=(redis_server.url, (1, 25, 100, 7)[i], results, scripting))
-             for i in range(4)]
+    procs = [
+        ctx.Process(target=_drain_into, args=(redis_server.url, (1, 25, 100, 7)[i], results, scripting))
+        for i in range(4)
+    ]
     for p in procs:
         p.start()
     outs = [results.get(timeout=120) for _ in procs]
@@ -83,8 +86,7 @@ def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis, scr
                 if int(m.id) % ack_mod == 0:  # a few are acked; the rest keep expiring
                     m.ack()
 
-    workers = [threading.Thread(target=reaper)] + [
-        threading.Thread(target=claimer, args=(k,)) for k in (11, 13, 17)]
+    workers = [threading.Thread(target=reaper)] + [threading.Thread(target=claimer, args=(k,)) for k in (11, 13, 17)]
     for t in workers:
         t.start()
     try:
@@ -109,8 +111,7 @@ def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis, scr
     assert redelivered > 100
 
 
-def test_releases_racing_claims_leave_every_message_visible(redis_server, r: redis.Redis,
-                                                            scripting: bool) -> None:
+def test_releases_racing_claims_leave_every_message_visible(redis_server, r: redis.Redis, scripting: bool) -> None:
     """Consumers release some messages while others claim: a claimer that finds a list entry
     stale must never drop the fresh entry a release just added (it would leave the message
     waiting but invisible to every claim)."""

@@ -45,8 +45,9 @@ def test_five_hundred_tasks_share_one_async_queue(redis_server: RedisServer, r: 
             await q.enqueue(f"m{i}")
 
         try:
-            await asyncio.wait_for(asyncio.gather(*[consume() for _ in range(250)],
-                                                  *[produce(i) for i in range(250)]), 60)
+            await asyncio.wait_for(
+                asyncio.gather(*[consume() for _ in range(250)], *[produce(i) for i in range(250)]), 60
+            )
             assert q.client.connection_pool.max_connections == 100
         finally:
             await q.client.aclose()
@@ -109,8 +110,7 @@ def test_async_worker_with_concurrency_300(redis_server: RedisServer, r: redis.R
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_a_pool_busy_past_pool_timeout_names_the_settings(redis_server: RedisServer, r: redis.Redis,
-                                                          face: str) -> None:
+def test_a_pool_busy_past_pool_timeout_names_the_settings(redis_server: RedisServer, r: redis.Redis, face: str) -> None:
     """One connection, held by a long-poll slice longer than pool_timeout: the next operation
     fails with PoolExhausted (a redis ConnectionError, so workers back off), naming both
     settings; nothing is lost."""
@@ -127,6 +127,7 @@ def test_a_pool_busy_past_pool_timeout_names_the_settings(redis_server: RedisSer
             poll.join()
         q.client.close()
     else:
+
         async def main() -> Any:
             aq = keyqueue.aio.Queue("exhausted", url=url)
             await aq.stats()  # settings loaded: the long-poll's first step holds the connection
@@ -151,7 +152,9 @@ def test_a_pool_busy_past_pool_timeout_names_the_settings(redis_server: RedisSer
 
 def test_url_sizes_and_times_the_pool() -> None:
     for cls in (redis.Redis, redis.asyncio.Redis):
-        pool = from_url("redis://127.0.0.1:1/0?max_connections=7&pool_timeout=2.5&socket_timeout=3", cls).connection_pool
+        pool = from_url(
+            "redis://127.0.0.1:1/0?max_connections=7&pool_timeout=2.5&socket_timeout=3", cls
+        ).connection_pool
         assert (pool.max_connections, pool.timeout, pool.connection_kwargs["socket_timeout"]) == (7, 2.5, 3.0)
         pool = from_url("redis://127.0.0.1:1/0", cls).connection_pool
         assert (pool.max_connections, pool.timeout) == (100, 20.0)
@@ -162,13 +165,16 @@ def test_url_sizes_and_times_the_pool() -> None:
     assert isinstance(pool, AsyncBlockingSentinelPool) and (pool.max_connections, pool.timeout) == (5, 1.0)
 
 
-@pytest.mark.parametrize("query, why", [
-    ("max_connections=0", "max_connections must be a positive whole number"),
-    ("max_connections=many", "invalid value for 'max_connections'"),
-    ("pool_timeout=0", "pool_timeout must be a positive number of seconds"),
-    ("pool_timeout=soon", "invalid value for 'pool_timeout'"),
-    ("timeout=3", "unknown query parameter 'timeout'"),
-])
+@pytest.mark.parametrize(
+    "query, why",
+    [
+        ("max_connections=0", "max_connections must be a positive whole number"),
+        ("max_connections=many", "invalid value for 'max_connections'"),
+        ("pool_timeout=0", "pool_timeout must be a positive number of seconds"),
+        ("pool_timeout=soon", "invalid value for 'pool_timeout'"),
+        ("timeout=3", "unknown query parameter 'timeout'"),
+    ],
+)
 def test_bad_pool_settings_are_a_bad_url(query: str, why: str) -> None:
     from keyqueue import ConfigurationError
 

@@ -16,9 +16,9 @@ import redis
 from keyqueue import Queue
 from keyqueue.server import RedisServer
 
-from ..support.helpers import wait_until
 from ..support.aio_handlers import WHERE
 from ..support.handlers import DONE, STARTED
+from ..support.helpers import wait_until
 from ..support.processes import Procs
 
 #: A record of the CLI's log format: time, level, logger name, message.
@@ -47,8 +47,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis, procs, sig, scripting: bool,
-                                                    kind: str) -> None:
+def test_signal_lets_the_handler_finish_and_exits_0(
+    redis_server, r: redis.Redis, procs, sig, scripting: bool, kind: str
+) -> None:
     q = Queue("q", client=r, scripting=scripting)
     q.enqueue("1.0")  # the handler sleeps 1 s
     q.enqueue_many(["0"] * 5)
@@ -63,8 +64,9 @@ def test_signal_lets_the_handler_finish_and_exits_0(redis_server, r: redis.Redis
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_second_signal_releases_held_messages_at_once(redis_server, r: redis.Redis, procs, scripting: bool,
-                                                      sig: signal.Signals, code: int, kind: str) -> None:
+def test_second_signal_releases_held_messages_at_once(
+    redis_server, r: redis.Redis, procs, scripting: bool, sig: signal.Signals, code: int, kind: str
+) -> None:
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
     q.enqueue_many(["30", "30"])
     p = procs.worker(redis_server.url, f"{kind}:slow", "-c", "2", "--grace", "60")
@@ -79,11 +81,16 @@ def test_second_signal_releases_held_messages_at_once(redis_server, r: redis.Red
     assert f"second {sig.name}: releasing every held message now" in procs.log(p)
 
 
-def test_handler_system_exit_fails_its_message_and_stops_the_worker(redis_server, r: redis.Redis, procs,
-                                                                   scripting: bool) -> None:
+def test_handler_system_exit_fails_its_message_and_stops_the_worker(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
     q = Queue("q", client=r, scripting=scripting)
-    q.enqueue_many(["0.5", "exit"])
-    p = procs.worker(redis_server.url, "exits", "-c", "2", "--burst")
+    q.enqueue("1.0")
+    p = procs.worker(redis_server.url, "exits", "-c", "2")
+    # "exit" only once the slow handler has started: a message claimed but not started when
+    # the worker stops goes back to the queue unstarted, by design
+    wait_until(lambda: r.llen(STARTED) >= 1)
+    q.enqueue("exit")
     assert p.wait(15) == 3  # the handler's exit code
     assert r.hget(DONE, "1") == b"1"  # the in-flight handler finished within the grace period
     (m,) = q.peek(source="delayed")  # released with backoff, its error kept
@@ -149,8 +156,9 @@ def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Red
 # -- `keyqueue worker` on an async def handler ---------------------------------------------
 
 
-def test_the_cli_runs_an_async_handler_with_the_async_worker(redis_server: RedisServer, r: redis.Redis,
-                                                             procs: Procs) -> None:
+def test_the_cli_runs_an_async_handler_with_the_async_worker(
+    redis_server: RedisServer, r: redis.Redis, procs: Procs
+) -> None:
     Queue("q", client=r).enqueue_many(["a", "b", "c"])
     p = procs.spawn(redis_server.url, "worker", "tests.support.aio_handlers:where", "-q", "q", "--burst")
     assert p.wait(20) == 0, procs.log(p)
@@ -159,8 +167,9 @@ def test_the_cli_runs_an_async_handler_with_the_async_worker(redis_server: Redis
     assert "worker options: concurrency=10 " in procs.log(p)  # aio.Worker's default
 
 
-def test_the_cli_runs_a_decorated_async_worker_with_its_options(redis_server: RedisServer, r: redis.Redis,
-                                                                procs: Procs) -> None:
+def test_the_cli_runs_a_decorated_async_worker_with_its_options(
+    redis_server: RedisServer, r: redis.Redis, procs: Procs
+) -> None:
     q = Queue("adecorated", client=r)
     q.enqueue_many(["ok", "fail"])
     p = procs.spawn(redis_server.url, "worker", "tests.support.aio_handlers:decorated", "--burst")
@@ -204,9 +213,12 @@ def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, 
         r.close()
 
 
-@pytest.mark.parametrize("handler", ["tests.support.handlers:record", "tests.support.aio_handlers:slow"], ids=["threads", "asyncio"])
-def test_worker_and_reaper_started_before_redis_wait_for_it(tmp_path: Path, procs, scripting: bool,
-                                                            handler: str) -> None:
+@pytest.mark.parametrize(
+    "handler", ["tests.support.handlers:record", "tests.support.aio_handlers:slow"], ids=["threads", "asyncio"]
+)
+def test_worker_and_reaper_started_before_redis_wait_for_it(
+    tmp_path: Path, procs, scripting: bool, handler: str
+) -> None:
     """Redis still down when they start (slow at boot): both back off (0.1 s doubling, each
     wait logged), neither exits, and the worker serves once Redis is up. SIGTERM then ends
     the worker with a line saying it stopped with nothing held."""

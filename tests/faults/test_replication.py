@@ -1,4 +1,4 @@
-"""Replicated writes (SPEC 9): Queue(min_replicas=N, replica_timeout=S) follows every write
+"""Replicated writes: Queue(min_replicas=N, replica_timeout=S) follows every write
 with WAIT in the same round trip, on a real primary and replica started here."""
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def test_every_operation_returns_after_a_replica_has_its_writes(clients: Any, sc
     assert q.purge() == 2 and replica.scard("kq:{q}:items") == 0 and len(ids) == 2
 
 
-def test_fewer_replicas_than_wanted_raise_not_replicated_within_the_timeout(clients: Any,
-                                                                           scripting: bool) -> None:
+def test_fewer_replicas_than_wanted_raise_not_replicated_within_the_timeout(clients: Any, scripting: bool) -> None:
     p, replica = clients
     q = Queue("q", client=p, scripting=scripting, min_replicas=2, replica_timeout=0.2)
     start = time.monotonic()
@@ -87,8 +86,9 @@ def test_fewer_replicas_than_wanted_raise_not_replicated_within_the_timeout(clie
     assert q.stats().waiting == 1 and replica.scard("kq:{q}:items") == 1
 
 
-def test_a_stopped_replica_makes_writes_raise_then_they_pass_again(clients: Any, stopped_replica: None,
-                                                                   scripting: bool) -> None:
+def test_a_stopped_replica_makes_writes_raise_then_they_pass_again(
+    clients: Any, stopped_replica: None, scripting: bool
+) -> None:
     p, _ = clients
     q = Queue("q", client=p, scripting=scripting, min_replicas=1, replica_timeout=0.3)
     start = time.monotonic()
@@ -122,8 +122,16 @@ def test_a_worker_treats_not_replicated_as_transient(clients: Any, pair: Any) ->
         os.kill(proc.pid, signal.SIGCONT)
 
 
-@pytest.mark.parametrize("kw", [dict(min_replicas=-1), dict(min_replicas="1"), dict(min_replicas=True),
-                                dict(replica_timeout=0), dict(replica_timeout="1")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(min_replicas=-1),
+        dict(min_replicas="1"),
+        dict(min_replicas=True),
+        dict(replica_timeout=0),
+        dict(replica_timeout="1"),
+    ],
+)
 def test_bad_replication_options_fail_before_any_io(kw: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument, match=next(iter(kw))):
         Queue("q", url="redis://127.0.0.1:1/0", **kw)
@@ -139,12 +147,15 @@ def test_the_cli_reaper_and_spark_options_carry_min_replicas(clients: Any, pair:
     p, replica = clients
     url = f"redis://127.0.0.1:{pair[0].port}/0"
     run = [sys.executable, "-m", "keyqueue", "--url", url]
-    ok = subprocess.run([*run, "--min-replicas", "1", "enqueue", "c", "x"], capture_output=True, text=True,
-                        timeout=60)
+    ok = subprocess.run([*run, "--min-replicas", "1", "enqueue", "c", "x"], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert replica.scard("kq:{c}:items") == 1
-    refused = subprocess.run([*run, "--min-replicas", "2", "--replica-timeout", "0.2", "enqueue", "c", "y"],
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [*run, "--min-replicas", "2", "--replica-timeout", "0.2", "enqueue", "c", "y"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 1 and "1 of 2 replicas" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     bad = subprocess.run([*run, "--min-replicas", "-1", "stats", "c"], capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""Sentinel URLs (SPEC 9) on real servers: a primary, two replicas and three sentinels,
+"""Sentinel URLs on real servers: a primary, two replicas and three sentinels,
 started here; the library, the asyncio API and the CLI follow the master, and a failover
 under producers with min_replicas=1 and a worker loses nothing acknowledged."""
 
@@ -18,11 +18,10 @@ import pytest
 import redis
 
 from keyqueue import NotReplicated, Queue, Reaper, Worker, aio
-
 from keyqueue.server import free_port
 
-from ..support.helpers import wait_until
 from ..support.ha_servers import SentinelSet
+from ..support.helpers import wait_until
 from ..support.workers import Running
 
 
@@ -99,8 +98,11 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     async_thread.start()
     # and `keyqueue serve` on the same sentinel URL: it must follow the new primary too
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "keyqueue", "--url", ha.url, "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "keyqueue", "--url", ha.url, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: _get(base + "/healthz")[0] == 200, timeout=30)
     with Running(Worker(worker_q, lambda m: handled.append(m.id))):
@@ -122,8 +124,10 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     # serve, never restarted, answers from the new primary: a queue made after the failover
     Queue("after-failover", url=ha.url).enqueue("x")
     try:
-        wait_until(lambda: _get(base + "/api/queues/after-failover") == (200, {
-            "name": "after-failover", "waiting": 1}), timeout=30)
+        wait_until(
+            lambda: _get(base + "/api/queues/after-failover") == (200, {"name": "after-failover", "waiting": 1}),
+            timeout=30,
+        )
         assert _get(base + "/healthz")[0] == 200
     finally:
         server.terminate()
@@ -136,13 +140,15 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     loop.close()
     lost = wanted - set(handled)
     duplicates = len(handled) - len(set(handled))
-    print(f"failover: {len(wanted)} acknowledged, {len(lost)} lost, {duplicates} duplicates, "
-          f"{len(failures)} enqueues refused meanwhile ({sorted(set(failures))})")
+    print(
+        f"failover: {len(wanted)} acknowledged, {len(lost)} lost, {duplicates} duplicates, "
+        f"{len(failures)} enqueues refused meanwhile ({sorted(set(failures))})"
+    )
     assert not lost
 
 
 def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> None:
-    """Why min_replicas exists (SPEC 9): the replication link is cut while two producers go
+    """Why min_replicas exists: the replication link is cut while two producers go
     on writing, one with min_replicas=0, one with 1; then the primary dies and a replica is
     promoted. The first lost what it was told was enqueued; the second was told nothing
     it did not keep (its enqueues raised NotReplicated)."""
@@ -175,8 +181,10 @@ def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> 
         lost0 = set(acked0) - survivors(q0, acked0)
         assert lost0 == set(acked0)  # every write made during the partition was acknowledged, then lost
         assert refused1 == 5 and not acked1  # with min_replicas=1 none was acknowledged
-        print(f"min_replicas=0: {len(lost0)} of {len(acked0)} acknowledged enqueues lost in the failover; "
-              f"min_replicas=1: {refused1} refused with NotReplicated, 0 acknowledged, 0 lost")
+        print(
+            f"min_replicas=0: {len(lost0)} of {len(acked0)} acknowledged enqueues lost in the failover; "
+            f"min_replicas=1: {refused1} refused with NotReplicated, 0 acknowledged, 0 lost"
+        )
     finally:
         for q in made:
             q.client.close()

@@ -1,4 +1,4 @@
-"""TLS (SPEC 9): rediss:// URLs with ssl_ca_certs, on a redis-server that speaks only TLS,
+"""TLS: rediss:// URLs with ssl_ca_certs, on a redis-server that speaks only TLS,
 with a throwaway CA made by the tests."""
 
 from __future__ import annotations
@@ -50,8 +50,26 @@ def test_the_cli_over_tls(tls: TLSServer) -> None:
 
 def test_a_wrong_ca_fails_to_connect_and_plain_redis_is_refused(tls: TLSServer, tmp_path) -> None:
     other = tmp_path / "other.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),
-                    "-out", str(other), "-days", "1", "-subj", "/CN=someone-else"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(tmp_path / "k"),
+            "-out",
+            str(other),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=someone-else",
+        ],
+        check=True,
+        capture_output=True,
+    )
     q = Queue("t", url=f"rediss://127.0.0.1:{tls.port}/0?ssl_ca_certs={other}&socket_connect_timeout=2")
     with pytest.raises(redis.ConnectionError, match="(?i)certificate"):
         q.enqueue("x")

@@ -18,8 +18,7 @@ def send(message: Message) -> None:
     if message.text == "fail":
         raise RuntimeError("failing as asked")
     assert message.queue is not None and message.deadline is not None
-    message.queue.client.hset(DONE, f"{message.queue.name}:{message.id}",
-                              f"{message.deadline - time.time():.3f}")
+    message.queue.client.hset(DONE, f"{message.queue.name}:{message.id}", f"{message.deadline - time.time():.3f}")
 
 
 def plain(message: Message) -> None:

@@ -19,8 +19,19 @@ SERVICE = "mymaster"
 #: Replicas sync as this ACL user (on every server, as a promoted replica must accept the
 #: others), so a test can cut a primary's replication link while its clients carry on.
 REPL_USER, REPL_PASSWORD = "repl", "repl-secret"
-REPL_ARGS = ["--user", REPL_USER, "on", f">{REPL_PASSWORD}", "~*", "&*", "+@all",
-             "--masteruser", REPL_USER, "--masterauth", REPL_PASSWORD]
+REPL_ARGS = [
+    "--user",
+    REPL_USER,
+    "on",
+    f">{REPL_PASSWORD}",
+    "~*",
+    "&*",
+    "+@all",
+    "--masteruser",
+    REPL_USER,
+    "--masterauth",
+    REPL_PASSWORD,
+]
 
 
 class Sentinel:
@@ -31,14 +42,18 @@ class Sentinel:
         self.dir = tempfile.mkdtemp(prefix="keyqueue-sentinel-")
         self.conf = os.path.join(self.dir, "sentinel.conf")
         with open(self.conf, "w") as f:
-            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
-                    f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
-                    f"sentinel down-after-milliseconds {SERVICE} 600\n"
-                    f"sentinel failover-timeout {SERVICE} 4000\n"
-                    f"sentinel parallel-syncs {SERVICE} 2\n")
-        self.proc = subprocess.Popen(["redis-server", self.conf, "--sentinel",
-                                      "--logfile", os.path.join(self.dir, "sentinel.log")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            f.write(
+                f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
+                f"sentinel down-after-milliseconds {SERVICE} 600\n"
+                f"sentinel failover-timeout {SERVICE} 4000\n"
+                f"sentinel parallel-syncs {SERVICE} 2\n"
+            )
+        self.proc = subprocess.Popen(
+            ["redis-server", self.conf, "--sentinel", "--logfile", os.path.join(self.dir, "sentinel.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         wait_until(lambda: _pings(client), timeout=10)
         client.close()
@@ -74,8 +89,10 @@ class SentinelSet:
 
     def __init__(self, replicas: int = 2) -> None:
         self.primary = RedisServer(REPL_ARGS).start()
-        self.replicas = [RedisServer([*REPL_ARGS, "--replicaof", "127.0.0.1", str(self.primary.port)]).start()
-                         for _ in range(replicas)]
+        self.replicas = [
+            RedisServer([*REPL_ARGS, "--replicaof", "127.0.0.1", str(self.primary.port)]).start()
+            for _ in range(replicas)
+        ]
         for replica in self.replicas:  # synced: a WAIT counts it
             c = redis.Redis(port=replica.port)
             wait_until(lambda: c.info("replication")["master_link_status"] == "up", timeout=30)
@@ -143,23 +160,85 @@ class TLSServer:
         self.dir = tempfile.mkdtemp(prefix="keyqueue-tls-")
         self.ca = os.path.join(self.dir, "ca.crt")
         self.port = free_port()
-        run = lambda *args: subprocess.run(["openssl", *args], cwd=self.dir, check=True,  # noqa: E731
-                                           capture_output=True)
-        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-            "-days", "1", "-subj", "/CN=keyqueue-test-ca")
-        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-            "-subj", "/CN=127.0.0.1")
+
+        def run(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=self.dir, check=True, capture_output=True)
+
+        run(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=keyqueue-test-ca",
+        )
+        run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        )
         with open(os.path.join(self.dir, "ext"), "w") as f:
             f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "server.crt", "-days", "1", "-extfile", "ext")
+        run(
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "ext",
+        )
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", "0", "--tls-port", str(self.port), "--bind", "127.0.0.1",
-             "--tls-cert-file", os.path.join(self.dir, "server.crt"),
-             "--tls-key-file", os.path.join(self.dir, "server.key"),
-             "--tls-ca-cert-file", self.ca, "--tls-auth-clients", "no", "--save", "", "--appendonly", "no",
-             "--dir", self.dir, "--logfile", os.path.join(self.dir, "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--tls-cert-file",
+                os.path.join(self.dir, "server.crt"),
+                "--tls-key-file",
+                os.path.join(self.dir, "server.key"),
+                "--tls-ca-cert-file",
+                self.ca,
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--logfile",
+                os.path.join(self.dir, "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis(port=self.port, ssl=True, ssl_ca_certs=self.ca, socket_connect_timeout=0.5)
         wait_until(lambda: _pings(client), timeout=10)
         client.close()

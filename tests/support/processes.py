@@ -24,8 +24,14 @@ class Procs:
         env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
         log = self.tmp / f"proc{len(self.started)}.log"
         with open(log, "wb") as err:
-            p = subprocess.Popen([sys.executable, "-m", "keyqueue", *self.mode, *args], cwd=ROOT, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            p = subprocess.Popen(
+                [sys.executable, "-m", "keyqueue", *self.mode, *args],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         self.started.append(p)
         self.logs[p.pid] = log
         return p

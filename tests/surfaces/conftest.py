@@ -20,13 +20,18 @@ def spark() -> Iterator[Any]:
 
     from keyqueue.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("keyqueue-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               # its Python workers may be slow to connect back on a busy machine (default 15 s)
-               .config("spark.python.authenticate.socketTimeout", "120s")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("keyqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        # its Python workers may be slow to connect back on a busy machine (default 15 s)
+        .config("spark.python.authenticate.socketTimeout", "120s")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

@@ -78,8 +78,14 @@ class Launcher:
         if name not in self.runs:
             stdout, stderr = self.out / f"{name}.out", self.out / f"{name}.err"
             with stdout.open("wb") as o, stderr.open("wb") as e:
-                proc = subprocess.Popen([sys.executable, str(BENCH / name), "--quick"], cwd=ROOT,
-                                        stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True)
+                proc = subprocess.Popen(
+                    [sys.executable, str(BENCH / name), "--quick"],
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=o,
+                    stderr=e,
+                    start_new_session=True,
+                )
             self.runs[name] = Run(proc, time.monotonic(), stdout, stderr)
         return self.runs[name]
 
@@ -101,8 +107,13 @@ def test_every_benchmark_is_smoke_run() -> None:
     assert sorted(p.name for p in BENCH.glob("*.py") if p.name != "harness.py") == sorted(HEADERS)
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group("spark")) if name == "spark.py"
-                                  else name for name in sorted(HEADERS)])  # (a JVM: with the Spark tests)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xdist_group("spark")) if name == "spark.py" else name
+        for name in sorted(HEADERS)
+    ],
+)  # (a JVM: with the Spark tests)
 def test_benchmark_runs_quick(name: str, launcher: Launcher) -> None:
     rc, out, err = launcher.get(name).wait()
     assert rc is not None, f"{name} --quick still ran after {DEADLINE:.0f} s\n{err[-3000:]}"

@@ -34,33 +34,40 @@ def _both_modes(scripting: bool) -> Iterator[None]:
     MODE.clear()
 
 
-def start(*args: str, url: str | None = None, env: dict | None = None,
-          **popen: Any) -> subprocess.Popen[bytes]:
+def start(*args: str, url: str | None = None, env: dict | None = None, **popen: Any) -> subprocess.Popen[bytes]:
     """The CLI as a process (SIGINT at its default, whatever the test runner ignores)."""
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     full_env.pop("KEYQUEUE_URL", None)
     if url is not None:
         full_env["KEYQUEUE_URL"] = url
-    return subprocess.Popen([sys.executable, "-m", "keyqueue", *MODE, *args], cwd=ROOT, env=full_env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "keyqueue", *MODE, *args],
+        cwd=ROOT,
+        env=full_env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **popen,
+    )
 
 
-def finish(proc: subprocess.Popen[bytes], stdin: str | bytes = "",
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def finish(
+    proc: subprocess.Popen[bytes], stdin: str | bytes = "", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     data = stdin.encode() if isinstance(stdin, str) else stdin
     try:
         out, err = proc.communicate(data, timeout=timeout)
     finally:
         proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, (out or b"").decode("utf-8", "replace"),
-                                       (err or b"").decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, (out or b"").decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
+    )
 
 
 PIPES = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def kq(*args: str, url: str | None = None, stdin: str | bytes = "", env: dict | None = None,
-       timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def kq(
+    *args: str, url: str | None = None, stdin: str | bytes = "", env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return finish(start(*args, url=url, env=env, **PIPES), stdin, timeout)
 
 
@@ -71,8 +78,12 @@ def kq_all(*commands: Sequence[str], url: str | None = None) -> list[subprocess.
 
 
 def one_error_line(res: subprocess.CompletedProcess[str], code: int, start: str) -> bool:
-    return (res.returncode == code and res.stderr.startswith(start) and res.stderr.count("\n") == 1
-            and "Traceback" not in res.stderr)
+    return (
+        res.returncode == code
+        and res.stderr.startswith(start)
+        and res.stderr.count("\n") == 1
+        and "Traceback" not in res.stderr
+    )
 
 
 def test_version() -> None:
@@ -92,12 +103,15 @@ def test_enqueue_len_ls_and_stats(redis_server, r: redis.Redis) -> None:
     assert Queue("jobs", client=r).peek(5)[3].text == "line two"
     kq("enqueue", "later", "x", "--delay", "60", url=url)
     n, names, one_json, every_json, table_text = kq_all(
-        ["len", "jobs"], ["ls"], ["stats", "jobs", "--json"], ["stats", "--json"], ["stats"], url=url)
+        ["len", "jobs"], ["ls"], ["stats", "jobs", "--json"], ["stats", "--json"], ["stats"], url=url
+    )
     assert n.stdout == "5\n"
     assert names.stdout.split() == ["jobs", "later"]
     one = json.loads(one_json.stdout)
-    assert one == {"waiting": 5, "processing": 0, "delayed": 0, "dead": 0,
-                   "oldest_age": one["oldest_age"]} and one["oldest_age"] >= 0
+    assert (
+        one == {"waiting": 5, "processing": 0, "delayed": 0, "dead": 0, "oldest_age": one["oldest_age"]}
+        and one["oldest_age"] >= 0
+    )
     every = json.loads(every_json.stdout)
     assert every["later"]["delayed"] == 1 and every["jobs"]["waiting"] == 5
     table = table_text.stdout.splitlines()
@@ -173,13 +187,19 @@ def test_worker_command_burst(redis_server, r: redis.Redis) -> None:
 # -- errors: one line, the right exit code, nothing lost, no password --------------------
 
 
-@pytest.mark.parametrize("args, message", [
-    (["len", "bad name"], "Error: invalid queue name 'bad name'"),
-    (["enqueue", "q{x}", "body"], "Error: invalid queue name"),
-    (["worker", "no-colon", "-q", "q"], "Error: handler must be MODULE:FUNC"),
-    (["worker", "nosuchmodule_xyz:f", "-q", "q"], "Error: cannot import module 'nosuchmodule_xyz'"),
-    (["worker", "tests.support.handlers:nothing", "-q", "q"], "Error: module 'tests.support.handlers' has no function"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["len", "bad name"], "Error: invalid queue name 'bad name'"),
+        (["enqueue", "q{x}", "body"], "Error: invalid queue name"),
+        (["worker", "no-colon", "-q", "q"], "Error: handler must be MODULE:FUNC"),
+        (["worker", "nosuchmodule_xyz:f", "-q", "q"], "Error: cannot import module 'nosuchmodule_xyz'"),
+        (
+            ["worker", "tests.support.handlers:nothing", "-q", "q"],
+            "Error: module 'tests.support.handlers' has no function",
+        ),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(redis_server, args: list[str], message: str) -> None:
     res = kq(*args, url=redis_server.url)
     assert res.returncode == 2
@@ -243,11 +263,21 @@ def test_stdin_bodies_are_exact_bytes_and_peek_shows_them_safely(redis_server, r
     assert [m.body for m in q.peek(10)] == [b"one", b"two\r", b"\xff\xfe", b"", b"last", b"a\nb", b"\x1b[31m"]
     plain, as_json = kq_all(["peek", "binq"], ["peek", "binq", "--json"], url=url)
     assert plain.returncode == 0 and [line.split("  ", 2)[2:] for line in plain.stdout.splitlines()] == [
-        ["one"], ["two\\r"], ["\\xff\\xfe"], [""], ["last"], ["a\\nb"], ["\\x1b[31m"]]
+        ["one"],
+        ["two\\r"],
+        ["\\xff\\xfe"],
+        [""],
+        ["last"],
+        ["a\\nb"],
+        ["\\x1b[31m"],
+    ]
     rows = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert as_json.returncode == 0 and len(rows) == 7 and as_json.stderr == ""
     assert [(x["body"], x["body_base64"]) for x in rows if x["id"] in ("2", "3", "6")] == [
-        ("two\r", False), (base64.b64encode(b"\xff\xfe").decode(), True), ("a\nb", False)]
+        ("two\r", False),
+        (base64.b64encode(b"\xff\xfe").decode(), True),
+        ("a\nb", False),
+    ]
 
 
 def test_stdin_is_enqueued_as_it_arrives_and_ctrl_c_exits_130(redis_server, r: redis.Redis) -> None:
@@ -322,10 +352,19 @@ def test_unknown_queue_exits_1_naming_the_closest(redis_server, r: redis.Redis) 
     for name in ("emails", "email", "reports"):
         Queue(name, client=r).enqueue("x")
     before = snapshot(r)
-    results = kq_all(["len", "emials"], ["stats", "emials"], ["peek", "emials"], ["requeue", "emials"],
-                     ["purge", "emials", "--yes"], ["destroy", "emials", "--yes"], ["config", "emials"],
-                     ["config", "emials", "--set", "max_receives=3"], ["check", "emials"],
-                     ["check", "emials", "--repair"], url=redis_server.url)
+    results = kq_all(
+        ["len", "emials"],
+        ["stats", "emials"],
+        ["peek", "emials"],
+        ["requeue", "emials"],
+        ["purge", "emials", "--yes"],
+        ["destroy", "emials", "--yes"],
+        ["config", "emials"],
+        ["config", "emials", "--set", "max_receives=3"],
+        ["check", "emials"],
+        ["check", "emials", "--repair"],
+        url=redis_server.url,
+    )
     for res in results:
         assert one_error_line(res, 1, "Error: no queue 'emials' under prefix 'kq' at redis://"), res.args
         assert res.stderr.endswith("; did you mean 'emails', 'email'?\n") and res.stdout == ""
@@ -341,22 +380,55 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
     url = redis_server.url
     Queue("jobs", client=r, max_body_bytes=1000)
     text, as_json = kq_all(["config", "jobs"], ["config", "jobs", "--json"], url=url)
-    assert text.stdout.split() == ["visibility_timeout", "30", "max_receives", "none", "bucket_seconds", "60",
-                                   "max_body_bytes", "1000", "dedup_window", "300"]
-    assert json.loads(as_json.stdout) == {"visibility_timeout": 30, "max_receives": None, "bucket_seconds": 60,
-                                          "max_body_bytes": 1000, "dedup_window": 300}
+    assert text.stdout.split() == [
+        "visibility_timeout",
+        "30",
+        "max_receives",
+        "none",
+        "bucket_seconds",
+        "60",
+        "max_body_bytes",
+        "1000",
+        "dedup_window",
+        "300",
+    ]
+    assert json.loads(as_json.stdout) == {
+        "visibility_timeout": 30,
+        "max_receives": None,
+        "bucket_seconds": 60,
+        "max_body_bytes": 1000,
+        "dedup_window": 300,
+    }
     res = kq("config", "jobs", "--set", "visibility_timeout=60", "--set", "max_receives=5", "--json", url=url)
     assert res.returncode == 0 and json.loads(res.stdout)["max_receives"] == 5
     s = Queue("jobs", client=r).settings
     assert (s.visibility_timeout, s.max_receives, s.max_body_bytes) == (60, 5, 1000)
     before = snapshot(r)
-    bad = kq_all(*[["config", "jobs", "--set", "dedup_window=1", "--set", arg] for arg in (
-        "visibilty_timeout=5", "max_receives=lots", "visibility_timeout=-1", "max_receives", "max_receives=0",
-        "bucket_seconds=nan")], url=url)
-    for res, start_ in zip(bad, ["Error: unknown setting 'visibilty_timeout': did you mean 'visibility_timeout'?",
-                                 "Error: max_receives must be a whole number", "Error: visibility_timeout must be",
-                                 "Error: --set takes NAME=VALUE", "Error: max_receives must be",
-                                 "Error: bucket_seconds must be"]):
+    bad = kq_all(
+        *[
+            ["config", "jobs", "--set", "dedup_window=1", "--set", arg]
+            for arg in (
+                "visibilty_timeout=5",
+                "max_receives=lots",
+                "visibility_timeout=-1",
+                "max_receives",
+                "max_receives=0",
+                "bucket_seconds=nan",
+            )
+        ],
+        url=url,
+    )
+    for res, start_ in zip(
+        bad,
+        [
+            "Error: unknown setting 'visibilty_timeout': did you mean 'visibility_timeout'?",
+            "Error: max_receives must be a whole number",
+            "Error: visibility_timeout must be",
+            "Error: --set takes NAME=VALUE",
+            "Error: max_receives must be",
+            "Error: bucket_seconds must be",
+        ],
+    ):
         assert one_error_line(res, 2, start_), res.stderr
     assert snapshot(r) == before  # nothing written, not even the good dedup_window
     res = kq("config", "jobs", "--set", "max_receives=none", url=url)
@@ -382,8 +454,20 @@ def test_worker_runs_a_decorated_worker_with_its_options(redis_server, r: redis.
     assert [m.id for m in failed] == ["2"] and failed[0].deadline is not None
     assert 35 < failed[0].deadline - time.time() <= 40  # its retry_backoff=40
     # options given on the command line win; -q names the queues (a typo gets one warning)
-    res = kq("worker", "tests.support.cli_handlers:send", "--burst", "-q", "other", "-q", "decoratd", "-c", "2",
-             "--visibility-timeout", "20", env=env)
+    res = kq(
+        "worker",
+        "tests.support.cli_handlers:send",
+        "--burst",
+        "-q",
+        "other",
+        "-q",
+        "decoratd",
+        "-c",
+        "2",
+        "--visibility-timeout",
+        "20",
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     assert "on other, decoratd at" in res.stderr and "concurrency 2" in res.stderr
     warnings = [line for line in res.stderr.splitlines() if "does not exist yet" in line]
@@ -396,6 +480,7 @@ def test_worker_runs_a_decorated_worker_with_its_options(redis_server, r: redis.
 
 
 # -- keyqueue check: the fsck (Queue.check: contract/test_check.py) ------------------------
+
 
 def test_check_exit_codes_and_repair(redis_server, r: redis.Redis) -> None:
     url = redis_server.url
@@ -413,8 +498,15 @@ def test_check_exit_codes_and_repair(redis_server, r: redis.Redis) -> None:
 
     as_json = json.loads(kq("--url", url, "check", "q", "--json", "--settle", "0").stdout)
     assert as_json["consistent"] is False
-    assert as_json["problems"] == [{"kind": "owned-and-waiting", "ids": ["1"], "count": 1,
-                                    "detail": as_json["problems"][0]["detail"], "repaired": False}]
+    assert as_json["problems"] == [
+        {
+            "kind": "owned-and-waiting",
+            "ids": ["1"],
+            "count": 1,
+            "detail": as_json["problems"][0]["detail"],
+            "repaired": False,
+        }
+    ]
 
     fixed = kq("--url", url, "check", "q", "--repair", "--settle", "0")
     assert fixed.returncode == 0, fixed.stderr

@@ -32,33 +32,55 @@ DOCS = ROOT / "docs"
 BIN = Path(sys.executable).parent
 #: Seconds one example may take (each takes about a second; the reaper example 3).
 DEADLINE = 30
-SQS_KEYS = {"KEYQUEUE_SQS_ACCESS_KEY_ID": "AKIAEXAMPLEKEYQUEUE", "KEYQUEUE_SQS_SECRET_ACCESS_KEY": "docs-example-secret"}
+SQS_KEYS = {
+    "KEYQUEUE_SQS_ACCESS_KEY_ID": "AKIAEXAMPLEKEYQUEUE",
+    "KEYQUEUE_SQS_SECRET_ACCESS_KEY": "docs-example-secret",
+}
 
 #: Every runnable example but examples/spark/, in runs: a run's files go in order on one
 #: freshly flushed server, each with the patterns its output must match (re.search, MULTILINE).
 RUNS: dict[str, list[tuple[str, list[str]]]] = {
     "quickstart-sync": [
-        ("quickstart/sync_producer.py", [r"^1\n\['2', '3'\]\nTrue\n",
-                                         r"^QueueStats\(waiting=4, processing=0, delayed=1, dead=0, "]),
-        ("quickstart/sync_consumer.py", [r"^sending to ada@example.com\nsending to bob@example.com\n"
-                                         r"sending to cy@example.com\nsending to dee@example.com\n",
-                                         r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None\)"]),
+        (
+            "quickstart/sync_producer.py",
+            [r"^1\n\['2', '3'\]\nTrue\n", r"^QueueStats\(waiting=4, processing=0, delayed=1, dead=0, "],
+        ),
+        (
+            "quickstart/sync_consumer.py",
+            [
+                r"^sending to ada@example.com\nsending to bob@example.com\n"
+                r"sending to cy@example.com\nsending to dee@example.com\n",
+                r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None\)",
+            ],
+        ),
     ],
     "quickstart-async": [
         ("quickstart/async_app.py", [r"\A\{'queued': '1'\}\n\{'queued': '1'\}\n\Z"]),  # the retry deduplicated
         ("quickstart/async_worker.py", [r"\Asent to ada@example.com\n\Z"]),
     ],
     # (the worker's threads print at once: one pattern a line, in any order)
-    "sync-worker": [("workers/sync_worker.py", [r"delivered to ada@example.com", r"delivered to bob@example.com",
-                                                r"delivered to cy@example.com"])],
-    "settle-yourself": [("workers/settle_yourself.py", [r"done: resize a.png", r"done: transcode b.mov",
-                                                        r"^dead letter 3 unknown kind 'shred'$"])],
+    "sync-worker": [
+        (
+            "workers/sync_worker.py",
+            [r"delivered to ada@example.com", r"delivered to bob@example.com", r"delivered to cy@example.com"],
+        )
+    ],
+    "settle-yourself": [
+        (
+            "workers/settle_yourself.py",
+            [r"done: resize a.png", r"done: transcode b.mov", r"^dead letter 3 unknown kind 'shred'$"],
+        )
+    ],
     "async-signals": [("workers/async_signals.py", [r"^sent one$", r"^sent two$"])],
     "reaper": [("workers/reaper.py", [r"^QueueStats\(waiting=1, processing=0, delayed=0, dead=0, "])],
     "shared-pool": [("deployment/shared_pool.py", [r"^500 messages enqueued by 500 tasks over 20 connections$"])],
     "dashboard-mount": [("dashboard/mount.py", [r"\A\{'redis': 'ok'\}\n401\n\[\]\n\Z"])],
-    "sqs": [("sqs/boto3_client.py", [r"^http://127.0.0.1:\d+/000000000000/emails$",
-                                     r'^\{"to": "a@example.com"\} welcome$', r"^from boto3 1$"])],
+    "sqs": [
+        (
+            "sqs/boto3_client.py",
+            [r"^http://127.0.0.1:\d+/000000000000/emails$", r'^\{"to": "a@example.com"\} welcome$', r"^from boto3 1$"],
+        )
+    ],
 }
 #: Extra environment of a run (beyond KEYQUEUE_URL).
 ENV = {"dashboard-mount": {"KQ_TOKEN": "docs-example-token"}, "sqs": SQS_KEYS}
@@ -76,8 +98,14 @@ def test_every_python_example_is_run() -> None:
 
 def run_example(name: str, url: str, env: dict[str, str]) -> str:
     """The example as a user runs it: its own process, the repository as its directory."""
-    done = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=DEADLINE, env={**os.environ, **env, "KEYQUEUE_URL": url})
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, **env, "KEYQUEUE_URL": url},
+    )
     assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -86,8 +114,20 @@ def run_example(name: str, url: str, env: dict[str, str]) -> str:
 def sqs_endpoint(redis_server: RedisServer) -> Iterator[str]:
     """``keyqueue serve --sqs`` on the test server, as the SQS page starts it."""
     port = free_port()
-    proc = subprocess.Popen([str(BIN / "keyqueue"), "--url", redis_server.url, "serve", "--sqs", "--port", str(port),
-                             "--log-level", "warning"], env={**os.environ, **SQS_KEYS})
+    proc = subprocess.Popen(
+        [
+            str(BIN / "keyqueue"),
+            "--url",
+            redis_server.url,
+            "serve",
+            "--sqs",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env={**os.environ, **SQS_KEYS},
+    )
 
     def answers() -> bool:
         assert proc.poll() is None, f"keyqueue serve --sqs exited with {proc.returncode}"
@@ -108,8 +148,9 @@ def sqs_endpoint(redis_server: RedisServer) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("run", list(RUNS))
-def test_the_examples_run_and_print_what_the_docs_say(run: str, redis_server: RedisServer, r: redis.Redis,
-                                                      request: pytest.FixtureRequest) -> None:
+def test_the_examples_run_and_print_what_the_docs_say(
+    run: str, redis_server: RedisServer, r: redis.Redis, request: pytest.FixtureRequest
+) -> None:
     env = dict(ENV.get(run, {}))
     if run == "sqs":
         env["SQS_ENDPOINT"] = request.getfixturevalue("sqs_endpoint")
@@ -141,7 +182,8 @@ def test_every_example_is_shown_by_a_page_and_every_code_block_is_a_file() -> No
             if language in {"python", "py", "ini", "yaml", "toml"}:
                 lines = [line for line in body.splitlines() if line.strip()]
                 assert lines and all(line.strip().startswith("--8<--") for line in lines), (
-                    f"{page.relative_to(ROOT)}: a {language} block that is not an example file:\n{body}")
+                    f"{page.relative_to(ROOT)}: a {language} block that is not an example file:\n{body}"
+                )
 
 
 def test_the_readme_python_blocks_are_parts_of_examples() -> None:
@@ -170,18 +212,26 @@ def run_worker_command(argv: list[str], tmp_path: Path, r: redis.Redis) -> None:
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")
     (tmp_path / "app" / "tasks.py").write_text(  # one write a line: the worker's threads print at once
-        "import sys\n\n\ndef send(message):\n    sys.stdout.write(f'handled {message.text}\\n')\n")
+        "import sys\n\n\ndef send(message):\n    sys.stdout.write(f'handled {message.text}\\n')\n"
+    )
     q = Queue("emails", client=r)
     q.enqueue_many(["one", "two"])
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    done = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(re.findall(r"^handled (\w+)$", done.stdout, re.MULTILINE)) == ["one", "two"], done.stdout
     assert q.stats().waiting == 0
 
 
-def test_the_systemd_unit_runs_a_worker_and_outwaits_its_grace(redis_server: RedisServer, r: redis.Redis,
-                                                               tmp_path: Path) -> None:
+def test_the_systemd_unit_runs_a_worker_and_outwaits_its_grace(
+    redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     unit = configparser.ConfigParser(interpolation=None)
     unit.optionxform = str  # systemd keys are case-sensitive
     unit.read(EXAMPLES / "systemd" / "keyqueue-worker.service")
@@ -193,8 +243,9 @@ def test_the_systemd_unit_runs_a_worker_and_outwaits_its_grace(redis_server: Red
     run_worker_command(argv, tmp_path, r)
 
 
-def test_the_supervisord_program_runs_a_worker_and_outwaits_its_grace(redis_server: RedisServer, r: redis.Redis,
-                                                                      tmp_path: Path) -> None:
+def test_the_supervisord_program_runs_a_worker_and_outwaits_its_grace(
+    redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     conf = configparser.ConfigParser(interpolation=None)
     conf.read(EXAMPLES / "supervisord" / "keyqueue-worker.conf")
     program = conf["program:keyqueue-worker"]

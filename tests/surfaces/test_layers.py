@@ -34,13 +34,18 @@ def graph() -> grimp.ImportGraph:
 def test_imports_go_downward_only(graph: grimp.ImportGraph) -> None:
     layers = [grimp.Layer(*(m.strip() for m in layer.split("|")), independent=False) for layer in LAYERS]
     illegal = graph.find_illegal_dependencies_for_layers(layers=layers)
-    assert not illegal, "\n".join(f"{d.importer} imports {d.imported}: {sorted(r.heads)} -> {sorted(r.tails)}"
-                                  for d in illegal for r in d.routes)
+    assert not illegal, "\n".join(
+        f"{d.importer} imports {d.imported}: {sorted(r.heads)} -> {sorted(r.tails)}" for d in illegal for r in d.routes
+    )
 
 
 def test_no_import_circle(graph: grimp.ImportGraph) -> None:
-    circles = {(m, n) for m in graph.modules for n in graph.find_modules_directly_imported_by(m)
-               if graph.chain_exists(importer=n, imported=m)}
+    circles = {
+        (m, n)
+        for m in graph.modules
+        for n in graph.find_modules_directly_imported_by(m)
+        if graph.chain_exists(importer=n, imported=m)
+    }
     assert not circles, sorted(circles)
 
 
@@ -48,6 +53,7 @@ def test_every_module_is_in_a_layer(graph: grimp.ImportGraph) -> None:
     """A new module must take a place in the layers (or the check would not see it)."""
     placed = [m.strip() for layer in LAYERS for m in layer.split("|")]
     gathering = {"keyqueue", "keyqueue.__main__", "keyqueue.aio", "keyqueue.lua"}
-    loose = [m for m in graph.modules if m not in gathering
-             and not any(m == p or m.startswith(p + ".") for p in placed)]
+    loose = [
+        m for m in graph.modules if m not in gathering and not any(m == p or m.startswith(p + ".") for p in placed)
+    ]
     assert not loose, loose

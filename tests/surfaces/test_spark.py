@@ -45,8 +45,9 @@ def test_import_keyqueue_never_imports_pyspark() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_batch_write_with_delay_and_dedup_keys_is_exactly_once(spark: Any, redis_server: RedisServer,
-                                                               r: redis.Redis) -> None:
+def test_batch_write_with_delay_and_dedup_keys_is_exactly_once(
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     rows = [(f"body-{i}", 600.0 if i % 10 == 0 else 0.0, f"key-{i}") for i in range(1000)]
     df = spark.createDataFrame(rows, "value string, delay double, dedupKey string").repartition(2)
     for _ in range(2):  # a retried job writes everything again: the dedup keys absorb it
@@ -68,7 +69,8 @@ def test_binary_bodies_from_a_named_column(spark: Any, redis_server: RedisServer
 
 
 def test_null_bodies_are_refused_before_their_partition_writes_anything(
-        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     rows = [(f"b{i}", i) for i in range(999)] + [(None, 999)]
     df = spark.createDataFrame(rows, "payload string, n int").coalesce(1)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")  # the null in the 10th batch
@@ -80,8 +82,9 @@ def test_null_bodies_are_refused_before_their_partition_writes_anything(
     assert Queue("nulls", client=r).stats().waiting == 0
 
 
-def test_null_bodies_skipped_when_asked_and_counted(spark: Any, redis_server: RedisServer, r: redis.Redis,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_null_bodies_skipped_when_asked_and_counted(
+    spark: Any, redis_server: RedisServer, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     """With option("nullBodies", "skip") the other rows are written; each task counts what
     it left out and the commit on the driver logs the sum (called here in-process: Spark
     runs it in a Python process of its own)."""
@@ -113,14 +116,19 @@ def test_streaming_write(spark: Any, redis_server: RedisServer, r: redis.Redis, 
     src = tmp_path / "in"
     spark.createDataFrame([(f"s{i}",) for i in range(400)], "value string").write.parquet(str(src))
     stream = spark.readStream.schema("value string").parquet(str(src))
-    query = (fmt(stream.writeStream, redis_server.url, "sw")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        fmt(stream.writeStream, redis_server.url, "sw")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(120)
     assert sorted(drain(Queue("sw", client=r))) == sorted(f"s{i}".encode() for i in range(400))
 
 
-def test_overwrite_is_refused_and_writes_nothing(spark: Any, redis_server: RedisServer, r: redis.Redis,
-                                                 tmp_path: Path) -> None:
+def test_overwrite_is_refused_and_writes_nothing(
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     q = Queue("ow", client=r)
     q.enqueue_many(["a", "b", "c"])
     df = spark.createDataFrame([("x",), ("y",)], "value string")
@@ -128,15 +136,27 @@ def test_overwrite_is_refused_and_writes_nothing(spark: Any, redis_server: Redis
         fmt(df.write, redis_server.url, "ow").mode("overwrite").save()
     df.write.parquet(str(tmp_path / "in"))
     counts = spark.readStream.schema("value string").parquet(str(tmp_path / "in")).groupBy("value").count()
-    query = (fmt(counts.selectExpr("value").writeStream, redis_server.url, "ow").outputMode("complete")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        fmt(counts.selectExpr("value").writeStream, redis_server.url, "ow")
+        .outputMode("complete")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(Exception, match="a queue can only be appended to"):
         query.awaitTermination(120)
     assert sorted(drain(q)) == [b"a", b"b", b"c"]
 
 
-def _consume(spark: Any, url: str, queue: str, checkpoint: Path, seen: list[list[str]],
-             fail_at: int | None = None, **options: Any) -> Any:
+def _consume(
+    spark: Any,
+    url: str,
+    queue: str,
+    checkpoint: Path,
+    seen: list[list[str]],
+    fail_at: int | None = None,
+    **options: Any,
+) -> Any:
     """An AvailableNow query that records each micro-batch's ids (in ``seen``); batch
     ``fail_at`` records half of its rows, then raises (the query dies mid-batch)."""
 
@@ -148,12 +168,17 @@ def _consume(spark: Any, url: str, queue: str, checkpoint: Path, seen: list[list
         seen.append(ids)
 
     stream = fmt(spark.readStream, url, queue, **options).load()
-    return (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True).start())
+    return (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 def test_streaming_read_honours_the_row_limit_and_acks_after_commit(
-        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     q = Queue("sr", client=r)
     ids = q.enqueue_many([f"m{i}" for i in range(550)])
     seen: list[list[str]] = []
@@ -165,8 +190,9 @@ def test_streaming_read_honours_the_row_limit_and_acks_after_commit(
     assert not r.keys("kq:{sr}:stream:*")  # and its manifest entries dropped
 
 
-def test_streaming_rows_carry_the_message(spark: Any, redis_server: RedisServer, r: redis.Redis,
-                                          tmp_path: Path) -> None:
+def test_streaming_rows_carry_the_message(
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     q = Queue("rows", client=r)
     q.enqueue(b"\x00\xffbin")
     first = q.claim()
@@ -174,21 +200,26 @@ def test_streaming_rows_carry_the_message(spark: Any, redis_server: RedisServer,
     out = tmp_path / "out"
     stream = fmt(spark.readStream, redis_server.url, "rows").load()
     assert stream.columns == ["id", "body", "receives", "enqueued_at"]
-    (stream.writeStream.format("parquet").option("path", str(out))
-     .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
-     .awaitTermination(120))
+    (
+        stream.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
     (row,) = spark.read.parquet(str(out)).collect()
     assert (row.id, bytes(row.body), row.receives) == ("1", b"\x00\xffbin", 2)
     assert abs(row.enqueued_at.timestamp() - time.time()) < 120
 
 
 def test_a_query_that_dies_mid_batch_restarts_from_its_checkpoint_and_loses_nothing(
-        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     q = Queue("crash", client=r)
     ids = q.enqueue_many([f"c{i}" for i in range(500)])
     seen: list[list[str]] = []
-    first = _consume(spark, redis_server.url, "crash", tmp_path / "ck", seen, fail_at=2,
-                     maxRowsPerTrigger=100)
+    first = _consume(spark, redis_server.url, "crash", tmp_path / "ck", seen, fail_at=2, maxRowsPerTrigger=100)
     with pytest.raises(Exception, match="failed halfway"):
         first.awaitTermination(120)
     assert q.stats().processing == 100  # batch 2: claimed, half written, not acknowledged
@@ -202,7 +233,8 @@ def test_a_query_that_dies_mid_batch_restarts_from_its_checkpoint_and_loses_noth
 
 
 def test_a_dead_querys_messages_come_back_by_their_visibility_timeout(
-        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     q = Queue("gone", client=r, visibility_timeout=2, bucket_seconds=1)
     q.enqueue_many([f"g{i}" for i in range(30)])
     seen: list[list[str]] = []
@@ -215,7 +247,8 @@ def test_a_dead_querys_messages_come_back_by_their_visibility_timeout(
 
 
 def test_snapshot_reads_dead_letters_without_changing_anything(
-        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     from ..support.helpers import snapshot
 
     q = Queue("snap", client=r)
@@ -227,7 +260,9 @@ def test_snapshot_reads_dead_letters_without_changing_anything(
     dead = fmt(spark.read, redis_server.url, "snap", source="dead").load()
     rows = sorted(dead.collect(), key=lambda x: x.id)
     assert [(x.id, bytes(x.body), x.receives, x.last_error) for x in rows] == [
-        ("1", b"a", 1, "bad input"), ("2", b"b", 1, "timeout upstream")]
+        ("1", b"a", 1, "bad input"),
+        ("2", b"b", 1, "timeout upstream"),
+    ]
     assert dead.groupBy("last_error").count().count() == 2
     (held,) = fmt(spark.read, redis_server.url, "snap", source="processing").load().collect()
     assert held.id == c.id and held.deadline is not None
@@ -245,16 +280,17 @@ def test_a_snapshot_of_an_empty_state_has_no_rows(spark: Any, redis_server: Redi
     assert fmt(spark.read, redis_server.url, "quiet", source="processing").load().count() == 1
 
 
-def test_a_snapshot_of_an_unknown_queue_names_the_closest_ones(spark: Any, redis_server: RedisServer,
-                                                               r: redis.Redis) -> None:
+def test_a_snapshot_of_an_unknown_queue_names_the_closest_ones(
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     Queue("orders", client=r).enqueue("x")
-    with pytest.raises(Exception, match="no queue 'ordrs' under prefix 'kq' at redis://.*; "
-                                        "did you mean 'orders'"):
+    with pytest.raises(Exception, match="no queue 'ordrs' under prefix 'kq' at redis://.*; did you mean 'orders'"):
         fmt(spark.read, redis_server.url, "ordrs", source="dead").load().count()
 
 
 def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
-        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     from keyqueue.spark import run_workers
 
     from ..support.spark_handlers import record_to
@@ -270,7 +306,8 @@ def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
 
 
 def test_run_workers_goes_on_until_retries_are_done_and_says_what_is_left(
-        spark: Any, redis_server: RedisServer, r: redis.Redis) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
     from keyqueue.spark import run_workers
 
     from ..support.spark_handlers import fail_once_to
@@ -296,12 +333,14 @@ def test_bad_options_are_clear(spark: Any, redis_server: RedisServer) -> None:
     with pytest.raises(Exception, match="invalid queue name"):
         fmt(df.write, redis_server.url, "no spaces").mode("append").save()
     with pytest.raises(Exception, match="maxRowsPerTrigger must be a positive"):
-        fmt(spark.readStream, redis_server.url, "q", maxRowsPerTrigger="0").load().writeStream \
-            .format("console").start().awaitTermination(30)
+        fmt(spark.readStream, redis_server.url, "q", maxRowsPerTrigger="0").load().writeStream.format(
+            "console"
+        ).start().awaitTermination(30)
 
 
 def test_the_source_extends_what_it_holds_while_the_query_lives(
-        spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
     """A batch that runs 1.5x the visibility timeout keeps its messages: the source extends
     their deadlines, so a reaper finds nothing expired and nothing is delivered twice."""
     q = Queue("held", client=r, visibility_timeout=2, bucket_seconds=1)
@@ -315,8 +354,13 @@ def test_the_source_extends_what_it_holds_while_the_query_lives(
         reaped.append(q.reap().total)
 
     stream = fmt(spark.readStream, redis_server.url, "held").load()
-    (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(tmp_path / "ck"))
-     .trigger(availableNow=True).start().awaitTermination(120))
+    (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
     assert reaped == [0] and sorted(seen) == sorted(ids)
     s = q.stats()
     assert (s.waiting, s.processing) == (0, 0)
@@ -327,8 +371,9 @@ def run_example(name: str, url: str, cwd: Path) -> str:
     PYSPARK_PYTHON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env |= {"KEYQUEUE_URL": url, "LAKE": str(cwd / "lake"), "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], env=env, cwd=cwd, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout
 
@@ -369,13 +414,16 @@ def python_without_keyqueue(tmp_path: Path) -> str:
     (tmp_path / "hide").mkdir()
     (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_KEYQUEUE)
     exe = tmp_path / "python-without-keyqueue"
-    exe.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "hide"}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
+    exe.write_text(
+        f'#!/bin/sh\nPYTHONPATH={tmp_path / "hide"}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n'
+    )
     exe.chmod(0o755)
     return str(exe)
 
 
 def test_workers_that_cannot_import_keyqueue_are_one_clear_line(
-        spark: Any, r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spark: Any, r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import keyqueue.spark.workers as spark_workers
     from keyqueue.errors import MissingDependency
     from keyqueue.spark import register, run_workers

@@ -40,8 +40,9 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def client(endpoint: str, key: str = KEY_ID, secret: str = SECRET) -> Any:
-    return boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
-                        aws_secret_access_key=secret)
+    return boto3.client(
+        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key, aws_secret_access_key=secret
+    )
 
 
 class Server:
@@ -65,8 +66,22 @@ class Server:
 def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
     port = free_port()
     env = dict(os.environ, KEYQUEUE_SQS_ACCESS_KEY_ID=KEY_ID, KEYQUEUE_SQS_SECRET_ACCESS_KEY=SECRET)
-    proc = subprocess.Popen([str(VENV_BIN / "keyqueue"), "--url", redis_server.url, "--prefix", PREFIX, "serve",
-                             "--sqs", "--port", str(port), "--log-level", "warning"], env=env)
+    proc = subprocess.Popen(
+        [
+            str(VENV_BIN / "keyqueue"),
+            "--url",
+            redis_server.url,
+            "--prefix",
+            PREFIX,
+            "serve",
+            "--sqs",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+    )
     server = Server("keyqueue", f"http://127.0.0.1:{port}")
 
     def answers() -> bool:
@@ -129,6 +144,7 @@ def name_of(url: str) -> str:
 
 # -- digests computed here, independently of keyqueue/sqs/md5.py ---------------------------
 
+
 def expected_attributes_md5(attributes: dict[str, dict[str, Any]]) -> str:
     """AWS's documented encoding, written out step by step from the wire form."""
     out = b""
@@ -145,13 +161,16 @@ def expected_attributes_md5(attributes: dict[str, dict[str, Any]]) -> str:
     return hashlib.md5(out).hexdigest()
 
 
-ATTRIBUTES = {"colour": {"DataType": "String", "StringValue": "blau \u00fc \U0001f600"},
-              "count": {"DataType": "Number", "StringValue": "-12.5e3"},
-              "blob": {"DataType": "Binary", "BinaryValue": bytes(range(256))},
-              "kind": {"DataType": "String.custom-type", "StringValue": "x"}}
+ATTRIBUTES = {
+    "colour": {"DataType": "String", "StringValue": "blau \u00fc \U0001f600"},
+    "count": {"DataType": "Number", "StringValue": "-12.5e3"},
+    "blob": {"DataType": "Binary", "BinaryValue": bytes(range(256))},
+    "kind": {"DataType": "String.custom-type", "StringValue": "x"},
+}
 
 
 # -- plain SQS behaviour: keyqueue and moto ----------------------------------------------
+
 
 def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
     c = sqs.sqs
@@ -174,8 +193,10 @@ def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
     # FifoQueue to tell the kinds apart); a name SQS does not have is refused
     fifo_names = ["FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"]
     assert not c.get_queue_attributes(QueueUrl=url, AttributeNames=fifo_names).get("Attributes")
-    assert error_of(lambda: c.get_queue_attributes(QueueUrl=url, AttributeNames=["Fifo"]))["Error"]["Code"] == \
-        "InvalidAttributeName"
+    assert (
+        error_of(lambda: c.get_queue_attributes(QueueUrl=url, AttributeNames=["Fifo"]))["Error"]["Code"]
+        == "InvalidAttributeName"
+    )
     c.tag_queue(QueueUrl=url, Tags={"team": "a", "env": "test"})
     c.untag_queue(QueueUrl=url, TagKeys=["env"])
     assert c.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "a"}
@@ -188,20 +209,28 @@ def test_queue_lifecycle_urls_tags_and_attributes(sqs: Server) -> None:
     err = error_of(lambda: c.get_queue_url(QueueName=name))
     assert err["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
     assert err["Error"]["QueryErrorCode"] == "QueueDoesNotExist"
-    assert error_of(lambda: c.send_message(QueueUrl=url, MessageBody="x"))["Error"]["QueryErrorCode"] == \
-        "QueueDoesNotExist"
+    assert (
+        error_of(lambda: c.send_message(QueueUrl=url, MessageBody="x"))["Error"]["QueryErrorCode"]
+        == "QueueDoesNotExist"
+    )
 
 
 def test_a_queue_url_that_names_no_queue(sqs: Server) -> None:
     """A URL without /ACCOUNT/NAME names no queue: QueueDoesNotExist, which clients catch."""
     c = sqs.sqs
-    for url in ("http://whatever-incorrect-queue-address", f"{sqs.endpoint}/",
-                f"{sqs.endpoint}/000000000000/no-such-queue-{uuid.uuid4().hex[:8]}"):
+    for url in (
+        "http://whatever-incorrect-queue-address",
+        f"{sqs.endpoint}/",
+        f"{sqs.endpoint}/000000000000/no-such-queue-{uuid.uuid4().hex[:8]}",
+    ):
         with pytest.raises(c.exceptions.QueueDoesNotExist) as info:
             c.send_message(QueueUrl=url, MessageBody="x")
         err = info.value.response
-        assert (err["Error"]["Code"], err["Error"]["QueryErrorCode"], err["ResponseMetadata"]["HTTPStatusCode"]) == \
-            ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", 400), url
+        assert (err["Error"]["Code"], err["Error"]["QueryErrorCode"], err["ResponseMetadata"]["HTTPStatusCode"]) == (
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+            400,
+        ), url
 
 
 def test_a_bare_queue_name_serves_as_its_url(sqs: Server) -> None:
@@ -211,8 +240,9 @@ def test_a_bare_queue_name_serves_as_its_url(sqs: Server) -> None:
     name = name_of(sqs.queue())
     policy = json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 5})
     c.set_queue_attributes(QueueUrl=name, Attributes={"VisibilityTimeout": "40", "RedrivePolicy": policy})
-    assert c.get_queue_attributes(QueueUrl=name, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
-        {"VisibilityTimeout": "40"}
+    assert c.get_queue_attributes(QueueUrl=name, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "40"
+    }
     assert [name_of(u) for u in c.list_dead_letter_source_queues(QueueUrl=name_of(dlq))["queueUrls"]] == [name]
     c.tag_queue(QueueUrl=name, Tags={"team": "a", "env": "test"})
     c.untag_queue(QueueUrl=name, TagKeys=["env"])
@@ -220,20 +250,31 @@ def test_a_bare_queue_name_serves_as_its_url(sqs: Server) -> None:
     c.send_message(QueueUrl=name, MessageBody="one")
     c.send_message_batch(QueueUrl=name, Entries=[{"Id": "a", "MessageBody": "two"}, {"Id": "b", "MessageBody": "3"}])
     got: list[dict[str, Any]] = []
-    wait_until(lambda: got.extend(c.receive_message(QueueUrl=name, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-                                  .get("Messages", [])) or len(got) == 3)
+    wait_until(
+        lambda: (
+            got.extend(c.receive_message(QueueUrl=name, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []))
+            or len(got) == 3
+        )
+    )
     handles = [m["ReceiptHandle"] for m in got]
     c.change_message_visibility(QueueUrl=name, ReceiptHandle=handles[0], VisibilityTimeout=60)
-    changed = c.change_message_visibility_batch(QueueUrl=name, Entries=[
-        {"Id": "h1", "ReceiptHandle": handles[1], "VisibilityTimeout": 60}])
+    changed = c.change_message_visibility_batch(
+        QueueUrl=name, Entries=[{"Id": "h1", "ReceiptHandle": handles[1], "VisibilityTimeout": 60}]
+    )
     assert [s["Id"] for s in changed["Successful"]] == ["h1"] and not changed.get("Failed")
     c.delete_message(QueueUrl=name, ReceiptHandle=handles[0])
-    deleted = c.delete_message_batch(QueueUrl=name, Entries=[{"Id": "h1", "ReceiptHandle": handles[1]},
-                                                             {"Id": "h2", "ReceiptHandle": handles[2]}])
+    deleted = c.delete_message_batch(
+        QueueUrl=name, Entries=[{"Id": "h1", "ReceiptHandle": handles[1]}, {"Id": "h2", "ReceiptHandle": handles[2]}]
+    )
     assert len(deleted["Successful"]) == 2 and not deleted.get("Failed")
     assert sqs.count(name) == 0 and sqs.count(name, "ApproximateNumberOfMessagesNotVisible") == 0
-    resource = boto3.resource("sqs", endpoint_url=sqs.endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID,
-                              aws_secret_access_key=SECRET)
+    resource = boto3.resource(
+        "sqs",
+        endpoint_url=sqs.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+    )
     q = resource.Queue(name)
     q.send_message(MessageBody="four")
     assert q.attributes["ApproximateNumberOfMessages"] == "1"
@@ -249,13 +290,14 @@ def test_a_bare_queue_name_serves_as_its_url(sqs: Server) -> None:
 def test_send_receive_delete_with_attributes_and_md5s(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()
-    body = "h\u00e9llo {\"json\": true} \U0001f600"
+    body = 'h\u00e9llo {"json": true} \U0001f600'
     sent = c.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=ATTRIBUTES)
     assert sent["MD5OfMessageBody"] == hashlib.md5(body.encode()).hexdigest()
     assert sent["MD5OfMessageAttributes"] == expected_attributes_md5(ATTRIBUTES)
     before = time.time()
-    got = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
-                            MessageAttributeNames=["All"])["Messages"]
+    got = c.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], MessageAttributeNames=["All"]
+    )["Messages"]
     assert len(got) == 1
     m = got[0]
     assert (m["Body"], m["MessageId"]) == (body, sent["MessageId"])
@@ -305,11 +347,16 @@ def test_message_attribute_names_by_prefix(sqs: Server) -> None:
     assert not sent.get("Failed") and sorted(s["Id"] for s in sent["Successful"]) == sorted(e["Id"] for e in entries)
     by_id = {s["Id"]: s for s in sent["Successful"]}
     assert by_id["m4"]["MD5OfMessageAttributes"] == expected_attributes_md5(entries[4]["MessageAttributes"])
-    assert all(s["MD5OfMessageBody"] == hashlib.md5(f"body {s['Id'][1:]}".encode()).hexdigest()
-               for s in sent["Successful"])
+    assert all(
+        s["MD5OfMessageBody"] == hashlib.md5(f"body {s['Id'][1:]}".encode()).hexdigest() for s in sent["Successful"]
+    )
     got: list[dict[str, Any]] = []
-    wait_until(lambda: got.extend(c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-                                  .get("Messages", [])) or len(got) == 10)
+    wait_until(
+        lambda: (
+            got.extend(c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []))
+            or len(got) == 10
+        )
+    )
     assert sorted(m["Body"] for m in got) == sorted(e["MessageBody"] for e in entries)
     handles = [{"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
     deleted = c.delete_message_batch(QueueUrl=url, Entries=handles)
@@ -334,8 +381,9 @@ def test_messages_up_to_1_mib(sqs: Server) -> None:
     """SQS's limit is 1 MiB (MaximumMessageSize 1,024-1,048,576, default 1,048,576), with its texts."""
     c = sqs.sqs
     url = sqs.queue()
-    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == \
-        {"MaximumMessageSize": "1048576"}
+    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == {
+        "MaximumMessageSize": "1048576"
+    }
     # 1 MiB of ASCII, and 1 MiB of UTF-8 that botocore writes as 3 MiB of JSON (every 'é' is \u00e9)
     for text in ("x" * 1_048_576, "\u00e9" * 524_288):
         c.send_message(QueueUrl=url, MessageBody=text)
@@ -348,20 +396,26 @@ def test_messages_up_to_1_mib(sqs: Server) -> None:
         return err["Code"], err["Message"]
 
     assert error(lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577)) == (
-        "InvalidParameterValue", "One or more parameters are invalid. Reason: Message must be shorter than "
-        "1048576 bytes.")
+        "InvalidParameterValue",
+        "One or more parameters are invalid. Reason: Message must be shorter than 1048576 bytes.",
+    )
     entries = [{"Id": str(i), "MessageBody": "x" * 104_858} for i in range(10)]
     assert error(lambda: c.send_message_batch(QueueUrl=url, Entries=entries)) == (
         "AWS.SimpleQueueService.BatchRequestTooLong",
-        "Batch requests cannot be longer than 1048576 bytes. You have sent 1048580 bytes.")
+        "Batch requests cannot be longer than 1048576 bytes. You have sent 1048580 bytes.",
+    )
     c.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "500000"})
-    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == \
-        {"MaximumMessageSize": "500000"}
+    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == {
+        "MaximumMessageSize": "500000"
+    }
     assert error(lambda: c.send_message(QueueUrl=url, MessageBody="x" * 500_001))[1].endswith(
-        "Message must be shorter than 500000 bytes.")
+        "Message must be shorter than 500000 bytes."
+    )
     for size in ("1023", "1048577"):
-        assert error(lambda: c.create_queue(QueueName=f"{name_of(url)}-big", Attributes={
-            "MaximumMessageSize": size}))[0] == "InvalidAttributeValue", size
+        assert (
+            error(lambda: c.create_queue(QueueName=f"{name_of(url)}-big", Attributes={"MaximumMessageSize": size}))[0]
+            == "InvalidAttributeValue"
+        ), size
     assert sqs.count(url) == 0
 
 
@@ -375,27 +429,42 @@ def test_sqs_error_texts_for_attributes_and_tags(sqs: Server) -> None:
         return err["Code"], err["Message"]
 
     def send(name: str, data_type: str) -> Callable[[], Any]:
-        return lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
-            name: {"DataType": data_type, "StringValue": "v"}})
+        return lambda: c.send_message(
+            QueueUrl=url, MessageBody="x", MessageAttributes={name: {"DataType": data_type, "StringValue": "v"}}
+        )
 
-    assert error(send("a b", "String")) == ("InvalidParameterValue", "The message attribute name 'a b' is invalid. "
-                                           "Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), "
-                                           "and period (.) characters.")
-    assert error(send("ab", "Text.x")) == ("InvalidParameterValue", "The message attribute 'ab' has an invalid "
-                                          "message attribute type, the set of supported type prefixes is Binary, "
-                                          "Number, and String.")
+    assert error(send("a b", "String")) == (
+        "InvalidParameterValue",
+        "The message attribute name 'a b' is invalid. "
+        "Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), "
+        "and period (.) characters.",
+    )
+    assert error(send("ab", "Text.x")) == (
+        "InvalidParameterValue",
+        "The message attribute 'ab' has an invalid "
+        "message attribute type, the set of supported type prefixes is Binary, "
+        "Number, and String.",
+    )
     assert error(lambda: c.tag_queue(QueueUrl=url, Tags={f"k{i}": "v" for i in range(51)})) == (
-        "InvalidParameterValue", f"Too many tags added for queue {name_of(url)}.")
+        "InvalidParameterValue",
+        f"Too many tags added for queue {name_of(url)}.",
+    )
     assert error(lambda: c.untag_queue(QueueUrl=url, TagKeys=[])) == (
-        "InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.")
+        "InvalidParameterValue",
+        "Tag keys must be between 1 and 128 characters in length.",
+    )
     assert not c.list_queue_tags(QueueUrl=url).get("Tags")
 
 
 def test_receive_parameter_limits(sqs: Server) -> None:
     c = sqs.sqs
     url = sqs.queue()
-    for kwargs in ({"MaxNumberOfMessages": 11}, {"MaxNumberOfMessages": 0}, {"WaitTimeSeconds": 21},
-                   {"VisibilityTimeout": 43_201}):
+    for kwargs in (
+        {"MaxNumberOfMessages": 11},
+        {"MaxNumberOfMessages": 0},
+        {"WaitTimeSeconds": 21},
+        {"VisibilityTimeout": 43_201},
+    ):
         err = error_of(lambda: c.receive_message(QueueUrl=url, **kwargs))
         assert err["Error"]["Code"] == "InvalidParameterValue", kwargs
     err = error_of(lambda: c.create_queue(QueueName="bad.name"))
@@ -432,8 +501,10 @@ def test_visibility_expiry_redelivers_with_the_receive_count(sqs: Server) -> Non
     second = wait_until(redelivered, 30)[0]
     assert second["MessageId"] == first["MessageId"] and second["ReceiptHandle"] != first["ReceiptHandle"]
     assert second["Attributes"]["ApproximateReceiveCount"] == "2"
-    assert second["Attributes"]["ApproximateFirstReceiveTimestamp"] == \
-        first["Attributes"]["ApproximateFirstReceiveTimestamp"]
+    assert (
+        second["Attributes"]["ApproximateFirstReceiveTimestamp"]
+        == first["Attributes"]["ApproximateFirstReceiveTimestamp"]
+    )
     assert second["Attributes"]["SentTimestamp"] == first["Attributes"]["SentTimestamp"]
     c.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
     assert sqs.count(url) == 0 and sqs.count(url, "ApproximateNumberOfMessagesNotVisible") == 0
@@ -448,19 +519,24 @@ def test_change_visibility_and_visibility_zero(sqs: Server) -> None:
     assert m["Attributes"]["ApproximateReceiveCount"] == "2"
     c.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
     m = c.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"][0]
-    c.change_message_visibility_batch(QueueUrl=url, Entries=[
-        {"Id": "a", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 1}])
+    c.change_message_visibility_batch(
+        QueueUrl=url, Entries=[{"Id": "a", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 1}]
+    )
     wait_until(lambda: c.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages"), 30)
-    err = error_of(lambda: c.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
-                                                       VisibilityTimeout=43_201))
+    err = error_of(
+        lambda: c.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=43_201)
+    )
     assert err["Error"]["Code"] == "InvalidParameterValue"
     # a queue whose VisibilityTimeout is 0: every receive leaves the message visible
     zero = sqs.queue(VisibilityTimeout="0")
-    assert c.get_queue_attributes(QueueUrl=zero, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
-        {"VisibilityTimeout": "0"}
+    assert c.get_queue_attributes(QueueUrl=zero, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "0"
+    }
     c.send_message(QueueUrl=zero, MessageBody="z")
-    counts = [c.receive_message(QueueUrl=zero, AttributeNames=["All"])["Messages"][0]["Attributes"]
-              ["ApproximateReceiveCount"] for _ in range(2)]
+    counts = [
+        c.receive_message(QueueUrl=zero, AttributeNames=["All"])["Messages"][0]["Attributes"]["ApproximateReceiveCount"]
+        for _ in range(2)
+    ]
     assert counts == ["1", "2"]
 
 
@@ -489,24 +565,39 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Server) ->
     dlq = sqs.queue()
     policy = json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 2})
     src = sqs.queue(RedrivePolicy=policy)
-    c.send_message(QueueUrl=src, MessageBody="poison", MessageAttributes={"k": {"DataType": "String", "StringValue": "v"}})
+    c.send_message(
+        QueueUrl=src, MessageBody="poison", MessageAttributes={"k": {"DataType": "String", "StringValue": "v"}}
+    )
     sent_id = first = None
     for _ in range(2):  # two receives allowed; each lets the visibility timeout pass
-        m = wait_until(lambda: c.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=1,
-                                                 AttributeNames=["All"]).get("Messages"), 30)[0]
+        m = wait_until(
+            lambda: c.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=1, AttributeNames=["All"]).get(
+                "Messages"
+            ),
+            30,
+        )[0]
         sent_id = sent_id or m["MessageId"]
         first = first or m["Attributes"]["ApproximateFirstReceiveTimestamp"]
     # the third receive finds it out of receives: it goes to the dead-letter queue instead
-    dead = wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
-                      and c.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, MessageAttributeNames=["All"],
-                                            AttributeNames=["All"]).get("Messages"), 30)[0]
+    dead = wait_until(
+        lambda: (
+            c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
+            and c.receive_message(
+                QueueUrl=dlq, WaitTimeSeconds=1, MessageAttributeNames=["All"], AttributeNames=["All"]
+            ).get("Messages")
+        ),
+        30,
+    )[0]
     assert dead["Body"] == "poison" and dead["MessageId"] == sent_id
     # its receives and first receive go with it, as in SQS: 2 in the source, then this one
-    assert (dead["Attributes"]["ApproximateReceiveCount"], dead["Attributes"]["ApproximateFirstReceiveTimestamp"]) \
-        == ("3", first)
+    assert (dead["Attributes"]["ApproximateReceiveCount"], dead["Attributes"]["ApproximateFirstReceiveTimestamp"]) == (
+        "3",
+        first,
+    )
     assert dead["MessageAttributes"] == {"k": {"DataType": "String", "StringValue": "v"}}
-    assert json.loads(c.get_queue_attributes(QueueUrl=src, AttributeNames=["RedrivePolicy"])
-                      ["Attributes"]["RedrivePolicy"]) == json.loads(policy)
+    assert json.loads(
+        c.get_queue_attributes(QueueUrl=src, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+    ) == json.loads(policy)
     assert c.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src]
 
 
@@ -514,14 +605,16 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Server) ->
 # (moto 5 has no StartMessageMoveTask, accepts bodies and attributes that SQS refuses, and
 # does not check signatures: those tests run against keyqueue alone.)
 
+
 def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     c = kq.sqs
     dlq = kq.queue()
     src = kq.queue(RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": "1"}))
     c.send_message_batch(QueueUrl=src, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
     c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, VisibilityTimeout=1)
-    wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
-               and kq.count(dlq) == 3, 30)
+    wait_until(
+        lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None and kq.count(dlq) == 3, 30
+    )
     got = c.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, AttributeNames=["All"], VisibilityTimeout=1)
     assert {m["Attributes"]["DeadLetterQueueSourceArn"] for m in got["Messages"]} == {kq.arn(src)}
     err = error_of(lambda: c.start_message_move_task(SourceArn=kq.arn(src)))  # not a dead-letter queue
@@ -536,22 +629,29 @@ def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
     wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]["Status"] == "COMPLETED", 30)
     task = c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]
     assert task["ApproximateNumberOfMessagesMoved"] == 3 and handle
-    back = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"],
-                             VisibilityTimeout=1)["Messages"]
+    back = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, AttributeNames=["All"], VisibilityTimeout=1)[
+        "Messages"
+    ]
     assert sorted(m["Body"] for m in back) == ["m0", "m1", "m2"]
-    assert all("DeadLetterQueueSourceArn" not in m["Attributes"] and m["Attributes"]["ApproximateReceiveCount"] == "1"
-               for m in back)  # moved back: a fresh start
+    assert all(
+        "DeadLetterQueueSourceArn" not in m["Attributes"] and m["Attributes"]["ApproximateReceiveCount"] == "1"
+        for m in back
+    )  # moved back: a fresh start
     assert kq.count(dlq) == 0
     # a slow task (1 message a second) cancelled part way; a destination of our choosing
-    wait_until(lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None
-               and kq.count(dlq) == 3, 30)
+    wait_until(
+        lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None and kq.count(dlq) == 3, 30
+    )
     elsewhere = kq.queue()
-    handle = c.start_message_move_task(SourceArn=kq.arn(dlq), DestinationArn=kq.arn(elsewhere),
-                                       MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    handle = c.start_message_move_task(
+        SourceArn=kq.arn(dlq), DestinationArn=kq.arn(elsewhere), MaxNumberOfMessagesPerSecond=1
+    )["TaskHandle"]
     wait_until(lambda: kq.count(elsewhere) >= 1, 30)
     # and counted (a message is enqueued where it goes before it is counted as moved)
-    wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0][
-        "ApproximateNumberOfMessagesMoved"] >= 1, 30)
+    wait_until(
+        lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]["ApproximateNumberOfMessagesMoved"] >= 1,
+        30,
+    )
     moved = c.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
     assert 1 <= moved < 3
     assert c.list_message_move_tasks(SourceArn=kq.arn(dlq), MaxResults=10)["Results"][0]["Status"] == "CANCELLED"
@@ -563,74 +663,175 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
     c = kq.sqs
     url = kq.queue()
     cases: list[tuple[Callable[[], Any], str, str, int]] = [
-        (lambda: c.get_queue_url(QueueName="nope-nope"), "QueueDoesNotExist",
-         "AWS.SimpleQueueService.NonExistentQueue", 400),
+        (
+            lambda: c.get_queue_url(QueueName="nope-nope"),
+            "QueueDoesNotExist",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            400,
+        ),
         (lambda: c.send_message(QueueUrl=url, MessageBody=""), "MissingParameter", "MissingParameter", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="a\x00b"), "InvalidMessageContents",
-         "InvalidMessageContents", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577), "InvalidParameterValue",
-         "InvalidParameterValue", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
-            "a": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue", "InvalidParameterValue", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
-            "n": {"DataType": "Number", "StringValue": "12x"}}), "InvalidParameterValue", "InvalidParameterValue", 400),
-        (lambda: c.send_message(QueueUrl=url, MessageBody="x", DelaySeconds=901), "InvalidParameterValue",
-         "InvalidParameterValue", 400),
-        (lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"Nope": "1"}), "InvalidAttributeName",
-         "InvalidAttributeName", 400),
-        (lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "43201"}),
-         "InvalidAttributeValue", "InvalidAttributeValue", 400),
-        (lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}), "InvalidAttributeValue",
-         "InvalidAttributeValue", 400),
-        (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 104_858}
-                                                             for i in range(10)]),
-         "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
-        (lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]),
-         "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400),
+        (
+            lambda: c.send_message(QueueUrl=url, MessageBody="a\x00b"),
+            "InvalidMessageContents",
+            "InvalidMessageContents",
+            400,
+        ),
+        (
+            lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.send_message(
+                QueueUrl=url, MessageBody="x", MessageAttributes={"a": {"DataType": "String", "StringValue": ""}}
+            ),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.send_message(
+                QueueUrl=url, MessageBody="x", MessageAttributes={"n": {"DataType": "Number", "StringValue": "12x"}}
+            ),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.send_message(QueueUrl=url, MessageBody="x", DelaySeconds=901),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"Nope": "1"}),
+            "InvalidAttributeName",
+            "InvalidAttributeName",
+            400,
+        ),
+        (
+            lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "43201"}),
+            "InvalidAttributeValue",
+            "InvalidAttributeValue",
+            400,
+        ),
+        (
+            lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}),
+            "InvalidAttributeValue",
+            "InvalidAttributeValue",
+            400,
+        ),
+        (
+            lambda: c.send_message_batch(
+                QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 104_858} for i in range(10)]
+            ),
+            "BatchRequestTooLong",
+            "AWS.SimpleQueueService.BatchRequestTooLong",
+            400,
+        ),
+        (
+            lambda: c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]),
+            "TooManyEntriesInBatchRequest",
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+            400,
+        ),
         # each entry fits, but bodies and attributes together are over 1 MiB (SQS counts both)
-        (lambda: c.send_message_batch(QueueUrl=url, Entries=[
-            {"Id": str(i), "MessageBody": "x" * 524_200,
-             "MessageAttributes": {"a": {"DataType": "String", "StringValue": "y" * 100}}} for i in range(2)]),
-         "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", 400),
+        (
+            lambda: c.send_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {
+                        "Id": str(i),
+                        "MessageBody": "x" * 524_200,
+                        "MessageAttributes": {"a": {"DataType": "String", "StringValue": "y" * 100}},
+                    }
+                    for i in range(2)
+                ],
+            ),
+            "BatchRequestTooLong",
+            "AWS.SimpleQueueService.BatchRequestTooLong",
+            400,
+        ),
         # text SQS refuses (a lone surrogate) anywhere is the caller's error, not a 500
-        (lambda: c.tag_queue(QueueUrl=url, Tags={"team": "a\ud800"}), "InvalidParameterValue",
-         "InvalidParameterValue", 400),
-        (lambda: c.tag_queue(QueueUrl=url, Tags={"k" * 129: "v"}), "InvalidParameterValue",
-         "InvalidParameterValue", 400),
-        (lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "a\ud800"}),
-         "InvalidAttributeValue", "InvalidAttributeValue", 400),
-        (lambda: c.delete_message(QueueUrl=url, ReceiptHandle="garbage"), "ReceiptHandleIsInvalid",
-         "ReceiptHandleIsInvalid", 404),
-        (lambda: c.send_message(QueueUrl="http://h/000000000000/", MessageBody="x"), "QueueDoesNotExist",
-         "AWS.SimpleQueueService.NonExistentQueue", 400),
-        (lambda: c.send_message(QueueUrl="http://[h/000000000000/x", MessageBody="x"), "QueueDoesNotExist",
-         "AWS.SimpleQueueService.NonExistentQueue", 400),
+        (
+            lambda: c.tag_queue(QueueUrl=url, Tags={"team": "a\ud800"}),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.tag_queue(QueueUrl=url, Tags={"k" * 129: "v"}),
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+            400,
+        ),
+        (
+            lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "a\ud800"}),
+            "InvalidAttributeValue",
+            "InvalidAttributeValue",
+            400,
+        ),
+        (
+            lambda: c.delete_message(QueueUrl=url, ReceiptHandle="garbage"),
+            "ReceiptHandleIsInvalid",
+            "ReceiptHandleIsInvalid",
+            404,
+        ),
+        (
+            lambda: c.send_message(QueueUrl="http://h/000000000000/", MessageBody="x"),
+            "QueueDoesNotExist",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            400,
+        ),
+        (
+            lambda: c.send_message(QueueUrl="http://[h/000000000000/x", MessageBody="x"),
+            "QueueDoesNotExist",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            400,
+        ),
     ]
     for call, shape, code, status in cases:
         err = error_of(call)
-        assert (err["Error"].get("QueryErrorCode", err["Error"]["Code"]), err["Error"]["Code"],
-                err["ResponseMetadata"]["HTTPStatusCode"]) == (shape, code, status)
+        assert (
+            err["Error"].get("QueryErrorCode", err["Error"]["Code"]),
+            err["Error"]["Code"],
+            err["ResponseMetadata"]["HTTPStatusCode"],
+        ) == (shape, code, status)
         assert err["ResponseMetadata"]["HTTPHeaders"]["x-amzn-query-error"] == f"{code};Sender"
     assert kq.count(url) == 0
     assert "Tags" not in c.list_queue_tags(QueueUrl=url)
     bad_type = {"a": {"DataType": "String.\ud800", "StringValue": "v"}}
-    batch = c.send_message_batch(QueueUrl=url, Entries=[{"Id": "ok", "MessageBody": "fine"},
-                                                        {"Id": "bad", "MessageBody": "a\x01"},
-                                                        {"Id": "type", "MessageBody": "x", "MessageAttributes": bad_type}])
+    batch = c.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "ok", "MessageBody": "fine"},
+            {"Id": "bad", "MessageBody": "a\x01"},
+            {"Id": "type", "MessageBody": "x", "MessageAttributes": bad_type},
+        ],
+    )
     assert [s["Id"] for s in batch["Successful"]] == ["ok"]
     assert [(f["Id"], f["Code"], f["SenderFault"]) for f in batch["Failed"]] == [
-        ("bad", "InvalidMessageContents", True), ("type", "InvalidParameterValue", True)]
+        ("bad", "InvalidMessageContents", True),
+        ("type", "InvalidParameterValue", True),
+    ]
     # an entry's error that quotes a lone surrogate the request sent is still a reply (was a 500)
-    named = c.send_message_batch(QueueUrl=url, Entries=[{"Id": "n", "MessageBody": "x", "MessageAttributes": {
-        "\ud800": {"DataType": "String", "StringValue": "v"}}}])
+    named = c.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "n", "MessageBody": "x", "MessageAttributes": {"\ud800": {"DataType": "String", "StringValue": "v"}}}
+        ],
+    )
     assert [(f["Id"], f["Code"]) for f in named["Failed"]] == [("n", "InvalidParameterValue")]
     deleted = c.delete_message_batch(QueueUrl=url, Entries=[{"Id": "h", "ReceiptHandle": "\ud800"}])
     assert [(f["Id"], f["Code"], f["Message"]) for f in deleted["Failed"]] == [
-        ("h", "ReceiptHandleIsInvalid", 'The input receipt handle "\ud800" is not a valid receipt handle.')]
+        ("h", "ReceiptHandleIsInvalid", 'The input receipt handle "\ud800" is not a valid receipt handle.')
+    ]
 
 
-def sign(url: str, target: str, body: bytes, *, key: str = KEY_ID, secret: str = SECRET,
-         when: datetime | None = None) -> dict[str, str]:
+def sign(
+    url: str, target: str, body: bytes, *, key: str = KEY_ID, secret: str = SECRET, when: datetime | None = None
+) -> dict[str, str]:
     """Headers of a SigV4-signed SQS JSON request made at ``when``, as an SDK signs it."""
     stamp = (when or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": target, "X-Amz-Date": stamp}
@@ -639,8 +840,11 @@ def sign(url: str, target: str, body: bytes, *, key: str = KEY_ID, secret: str =
     signer = SigV4Auth(Credentials(key, secret), "sqs", "us-east-1")
     signature = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
     signed = signer.signed_headers(signer.headers_to_sign(request))
-    return {**headers, "Authorization": f"AWS4-HMAC-SHA256 Credential={key}/{stamp[:8]}/us-east-1/sqs/aws4_request, "
-                                        f"SignedHeaders={signed}, Signature={signature}"}
+    return {
+        **headers,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={key}/{stamp[:8]}/us-east-1/sqs/aws4_request, "
+        f"SignedHeaders={signed}, Signature={signature}",
+    }
 
 
 def test_requests_must_be_signed_with_the_configured_credentials(kq: Server) -> None:
@@ -662,8 +866,10 @@ def test_requests_must_be_signed_with_the_configured_credentials(kq: Server) -> 
     future = sign(url, "AmazonSQS.ListQueues", body, when=datetime.now(timezone.utc) + timedelta(minutes=6))
     assert refused(future)[:2] == (403, "SignatureDoesNotMatch")
     # a signed request whose body or operation was changed afterwards
-    assert refused(sign(url, "AmazonSQS.ListQueues", body), b'{"QueueNamePrefix":"x"}')[:2] == \
-        (403, "SignatureDoesNotMatch")
+    assert refused(sign(url, "AmazonSQS.ListQueues", body), b'{"QueueNamePrefix":"x"}')[:2] == (
+        403,
+        "SignatureDoesNotMatch",
+    )
     changed = {**sign(url, "AmazonSQS.ListQueues", body), "X-Amz-Target": "AmazonSQS.DeleteQueue"}
     assert refused(changed)[:2] == (403, "SignatureDoesNotMatch")
     assert refused(sign(url, "AmazonSQS.NoSuchThing", body))[:2] == (400, "InvalidAction")
@@ -681,8 +887,10 @@ def test_the_query_protocol_is_refused_in_xml_an_old_sdk_reads(kq: Server) -> No
     ns = {"q": "http://queue.amazonaws.com/doc/2012-11-05/"}
     error = ElementTree.fromstring(r.content).find("q:Error", ns)
     assert error is not None
-    assert (error.findtext("q:Type", namespaces=ns), error.findtext("q:Code", namespaces=ns)) == \
-        ("Sender", "InvalidAction")
+    assert (error.findtext("q:Type", namespaces=ns), error.findtext("q:Code", namespaces=ns)) == (
+        "Sender",
+        "InvalidAction",
+    )
     message = error.findtext("q:Message", namespaces=ns) or ""
     assert "X-Amz-Target: AmazonSQS.<Operation>" in message and "JSON protocol" in message
 
@@ -700,8 +908,9 @@ def test_receipt_handles_cannot_be_forged_moved_or_replayed(kq: Server) -> None:
         err = error_of(lambda: c.delete_message(QueueUrl=queue, ReceiptHandle=handle))
         assert err["Error"]["Code"] == "ReceiptHandleIsInvalid"
     assert kq.count(other) == 1
-    second = wait_until(lambda: c.receive_message(QueueUrl=url, WaitTimeSeconds=1, VisibilityTimeout=60)
-                        .get("Messages"), 30)[0]
+    second = wait_until(
+        lambda: c.receive_message(QueueUrl=url, WaitTimeSeconds=1, VisibilityTimeout=60).get("Messages"), 30
+    )[0]
     # the first delivery's handle, replayed: no error, as SQS, but it changes nothing
     c.delete_message(QueueUrl=url, ReceiptHandle=first)
     err = error_of(lambda: c.change_message_visibility(QueueUrl=url, ReceiptHandle=first, VisibilityTimeout=0))
@@ -733,8 +942,9 @@ def test_sqs_queues_are_keyqueue_queues_both_ways(kq: Server, rc: redis.Redis) -
     lib_id = lib.enqueue(b"from the library")
     lib_url = c.get_queue_url(QueueName=lib.name)["QueueUrl"]
     assert lib_url in c.list_queues(QueueNamePrefix="lib-")["QueueUrls"]
-    assert c.get_queue_attributes(QueueUrl=lib_url, AttributeNames=["VisibilityTimeout"])["Attributes"] == \
-        {"VisibilityTimeout": "9"}
+    assert c.get_queue_attributes(QueueUrl=lib_url, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "9"
+    }
     got = c.receive_message(QueueUrl=lib_url, AttributeNames=["All"])["Messages"][0]
     assert got["Body"] == "from the library" and got["MD5OfBody"] == hashlib.md5(b"from the library").hexdigest()
     assert lib.stats().processing == 1 and lib.peek(1, source="processing")[0].id == lib_id
@@ -742,8 +952,15 @@ def test_sqs_queues_are_keyqueue_queues_both_ways(kq: Server, rc: redis.Redis) -
     assert lib.stats().processing == 0 and lib.counters()["acked"] == 1
     # a setting changed by the library shows through SQS; one set through SQS reaches the library
     Queue(lib.name, client=rc, prefix=PREFIX, visibility_timeout=11)
-    wait_until(lambda: c.get_queue_attributes(QueueUrl=lib_url, AttributeNames=["VisibilityTimeout"])
-               ["Attributes"]["VisibilityTimeout"] == "11", 10)
+    wait_until(
+        lambda: (
+            c.get_queue_attributes(QueueUrl=lib_url, AttributeNames=["VisibilityTimeout"])["Attributes"][
+                "VisibilityTimeout"
+            ]
+            == "11"
+        ),
+        10,
+    )
     c.set_queue_attributes(QueueUrl=lib_url, Attributes={"VisibilityTimeout": "13"})
     assert lib.refresh_settings().visibility_timeout == 13
     c.delete_queue(QueueUrl=lib_url)
@@ -751,12 +968,23 @@ def test_sqs_queues_are_keyqueue_queues_both_ways(kq: Server, rc: redis.Redis) -
 
 
 def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    env = dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID=KEY_ID,
+        AWS_SECRET_ACCESS_KEY=SECRET,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+    )
 
     def aws(*args: str, check: bool = True, **extra: str) -> Any:
-        done = subprocess.run([str(VENV_BIN / "aws"), "--endpoint-url", kq.endpoint, "--output", "json", "sqs", *args],
-                              env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(VENV_BIN / "aws"), "--endpoint-url", kq.endpoint, "--output", "json", "sqs", *args],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if check:
             assert done.returncode == 0, done.stderr
             return json.loads(done.stdout) if done.stdout.strip() else {}
@@ -765,11 +993,27 @@ def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
     name = f"cli-{uuid.uuid4().hex[:8]}"
     url = aws("create-queue", "--queue-name", name)["QueueUrl"]
     assert url.endswith(f"/000000000000/{name}")
-    sent = aws("send-message", "--queue-url", url, "--message-body", "from the cli", "--message-attributes",
-               '{"a": {"DataType": "String", "StringValue": "b"}}')
+    sent = aws(
+        "send-message",
+        "--queue-url",
+        url,
+        "--message-body",
+        "from the cli",
+        "--message-attributes",
+        '{"a": {"DataType": "String", "StringValue": "b"}}',
+    )
     assert sent["MD5OfMessageBody"] == hashlib.md5(b"from the cli").hexdigest()
-    got = aws("receive-message", "--queue-url", url, "--attribute-names", "All", "--message-attribute-names", "All",
-              "--wait-time-seconds", "5")["Messages"][0]
+    got = aws(
+        "receive-message",
+        "--queue-url",
+        url,
+        "--attribute-names",
+        "All",
+        "--message-attribute-names",
+        "All",
+        "--wait-time-seconds",
+        "5",
+    )["Messages"][0]
     assert (got["Body"], got["MessageAttributes"]["a"]["StringValue"]) == ("from the cli", "b")
     assert got["Attributes"]["ApproximateReceiveCount"] == "1"
     aws("delete-message", "--queue-url", url, "--receipt-handle", got["ReceiptHandle"])
@@ -789,8 +1033,11 @@ def test_the_trace_header_system_attribute(kq: Server) -> None:
     assert sent["MD5OfMessageSystemAttributes"] == expected_attributes_md5(trace)
     got = c.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
     assert got["Attributes"] == {"AWSTraceHeader": trace["AWSTraceHeader"]["StringValue"]}
-    err = error_of(lambda: c.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
-        "Other": {"DataType": "String", "StringValue": "v"}}))
+    err = error_of(
+        lambda: c.send_message(
+            QueueUrl=url, MessageBody="x", MessageSystemAttributes={"Other": {"DataType": "String", "StringValue": "v"}}
+        )
+    )
     assert err["Error"]["Code"] == "InvalidParameterValue"
 
 
@@ -800,9 +1047,14 @@ def test_two_hundred_concurrent_long_poll_receives(kq: Server) -> None:
     from botocore.config import Config
 
     url = kq.queue()
-    sqs = boto3.client("sqs", endpoint_url=kq.endpoint, region_name="us-east-1", aws_access_key_id=KEY_ID,
-                       aws_secret_access_key=SECRET,
-                       config=Config(max_pool_connections=250, retries={"mode": "standard", "total_max_attempts": 1}))
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=kq.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+        config=Config(max_pool_connections=250, retries={"mode": "standard", "total_max_attempts": 1}),
+    )
     got: list[str] = []
     lock = threading.Lock()
     end = time.monotonic() + 60

@@ -32,15 +32,21 @@ def shape_of(call: object) -> str:
 
 def signed(stamp: str, secret: str = "s3cret") -> tuple[str, dict[str, str], bytes]:
     url, payload = "http://127.0.0.1:9/", b'{"QueueNamePrefix":"a"}'
-    req = AWSRequest(method="POST", url=url, data=payload,
-                     headers={"X-Amz-Target": "AmazonSQS.ListQueues", "X-Amz-Date": stamp, "Host": "127.0.0.1:9"})
+    req = AWSRequest(
+        method="POST",
+        url=url,
+        data=payload,
+        headers={"X-Amz-Target": "AmazonSQS.ListQueues", "X-Amz-Date": stamp, "Host": "127.0.0.1:9"},
+    )
     req.context["timestamp"] = stamp
     signer = SigV4Auth(Credentials("AKID", secret), "sqs", "eu-west-1")
     sig = signer.signature(signer.string_to_sign(req, signer.canonical_request(req)), req)
     names = signer.signed_headers(signer.headers_to_sign(req))
     headers = {k.lower(): v for k, v in req.headers.items()}
-    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential=AKID/{stamp[:8]}/eu-west-1/sqs/aws4_request, "
-                                f"SignedHeaders={names}, Signature={sig}")
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential=AKID/{stamp[:8]}/eu-west-1/sqs/aws4_request, "
+        f"SignedHeaders={names}, Signature={sig}"
+    )
     return url, headers, payload
 
 
@@ -54,14 +60,18 @@ def test_signatures_hold_within_five_minutes_of_their_date_only() -> None:
     for now in (at - 301, at + 301):
         with pytest.raises(SqsError, match="Signature (expired|not yet current)"):
             v.verify("POST", url, headers, payload, now=now)
-    assert shape_of(lambda: Verifier("AKID", "other").verify("POST", url, headers, payload, now=at)) == \
-        "SignatureDoesNotMatch"
+    assert (
+        shape_of(lambda: Verifier("AKID", "other").verify("POST", url, headers, payload, now=at))
+        == "SignatureDoesNotMatch"
+    )
     assert shape_of(lambda: v.verify("PUT", url, headers, payload, now=at)) == "SignatureDoesNotMatch"
     assert shape_of(lambda: v.verify("POST", url + "?x=1", headers, payload, now=at)) == "SignatureDoesNotMatch"
     no_host = {k: v for k, v in headers.items() if k != "host"}
     assert shape_of(lambda: v.verify("POST", url, no_host, payload, now=at)) == "SignatureDoesNotMatch"
-    assert shape_of(lambda: v.verify("POST", url, {**headers, "authorization": "Bearer x"}, payload, now=at)) == \
-        "IncompleteSignature"
+    assert (
+        shape_of(lambda: v.verify("POST", url, {**headers, "authorization": "Bearer x"}, payload, now=at))
+        == "IncompleteSignature"
+    )
 
 
 def test_receipt_handles_are_bound_to_secret_prefix_queue_and_delivery() -> None:
@@ -73,7 +83,7 @@ def test_receipt_handles_are_bound_to_secret_prefix_queue_and_delivery() -> None
     assert shape_of(lambda: Handles("secret", "kq2").read(handle, "orders")) == "ReceiptHandleIsInvalid"
     raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
     for i in range(len(raw)):  # any one byte changed anywhere
-        bad = base64.urlsafe_b64encode(raw[:i] + bytes([raw[i] ^ 0x20]) + raw[i + 1:]).decode()
+        bad = base64.urlsafe_b64encode(raw[:i] + bytes([raw[i] ^ 0x20]) + raw[i + 1 :]).decode()
         assert shape_of(lambda: h.read(bad, "orders")) == "ReceiptHandleIsInvalid", i
     assert shape_of(lambda: h.read("", "orders")) == "MissingParameter"
     assert shape_of(lambda: h.read("!!!", "orders")) == "ReceiptHandleIsInvalid"
@@ -91,16 +101,24 @@ def test_sqs_rules_for_names_bodies_and_attributes() -> None:
     for bad in ("AWS.x", "amazon.y", ".a", "a.", "a..b", "a b", "A" * 257, ""):
         assert shape_of(lambda: attribute_name(bad)) == "InvalidParameterValue", bad
     # the rules moto does not check are told in the form of SQS's text for the characters
-    for bad, reason in (("aWs.x", "can't start with AWS. or Amazon."), ("a..b", "periods in a sequence"),
-                        ("A" * 257, "up to 256 characters")):
+    for bad, reason in (
+        ("aWs.x", "can't start with AWS. or Amazon."),
+        ("a..b", "periods in a sequence"),
+        ("A" * 257, "up to 256 characters"),
+    ):
         with pytest.raises(SqsError, match=f"^The message attribute name '{bad}' is invalid. .*{reason}"):
             attribute_name(bad)
     assert attribute_value("n", {"DataType": "Number.int", "StringValue": "-1.5E+10"}) == ("Number.int", "-1.5E+10")
     assert attribute_value("b", {"DataType": "Binary", "BinaryValue": "AAE="}) == ("Binary", b"\x00\x01")
-    for spec in ({"DataType": "Number", "StringValue": "1" * 39}, {"DataType": "Number", "StringValue": "NaN"},
-                 {"DataType": "Text", "StringValue": "x"}, {"DataType": "String"},
-                 {"DataType": "Binary", "BinaryValue": "***"}, {"DataType": "String.\ud800", "StringValue": "x"},
-                 {"DataType": "Number.\x00", "StringValue": "1"}):
+    for spec in (
+        {"DataType": "Number", "StringValue": "1" * 39},
+        {"DataType": "Number", "StringValue": "NaN"},
+        {"DataType": "Text", "StringValue": "x"},
+        {"DataType": "String"},
+        {"DataType": "Binary", "BinaryValue": "***"},
+        {"DataType": "String.\ud800", "StringValue": "x"},
+        {"DataType": "Number.\x00", "StringValue": "1"},
+    ):
         assert shape_of(lambda: attribute_value("a", spec)) == "InvalidParameterValue", spec
 
 
@@ -122,8 +140,15 @@ def test_tags_and_batch_sizes_as_sqs_counts_them() -> None:
     assert tags({"k" * 128: "v" * 256, "team": ""}) == {"k" * 128: "v" * 256, "team": ""}
     for bad in ({"": "v"}, {"k" * 129: "v"}, {"k": "v" * 257}, {"k": "\ud800"}, {"\x00": "v"}, {"k": 1}, ["k"]):
         assert shape_of(lambda: tags(bad)) == "InvalidParameterValue", bad
-    entry = {"Id": "a", "MessageBody": "é" * 10, "MessageAttributes": {
-        "s": {"DataType": "String", "StringValue": "abc"}, "b": {"DataType": "Binary", "BinaryValue": "AAE="},
-        "junk": 5, "bad": {"DataType": "Binary", "BinaryValue": "***"}}}
+    entry = {
+        "Id": "a",
+        "MessageBody": "é" * 10,
+        "MessageAttributes": {
+            "s": {"DataType": "String", "StringValue": "abc"},
+            "b": {"DataType": "Binary", "BinaryValue": "AAE="},
+            "junk": 5,
+            "bad": {"DataType": "Binary", "BinaryValue": "***"},
+        },
+    }
     assert entry_size(entry) == 20 + (1 + 6 + 3) + (1 + 6 + 2) + 4 + (3 + 6)
     assert entry_size({"Id": "a"}) == 0

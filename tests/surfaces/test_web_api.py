@@ -36,9 +36,11 @@ TOKEN = "correct-horse-battery-staple"
 @pytest.fixture(scope="module")
 def servers(redis_server: RedisServer) -> Iterator[dict[str, Served]]:
     """One app per configuration, all on the session's Redis, shared by the module."""
-    made = {"plain": Served(create_app(url=redis_server.url)),
-            "ro": Served(create_app(url=redis_server.url, read_only=True)),
-            "token": Served(create_app(url=redis_server.url, token=TOKEN))}
+    made = {
+        "plain": Served(create_app(url=redis_server.url)),
+        "ro": Served(create_app(url=redis_server.url, read_only=True)),
+        "token": Served(create_app(url=redis_server.url, token=TOKEN)),
+    }
     yield made
     for s in made.values():
         s.stop()
@@ -67,8 +69,9 @@ def fill(r: redis.Redis) -> dict[str, Queue]:
 
 def same_stats(got: dict[str, Any], q: Queue) -> None:
     want = asdict(q.stats())
-    assert {k: got[k] for k in ("waiting", "processing", "delayed", "dead")} == \
-        {k: want[k] for k in ("waiting", "processing", "delayed", "dead")}
+    assert {k: got[k] for k in ("waiting", "processing", "delayed", "dead")} == {
+        k: want[k] for k in ("waiting", "processing", "delayed", "dead")
+    }
     assert (got["oldest_age"] is None) == (want["oldest_age"] is None)
     if want["oldest_age"] is not None:
         assert abs(got["oldest_age"] - want["oldest_age"]) < 5
@@ -129,15 +132,26 @@ def test_api_messages_per_source(web: httpx.Client, r: redis.Redis) -> None:
     due_id, _ = late.enqueue("due", delay=0.05), late.enqueue("held")
     held = late.claim(visibility_timeout=0.05)
     assert held is not None
-    wait_until(lambda: all(m.deadline is not None and m.deadline < time.time() - 0.05
-                           for m in late.peek(2, source="delayed") + late.peek(2, source="processing")))
+    wait_until(
+        lambda: all(
+            m.deadline is not None and m.deadline < time.time() - 0.05
+            for m in late.peek(2, source="delayed") + late.peek(2, source="processing")
+        )
+    )
     assert late.peek(1, source="delayed")[0].id == due_id
     assert re.search(r'class="warn">due [0-9.]+ (ms|s) ago', web.get("/queues/late?source=delayed").text)
     assert re.search(r'class="warn">expired [0-9.]+ (ms|s) ago', web.get("/queues/late?source=processing").text)
     for count in ("0", "1"):  # "Show more" of 0 was 0 more
         assert 'count=50">Show more' in web.get("/queues/emails", params={"count": count}).text, count
-    for bad in ({"source": "everything"}, {"count": "-1"}, {"count": "many"}, {"count": "100000"},
-                {"count": "\u00b2"}, {"count": "\u0661"}, {"count": "1" * 5000}):  # "²", Arabic 1, > int()'s digits
+    for bad in (
+        {"source": "everything"},
+        {"count": "-1"},
+        {"count": "many"},
+        {"count": "100000"},
+        {"count": "\u00b2"},
+        {"count": "\u0661"},
+        {"count": "1" * 5000},
+    ):  # "²", Arabic 1, > int()'s digits
         got = web.get("/api/queues/emails/messages", params=bad)
         assert got.status_code == 400 and "error" in got.json(), bad
         assert web.get("/queues/emails", params=bad).status_code == 400, bad
@@ -215,8 +229,12 @@ def test_counters_move_by_exactly_what_happened(web: httpx.Client, r: redis.Redi
     redelivered = wait_until(lambda: q.claim(), timeout=20)
     assert redelivered.id == expiring.id
     after = scrape(web)
-    assert (moved(after, "enqueued"), moved(after, "acked"), moved(after, "dead_lettered"),
-            moved(after, "redelivered")) == (4, 2, 1, 1)
+    assert (
+        moved(after, "enqueued"),
+        moved(after, "acked"),
+        moved(after, "dead_lettered"),
+        moved(after, "redelivered"),
+    ) == (4, 2, 1, 1)
     assert after[("keyqueue_messages", (("queue", "jobs"), ("state", "processing")))] == 1
 
 
@@ -247,8 +265,13 @@ def test_actions_need_the_sessions_csrf_token_and_a_confirmation(web: httpx.Clie
     assert another is not None and another.dead_letter("KeyError: x")
     ask = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last})
     assert f"Delete dead letter {last} of emails?" in ask.text and emails.stats().dead == 2
-    assert web.post("/queues/emails/purge", data={"csrf": csrf, "source": "waiting", "id": "5", "confirm": "1"}
-                    ).status_code == 400 and emails.stats().waiting == 3
+    assert (
+        web.post(
+            "/queues/emails/purge", data={"csrf": csrf, "source": "waiting", "id": "5", "confirm": "1"}
+        ).status_code
+        == 400
+        and emails.stats().waiting == 3
+    )
     done = web.post("/queues/emails/purge", data={"csrf": csrf, "source": "dead", "id": last, "confirm": "1"})
     assert done.status_code == 303 and f"Deleted dead letter {last}." in web.get(done.headers["location"]).text
     assert [m.id for m in emails.peek(10, source="dead")] == [another.id]  # that one only
@@ -284,15 +307,29 @@ def test_only_pages_with_an_action_form_set_a_session_cookie(servers: dict[str, 
     sends back; the queue page (its forms carry the session's CSRF token) and the login are."""
     emails = fill(r)["emails"]
     token = {"Authorization": f"Bearer {TOKEN}"}
-    cookieless = [("plain", "/metrics", {}), ("plain", "/healthz", {}), ("plain", "/api/queues", {}),
-                  ("plain", "/api/queues/emails", {}), ("plain", "/api/queues/emails/messages", {}),
-                  ("plain", "/api/overview", {}), ("plain", "/static/dashboard.css", {}),
-                  ("plain", "/static/dashboard.js", {}), ("plain", "/static/favicon.svg", {}),
-                  ("plain", "/favicon.ico", {}), ("plain", "/", {}), ("plain", "/partials/overview", {}),
-                  ("plain", "/partials/queues/emails", {}), ("plain", "/queues/nope", {}),
-                  ("ro", "/queues/emails?source=dead", {}),  # read-only: no action form
-                  ("token", "/healthz", {}), ("token", "/login", {}), ("token", "/static/dashboard.css", {}),
-                  ("token", "/metrics", token), ("token", "/api/queues", token), ("token", "/metrics", {})]
+    cookieless = [
+        ("plain", "/metrics", {}),
+        ("plain", "/healthz", {}),
+        ("plain", "/api/queues", {}),
+        ("plain", "/api/queues/emails", {}),
+        ("plain", "/api/queues/emails/messages", {}),
+        ("plain", "/api/overview", {}),
+        ("plain", "/static/dashboard.css", {}),
+        ("plain", "/static/dashboard.js", {}),
+        ("plain", "/static/favicon.svg", {}),
+        ("plain", "/favicon.ico", {}),
+        ("plain", "/", {}),
+        ("plain", "/partials/overview", {}),
+        ("plain", "/partials/queues/emails", {}),
+        ("plain", "/queues/nope", {}),
+        ("ro", "/queues/emails?source=dead", {}),  # read-only: no action form
+        ("token", "/healthz", {}),
+        ("token", "/login", {}),
+        ("token", "/static/dashboard.css", {}),
+        ("token", "/metrics", token),
+        ("token", "/api/queues", token),
+        ("token", "/metrics", {}),
+    ]
     for app, path, headers in cookieless:
         got = httpx.get(servers[app].url + path, headers=headers, timeout=20)
         assert got.status_code in (200, 301, 401, 404) and "set-cookie" not in got.headers, (app, path)
@@ -314,8 +351,9 @@ def test_only_pages_with_an_action_form_set_a_session_cookie(servers: dict[str, 
 # -- the token --------------------------------------------------------------------------
 
 
-def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: redis.Redis,
-                                             redis_server: RedisServer) -> None:
+def test_token_guards_every_route_but_healthz(
+    servers: dict[str, Served], r: redis.Redis, redis_server: RedisServer
+) -> None:
     emails = fill(r)["emails"]
     url = servers["token"].url
     with httpx.Client(base_url=url, timeout=20) as c:
@@ -350,8 +388,10 @@ def test_token_guards_every_route_but_healthz(servers: dict[str, Served], r: red
     for path, cached in (("/login", False), ("/api/queues", False), ("/static/dashboard.css", True)):
         got = httpx.get(url + path)  # (the 401 too): never cached but the assets, never framed by others
         assert (got.headers.get("cache-control") == "no-store") is not cached, path
-        assert got.headers["x-frame-options"] == "SAMEORIGIN" and "frame-ancestors 'self'" in \
-            got.headers["content-security-policy"], path
+        assert (
+            got.headers["x-frame-options"] == "SAMEORIGIN"
+            and "frame-ancestors 'self'" in got.headers["content-security-policy"]
+        ), path
     forged = httpx.get(f"{url}/api/queues", cookies={"keyqueue_session": "abc.1.deadbeef"})
     assert forged.status_code == 401
     untokened = httpx.get(f"{servers['plain'].url}/login")  # no token: no form that can never succeed
@@ -398,8 +438,9 @@ def test_bodies_and_errors_are_never_html(web: httpx.Client, r: redis.Redis) -> 
 def test_redis_down_is_a_503_and_a_page_not_a_crash() -> None:
     def add_user() -> None:
         with redis.Redis(port=own.port) as admin:
-            admin.acl_setuser("ops", enabled=True, passwords=["+hunter2secret"],
-                              keys=["*"], channels=["*"], commands=["+@all"])
+            admin.acl_setuser(
+                "ops", enabled=True, passwords=["+hunter2secret"], keys=["*"], channels=["*"], commands=["+@all"]
+            )
 
     with RedisServer() as own:
         add_user()
@@ -469,15 +510,17 @@ def test_mounted_in_another_app(redis_server: RedisServer, r: redis.Redis) -> No
         await client.aclose()  # the client is the outer app's to close
         closed.append(True)
 
-    outer = Starlette(routes=[Route("/", home), Mount("/ops/queues", create_app(client=client))],
-                      lifespan=lifespan)
+    outer = Starlette(routes=[Route("/", home), Mount("/ops/queues", create_app(client=client))], lifespan=lifespan)
     served = Served(outer)
     try:
         with httpx.Client(base_url=served.url, timeout=20) as c:
             assert c.get("/").text == "my app"
             page = c.get("/ops/queues/")
             assert page.status_code == 200
-            assert 'href="/ops/queues/queues/emails"' in page.text and 'href="/ops/queues/static/dashboard.css"' in page.text
+            assert (
+                'href="/ops/queues/queues/emails"' in page.text
+                and 'href="/ops/queues/static/dashboard.css"' in page.text
+            )
             assert c.get("/ops/queues/static/dashboard.js").status_code == 200
             assert [q["name"] for q in c.get("/ops/queues/api/queues").json()] == ["emails", "reports"]
             queue_page = c.get("/ops/queues/queues/emails")
@@ -548,9 +591,14 @@ def test_serve_command_runs_and_stops_cleanly(redis_server: RedisServer, r: redi
     fill(r)
     port = free_port()
     env = {**os.environ, "KQ_TOKEN": f"{TOKEN}\n", "KEYQUEUE_URL": redis_server.url}  # as from a secret file
-    proc = subprocess.Popen([sys.executable, "-m", "keyqueue", "serve", "--port", str(port), "--read-only",
-                             "--token-env", "KQ_TOKEN"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keyqueue", "serve", "--port", str(port), "--read-only", "--token-env", "KQ_TOKEN"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
+
         def up() -> bool:
             try:
                 return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
@@ -569,8 +617,9 @@ def test_serve_command_runs_and_stops_cleanly(redis_server: RedisServer, r: redi
     assert TOKEN not in (out + err).decode()
 
 
-def test_serve_on_a_port_in_use_is_one_line_and_exit_1(redis_server: RedisServer,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_on_a_port_in_use_is_one_line_and_exit_1(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     from keyqueue.cli import main
 
     with socket.socket() as taken:
@@ -583,17 +632,27 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_1(redis_server: RedisServer
     assert capsys.readouterr().err == f"Error: cannot serve on 127.0.0.1:{port}: Address already in use\n"
 
 
-@pytest.mark.parametrize("argv, env, message", [
-    (["serve", "--host", "0.0.0.0"], {}, "without a token"),
-    (["serve", "--host", "0.0.0.0", "--token-env", "KQ_EMPTY"], {"KQ_EMPTY": ""}, "unset or empty"),
-    (["serve", "--token-env", "KQ_UNSET_VAR"], {}, "unset or empty"),
-    (["serve", "--host", "0.0.0.0", "--token-env", "KQ_BLANK"], {"KQ_BLANK": " \n"}, "unset or empty"),
-    (["serve", "--sqs"], {"KEYQUEUE_SQS_ACCESS_KEY_ID": "AKID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY": ""},
-     "KEYQUEUE_SQS_SECRET_ACCESS_KEY"),
-])
-def test_serve_refuses_unsafe_or_incomplete_setups(argv: list[str], env: dict[str, str], message: str,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (["serve", "--host", "0.0.0.0"], {}, "without a token"),
+        (["serve", "--host", "0.0.0.0", "--token-env", "KQ_EMPTY"], {"KQ_EMPTY": ""}, "unset or empty"),
+        (["serve", "--token-env", "KQ_UNSET_VAR"], {}, "unset or empty"),
+        (["serve", "--host", "0.0.0.0", "--token-env", "KQ_BLANK"], {"KQ_BLANK": " \n"}, "unset or empty"),
+        (
+            ["serve", "--sqs"],
+            {"KEYQUEUE_SQS_ACCESS_KEY_ID": "AKID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY": ""},
+            "KEYQUEUE_SQS_SECRET_ACCESS_KEY",
+        ),
+    ],
+)
+def test_serve_refuses_unsafe_or_incomplete_setups(
+    argv: list[str],
+    env: dict[str, str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from keyqueue.cli import main
 
     def would_serve(*args: Any, **kwargs: Any) -> None:

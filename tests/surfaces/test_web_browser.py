@@ -46,8 +46,14 @@ def browser() -> Iterator[Any]:
         assert shutil.which(path), f"{path} is missing: run scripts/setup.sh (installs chromium, chromium-driver)"
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1360,900",
-                "--force-device-scale-factor=1", "--hide-scrollbars"):
+    for arg in (
+        "--headless=new",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1360,900",
+        "--force-device-scale-factor=1",
+        "--hide-scrollbars",
+    ):
         options.add_argument(arg)
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")
@@ -124,16 +130,25 @@ def new_document(driver: Any, timeout: float = 20.0) -> Iterator[None]:
     page, which keeps refreshing (and shows the same notice after a second requeue)."""
     driver.execute_script("window.kqOldDocument = true;")
     yield
-    wait_for(driver, lambda d: d.execute_script("return window.kqOldDocument === undefined"
-                                                " && document.readyState === 'complete';"), timeout)
+    wait_for(
+        driver,
+        lambda d: d.execute_script("return window.kqOldDocument === undefined && document.readyState === 'complete';"),
+        timeout,
+    )
 
 
 def read_all(driver: Any, selector: str, attribute: str | None = None) -> list[str]:
     """The text (or ``attribute``) of every element ``selector`` finds, read in one script
     call: found first and read after, an element may already have been replaced (stale)."""
-    return [str(v) for v in driver.execute_script(
-        "return Array.from(document.querySelectorAll(arguments[0]), e => arguments[1] === null"
-        " ? (e.innerText ?? e.textContent).trim() : e.getAttribute(arguments[1]) ?? '');", selector, attribute)]
+    return [
+        str(v)
+        for v in driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => arguments[1] === null"
+            " ? (e.innerText ?? e.textContent).trim() : e.getAttribute(arguments[1]) ?? '');",
+            selector,
+            attribute,
+        )
+    ]
 
 
 def text_of(driver: Any, selector: str) -> str:
@@ -151,8 +166,10 @@ def tile(driver: Any, key: str) -> str:
 
 def shoot(driver: Any, path: Path) -> None:
     """A PNG of the page, as tall as its content."""
-    bottom, chrome = driver.execute_script("return [document.querySelector('main').getBoundingClientRect()"
-                                           ".bottom, window.outerHeight - window.innerHeight];")
+    bottom, chrome = driver.execute_script(
+        "return [document.querySelector('main').getBoundingClientRect()"
+        ".bottom, window.outerHeight - window.innerHeight];"
+    )
     driver.set_window_size(1360, int(bottom + chrome) + 8)
     driver.save_screenshot(str(path))
 
@@ -176,8 +193,15 @@ def test_overview_refreshes_itself_without_a_reload(page: Any, site: Served, r: 
     assert cell(page, "reports", "waiting") == "1"
     qs["reports"].enqueue_many(["a", "b", "c", "d"])
     Queue("zebra", client=r).enqueue("new queue")
-    wait_for(page, lambda d: cell(d, "reports", "waiting") == "5" and cell(d, "zebra", "waiting") == "1"
-             and text_of(d, "#queue-count") == "4", timeout=30)
+    wait_for(
+        page,
+        lambda d: (
+            cell(d, "reports", "waiting") == "5"
+            and cell(d, "zebra", "waiting") == "1"
+            and text_of(d, "#queue-count") == "4"
+        ),
+        timeout=30,
+    )
     assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
     # the enqueue rate is read from the counters: 4 new messages since the first sample
     wait_for(page, lambda d: cell(d, "reports", "enqueue_rate") not in ("\u2013", "0/s"), timeout=30)
@@ -201,8 +225,11 @@ def test_queue_page_shows_dead_letters_with_their_errors(page: Any, site: Served
         click(page, '.tabs a[data-source="dead"]')  # (a tab the queue page's refresh replaces)
     assert "source=dead" in page.current_url
     errors = read_all(page, "#messages td.error")
-    assert errors == ["SMTPRecipientsRefused: user0@example.com", "TimeoutError: smtp.example.com:587",
-                      '<b onmouseover="window.kqXss=3">bold</b>']
+    assert errors == [
+        "SMTPRecipientsRefused: user0@example.com",
+        "TimeoutError: smtp.example.com:587",
+        '<b onmouseover="window.kqXss=3">bold</b>',
+    ]
     bodies = read_all(page, "#messages td.body")
     assert bodies[-1].startswith('<img src=x onerror="window.kqXss=1">')
     assert page.execute_script("return window.kqXss === undefined;")
@@ -213,13 +240,14 @@ def test_queue_page_counts_tabs_and_buttons_follow_the_queue(page: Any, site: Se
     q = Queue("fresh", client=r, max_receives=1)
     q.enqueue_many(["a", "b"])
     page.get(f"{site.url}/queues/fresh")
-    state = ("return [document.getElementById('requeue-all').disabled, document.querySelector("
-             "'.tabs a[data-source=\"dead\"] .pill').textContent, document.querySelector('.tabs a.on').dataset.source];")
+    state = (
+        "return [document.getElementById('requeue-all').disabled, document.querySelector("
+        "'.tabs a[data-source=\"dead\"] .pill').textContent, document.querySelector('.tabs a.on').dataset.source];"
+    )
     assert page.execute_script(state) == [True, "0", "waiting"]
     m = q.claim()
     assert m is not None and m.dead_letter("RuntimeError: late")
-    wait_for(page, lambda d: d.execute_script(state) == [False, "1", "waiting"] and tile(d, "dead") == "1",
-             timeout=30)
+    wait_for(page, lambda d: d.execute_script(state) == [False, "1", "waiting"] and tile(d, "dead") == "1", timeout=30)
 
 
 def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Redis) -> None:
@@ -260,8 +288,10 @@ def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: r
     m = q.claim()
     assert m is not None and m.dead_letter("ValidationError: " + "field is invalid; " * 280)
     fill(r)
-    overflow = ("return [document.documentElement.scrollWidth, window.innerWidth, Math.max(...Array.from("
-                "document.querySelectorAll(arguments[0]), e => e.getBoundingClientRect().right))];")
+    overflow = (
+        "return [document.documentElement.scrollWidth, window.innerWidth, Math.max(...Array.from("
+        "document.querySelectorAll(arguments[0]), e => e.getBoundingClientRect().right))];"
+    )
     page.set_window_size(800, 900)
     try:
         page.get(site.url + "/")
@@ -270,17 +300,23 @@ def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: r
         page.get(f"{site.url}/queues/{long_name}?source=dead")
         page_width, window, rightmost = page.execute_script(overflow, "#tiles .tile, #messages td")
         assert page_width <= window and rightmost <= window, (page_width, window, rightmost)
-        clipped = page.execute_script("return Array.from(document.querySelectorAll('#tiles .tile > *'))"
-                                      ".filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent);")
+        clipped = page.execute_script(
+            "return Array.from(document.querySelectorAll('#tiles .tile > *'))"
+            ".filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent);"
+        )
         assert clipped == []
-        chart, line = page.execute_script("return ['#tiles svg.spark', '#tiles svg.spark line.base'].map("
-                                          "s => document.querySelector(s).getBoundingClientRect().width);")
+        chart, line = page.execute_script(
+            "return ['#tiles svg.spark', '#tiles svg.spark line.base'].map("
+            "s => document.querySelector(s).getBoundingClientRect().width);"
+        )
         assert line > 0.95 * chart  # the rate chart spans its tile (it was drawn 300 px wide, centred)
         shown = text_of(page, "#messages td.error")
         assert shown.startswith("ValidationError: field is invalid;") and len(shown) < 400
-        fits = ("const t = document.querySelector('#tiles [data-k=oldest_age]'); t.textContent = '23 h 59 m';"
-                "const h = document.querySelector('#tiles [data-k=waiting]').getBoundingClientRect().height;"
-                "return t.scrollWidth <= t.clientWidth && t.getBoundingClientRect().height === h;")
+        fits = (
+            "const t = document.querySelector('#tiles [data-k=oldest_age]'); t.textContent = '23 h 59 m';"
+            "const h = document.querySelector('#tiles [data-k=waiting]').getBoundingClientRect().height;"
+            "return t.scrollWidth <= t.clientWidth && t.getBoundingClientRect().height === h;"
+        )
         for width in (1300, 1100, 800):  # the longest duration on one line, at every layout
             page.set_window_size(width, 900)
             assert page.execute_script(fits), width
@@ -299,8 +335,7 @@ def test_an_open_page_says_when_redis_goes_away_and_comes_back(browser: Any) -> 
             wait_for(browser, lambda d: text_of(d, "#live") == "Redis unreachable", timeout=30)
             own.start()  # (empty: no persistence)
             Queue("jobs", client=redis.Redis(port=own.port)).enqueue_many(["a", "b"])
-            wait_for(browser, lambda d: text_of(d, "#live") == "live" and cell(d, "jobs", "waiting") == "2",
-                     timeout=30)
+            wait_for(browser, lambda d: text_of(d, "#live") == "live" and cell(d, "jobs", "waiting") == "2", timeout=30)
         finally:
             served.stop()
             browser.get_log("browser")  # the 503s fetched meanwhile are logged as errors: expected here

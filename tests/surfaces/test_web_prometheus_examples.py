@@ -18,13 +18,25 @@ from keyqueue.server import RedisServer
 from keyqueue.web import create_app
 
 from ..support.helpers import ROOT
-
 from ..support.web_support import Served
 
 EXAMPLE = ROOT / "examples" / "prometheus"
 #: PromQL words that look like names but are no metric (functions are told by their "(").
-PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
-                "group_right", "inf", "nan"}
+PROMQL_WORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+}
 
 
 def load(name: str) -> Any:
@@ -38,7 +50,7 @@ def metric_names(expr: str) -> set[str]:
     expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
     names = set()
     for m in re.finditer(r"(?<![0-9.])[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
-        if not expr[m.end():].lstrip().startswith("(") and m.group().lower() not in PROMQL_WORDS:
+        if not expr[m.end() :].lstrip().startswith("(") and m.group().lower() not in PROMQL_WORDS:
             names.add(m.group())
     return names
 

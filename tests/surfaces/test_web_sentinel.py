@@ -11,8 +11,8 @@ import httpx
 from keyqueue import Queue
 from keyqueue.web import create_app
 
-from ..support.helpers import wait_until
 from ..support.ha_servers import SentinelSet
+from ..support.helpers import wait_until
 from ..support.web_support import Served
 
 

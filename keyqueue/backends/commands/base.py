@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-
+from ...core.replication import Replication
 from ...core.replies import FIELD, fields_of, item_fields, raise_errors
 from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Fields
-from ...core.replication import Replication
 from ...core.roundtrip import Command, Op, one, transaction
 from ...errors import CorruptQueue
 from ...keys import QueueKeys
@@ -45,8 +44,10 @@ class _Claim:
 
 class CommandBase:
     """The keys, the clock and the round-trip helpers of one queue's operations."""
-    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None,
-                 replication: Replication = Replication()) -> None:
+
+    def __init__(
+        self, keys: QueueKeys, clock: Callable[[], float] | None = None, replication: Replication = Replication()
+    ) -> None:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
@@ -57,21 +58,22 @@ class CommandBase:
 
     # -- the first round trip of every operation: clock, key types, reads ------------------
 
-    def _open(self, typed: Sequence[str], reads: Sequence[Command] = (),
-              watch: Sequence[str] = ()) -> Op[tuple[int, list[Any]]]:
+    def _open(
+        self, typed: Sequence[str], reads: Sequence[Command] = (), watch: Sequence[str] = ()
+    ) -> Op[tuple[int, list[Any]]]:
         """Server time (ms), a type check of ``typed`` and of every key read, and the reads."""
         head: list[Command] = [] if self.clock is not None else [("TIME",)]
         head += [("TYPE", key) for key in typed]
         if watch:
             head.append(("WATCH", *watch))
-        out = (yield [*head, *reads])
+        out = yield [*head, *reads]
         if self.clock is not None:
             now = round(self.clock() * 1000)
         else:
             sec, usec = out[0]
             now = int(sec) * 1000 + int(usec) // 1000
-        self._check_kinds(typed, out[len(head) - len(typed) - (1 if watch else 0):])
-        replies = out[len(head):]
+        self._check_kinds(typed, out[len(head) - len(typed) - (1 if watch else 0) :])
+        replies = out[len(head) :]
         self._raise_errors(reads, replies)
         return now, replies
 
@@ -96,16 +98,15 @@ class CommandBase:
         loses its index entry, in a WATCHed transaction of its own so that a claimer adding
         to it meanwhile keeps it (if we die first, the reaper drops the entry instead)."""
         timer_prefix = self.keys.base + "timer:"
-        emptied = list(dict.fromkeys(str(c[1]) for c in cmds
-                                     if c[0] == "SREM" and str(c[1]).startswith(timer_prefix)))
+        emptied = list(dict.fromkeys(str(c[1]) for c in cmds if c[0] == "SREM" and str(c[1]).startswith(timer_prefix)))
         res = yield from transaction([*cmds, *(("SCARD", tk) for tk in emptied)], self.replication)
         if res is None:
             return None
         self._raise_errors(cmds, res)
-        empty = [tk for tk, n in zip(emptied, res[len(cmds):]) if n == 0]
+        empty = [tk for tk, n in zip(emptied, res[len(cmds) :]) if n == 0]
         if empty:
             left = (yield [("WATCH", *empty), *(("EXISTS", tk) for tk in empty)])[1:]
-            gone = [tk[len(timer_prefix):] for tk, n in zip(empty, left) if n == 0]
+            gone = [tk[len(timer_prefix) :] for tk, n in zip(empty, left) if n == 0]
             if gone:
                 yield from transaction([("ZREM", self.keys.timers, *gone)])
             else:
@@ -116,8 +117,7 @@ class CommandBase:
         b = t // bucket_ms
         return self.keys.timer(b), b
 
-    def _current(self, typed: Sequence[str], pairs: Sequence[tuple[str, str]]
-                 ) -> Op[tuple[int, list[tuple[str, int]]]]:
+    def _current(self, typed: Sequence[str], pairs: Sequence[tuple[str, str]]) -> Op[tuple[int, list[tuple[str, int]]]]:
         """WATCH the items, then which (id, timer) pairs are current deliveries (receipt
         matches and the id is still in processing)."""
         k = self.keys
@@ -136,8 +136,14 @@ class CommandBase:
     def _drop_timer(self, mid: str, d: int, bucket_ms: int) -> list[Command]:
         return [("SREM", self.keys.timer(d // bucket_ms), mid)] if d > 0 else []
 
-    def _one(self, msg_id: str, receipt: str, typed: Sequence[str], bucket_ms: int,
-             change: Callable[[int, int], Op[list[Command]]]) -> Op[int | None]:
+    def _one(
+        self,
+        msg_id: str,
+        receipt: str,
+        typed: Sequence[str],
+        bucket_ms: int,
+        change: Callable[[int, int], Op[list[Command]]],
+    ) -> Op[int | None]:
         """Apply the commands of ``change(now, timer)`` to a current delivery, atomically:
         the server time it applied at, None when the delivery is not current."""
         k = self.keys
@@ -155,11 +161,9 @@ class CommandBase:
     def _to_timer(self, mid: str, at: int, bucket_ms: int) -> Op[list[Command]]:
         tk, b = self._tk(at, bucket_ms)
         yield from self._types([tk])
-        return [("HSET", self.keys.item(mid), "d", at), ("SADD", tk, mid),
-                ("ZADD", self.keys.timers, "LT", at, b)]
+        return [("HSET", self.keys.item(mid), "d", at), ("SADD", tk, mid), ("ZADD", self.keys.timers, "LT", at, b)]
 
-    def _rescore(self, tk: str, bucket: str, earliest: int | None, kept: int,
-                 now: int) -> Op[bool]:
+    def _rescore(self, tk: str, bucket: str, earliest: int | None, kept: int, now: int) -> Op[bool]:
         """Point the index at the bucket's earliest remaining timer, or drop an empty bucket,
         unless the bucket holds other ids than those we judged (a claimer added one): then
         the old, earlier score stays. Whether the bucket is no longer due."""

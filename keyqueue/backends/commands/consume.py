@@ -37,17 +37,18 @@ class Consume(CommandBase):
                 offset += busy + random.randrange(wanted * (attempt + 1))
         return Claimed(out.messages, out.dead, out.missing, out.next_timer)
 
-    def _claim_once(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None,
-                    out: _Claim, offset: int = 0) -> Op[tuple[list[str], int, int]]:
+    def _claim_once(
+        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, out: _Claim, offset: int = 0
+    ) -> Op[tuple[list[str], int, int]]:
         """One pass of the thread's protocol over the list from ``offset``. Adds the
         delivered messages and dead letters to ``out``; returns their ids, their deadline, and
         how many entries another claimer was in the middle of taking."""
         k = self.keys
-        read: Command = (("LINDEX", k.queue, offset) if count == 1
-                         else ("LRANGE", k.queue, offset, offset + count - 1))
+        read: Command = ("LINDEX", k.queue, offset) if count == 1 else ("LRANGE", k.queue, offset, offset + count - 1)
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
         now, (heads, waiting_len, config, first) = yield from self._open(
-            (), [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")])
+            (), [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")]
+        )
         out.missing = config == 0
         score = zscore_pair(first)
         if score is not None:  # the earliest timer (ours, set below, is later than any due one)
@@ -63,11 +64,16 @@ class Consume(CommandBase):
         typed = [*self.waking_keys[1:], k.counters, tk]
         # WATCH the hashes: dropping a stale list entry is only safe while its message has
         # not become waiting again (every way back to waiting writes the hash).
-        got = (yield [("WATCH", *(k.item(i) for i in ids)), *(("TYPE", key) for key in typed),
-                      *(("HGETALL", k.item(i)) for i in ids)])[1:]
+        got = (
+            yield [
+                ("WATCH", *(k.item(i) for i in ids)),
+                *(("TYPE", key) for key in typed),
+                *(("HGETALL", k.item(i)) for i in ids),
+            ]
+        )[1:]
         self._check_kinds(typed, got)
         fields: dict[str, dict[bytes, bytes]] = {}
-        for i, raw in zip(ids, got[len(typed):]):
+        for i, raw in zip(ids, got[len(typed) :]):
             if isinstance(raw, ResponseError):
                 if not fields:
                     raise CorruptQueue(k.item(i))
@@ -76,18 +82,20 @@ class Consume(CommandBase):
             fields[i] = item_fields(raw)
         # The intent (a timer entry at our deadline), then the ownership steps of the thread.
         # (Index first: a bucket must never hold an id the index does not point to.)
-        got = (yield [("ZADD", k.timers, "LT", deadline, b), ("SADD", tk, *ids),
-                      *(("SADD", k.processing, i) for i in ids)])
+        got = yield [
+            ("ZADD", k.timers, "LT", deadline, b),
+            ("SADD", tk, *ids),
+            *(("SADD", k.processing, i) for i in ids),
+        ]
         self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
         won = [i for i, a in zip(ids, got[2:]) if a == 1]
         contested = [i for i, a in zip(ids, got[2:]) if a != 1]
-        got = (yield [*(("SREM", k.items, i) for i in won),
-                      *(("SISMEMBER", k.items, i) for i in contested)])
+        got = yield [*(("SREM", k.items, i) for i in won), *(("SISMEMBER", k.items, i) for i in contested)]
         owned = [i for i, x in zip(won, got) if x == 1 and fields[i]]
         # Not waiting (or no message behind it): the list entry was stale; give back our SADD.
         stale = [i for i, x in zip(won, got) if not (x == 1 and fields[i])]
         # Held by another claimer but not waiting: a live delivery's stale entry.
-        stale += [i for i, x in zip(contested, got[len(won):]) if x != 1]
+        stale += [i for i, x in zip(contested, got[len(won) :]) if x != 1]
         busy = len(contested)
 
         limit = max_receives
@@ -101,16 +109,17 @@ class Consume(CommandBase):
             if limit is not None and r >= limit:
                 if b"e" not in f:
                     tx.append(("HSET", k.item(i), "e", f"exceeded max_receives ({max_receives})"))
-                tx += [("RPUSH", k.dead, i), ("SREM", k.processing, i), ("SREM", tk, i),
-                       ("LREM", k.queue, 1, i)]
+                tx += [("RPUSH", k.dead, i), ("SREM", k.processing, i), ("SREM", tk, i), ("LREM", k.queue, 1, i)]
                 dead += 1
                 continue
             n = _int(f.get(b"n")) + 1
             f[b"r"], f[b"c"], f[b"d"] = str(r + 1).encode(), f"{n}-{now_s}".encode(), deadline_s.encode()
             first = () if b"f" in f else ("f", now_s)  # the first delivery's time, as claim.lua
             f.setdefault(b"f", now_s.encode())
-            tx += [("HSET", k.item(i), "r", r + 1, "n", n, "c", f[b"c"], "d", deadline_s, *first),
-                   ("LREM", k.queue, 1, i)]
+            tx += [
+                ("HSET", k.item(i), "r", r + 1, "n", n, "c", f[b"c"], "d", deadline_s, *first),
+                ("LREM", k.queue, 1, i),
+            ]
             delivered.append(i)
             out.messages.append(fields_of(i, f))
         if dead:
@@ -134,9 +143,22 @@ class Consume(CommandBase):
         out.dead += dead
         return delivered, deadline, busy
 
-    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
-                        visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
-        woken = (yield from one(("BLPOP", *signals, timeout,)))
+    def wait_then_claim(
+        self,
+        signals: Sequence[str],
+        timeout: float,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+    ) -> Op[Claimed]:
+        woken = yield from one(
+            (
+                "BLPOP",
+                *signals,
+                timeout,
+            )
+        )
         if isinstance(woken, ResponseError):
             raise error_for(woken, signals[0])
         return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives))

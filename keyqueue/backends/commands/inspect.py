@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from redis.exceptions import ResponseError
 
 from ...core.replies import int_or as _int
@@ -31,7 +30,7 @@ class Inspect(CommandBase):
         else:
             ids = yield from self._delayed_ids(count)
         reads: list[Command] = [("HGETALL", k.item(i)) for i in ids]
-        got = (yield reads)
+        got = yield reads
         self._raise_errors(reads, got)
         return fields_list(ids, got)
 
@@ -49,8 +48,11 @@ class Inspect(CommandBase):
             ids = [_text(i) for i in members]
             if not ids:
                 continue
-            got = (yield [*(("HGET", k.item(i), "d") for i in ids),
-                          ("SMISMEMBER", k.processing, *ids), ("SMISMEMBER", k.items, *ids)])
+            got = yield [
+                *(("HGET", k.item(i), "d") for i in ids),
+                ("SMISMEMBER", k.processing, *ids),
+                ("SMISMEMBER", k.items, *ids),
+            ]
             for i, d, p, w in zip(ids, got[: len(ids)], got[-2], got[-1]):
                 if d is not None and not isinstance(d, ResponseError) and p == 0 and w == 0:
                     found.append((int(d), int(i), i))
@@ -58,24 +60,34 @@ class Inspect(CommandBase):
 
     def stats(self) -> Op[Counts]:
         k = self.keys
-        now, (waiting, processing, buckets, head, dead) = yield from self._open(self.state_keys, [
-            ("SCARD", k.items), ("SCARD", k.processing), ("ZRANGE", k.timers, 0, -1),
-            ("LINDEX", k.queue, 0), ("LLEN", k.dead)])
+        now, (waiting, processing, buckets, head, dead) = yield from self._open(
+            self.state_keys,
+            [
+                ("SCARD", k.items),
+                ("SCARD", k.processing),
+                ("ZRANGE", k.timers, 0, -1),
+                ("LINDEX", k.queue, 0),
+                ("LLEN", k.dead),
+            ],
+        )
         tks = [k.timer(_text(b)) for b in buckets]
         yield from self._types(tks)
         reads: list[Command] = [("SMEMBERS", tk) for tk in tks]
         if head is not None:
             reads.append(("HGET", k.item(_text(head)), "t"))
-        got = (yield reads)
+        got = yield reads
         self._raise_errors(reads, got)
         # Timer sets may hold stale entries here: count only ids that really are delayed.
         ids = sorted({_text(i) for members in got[: len(tks)] for i in members})
         delayed = 0
         if ids:
-            flags = (yield [*(("HEXISTS", k.item(i), "d") for i in ids),
-                            ("SMISMEMBER", k.processing, *ids), ("SMISMEMBER", k.items, *ids)])
-            delayed = sum(1 for has, p, w in zip(flags[: len(ids)], flags[-2], flags[-1])
-                          if has == 1 and p == 0 and w == 0)
+            flags = yield [
+                *(("HEXISTS", k.item(i), "d") for i in ids),
+                ("SMISMEMBER", k.processing, *ids),
+                ("SMISMEMBER", k.items, *ids),
+            ]
+            delayed = sum(
+                1 for has, p, w in zip(flags[: len(ids)], flags[-2], flags[-1]) if has == 1 and p == 0 and w == 0
+            )
         oldest = got[-1] if head is not None else None
-        return Counts(int(waiting), int(processing), delayed, int(dead),
-                      None if oldest is None else _int(oldest), now)
+        return Counts(int(waiting), int(processing), delayed, int(dead), None if oldest is None else _int(oldest), now)

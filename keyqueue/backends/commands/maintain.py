@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Any, Sequence
 
 from redis.exceptions import ResponseError
 
 from ...core.replies import int_or as _int
 from ...core.replies import text as _text
-from ...core.results import Purged, ReapPosition, ReapStep, Requeued
+from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
-from ...core.results import ReapResult
 from ...core.states import Act, Decision, Seen, decide
 from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
 from .consume import Consume
 
 
 class Maintain(Consume):
-    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int,
-                  position: ReapPosition) -> Op[ReapStep]:
+    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition) -> Op[ReapStep]:
         """One due bucket (or one chunk of a large one), by the rules of core/states.py."""
         k = self.keys
         bucket, cursor, skip = position
@@ -29,12 +26,22 @@ class Maintain(Consume):
         now, (config,) = yield from self._open((*self.waking_keys, k.counters), [("EXISTS", k.config)])
         missing = config == 0
         if bucket == "":
-            due = (yield from one(("ZRANGEBYSCORE", k.timers, "-inf", now, "LIMIT", skip, 1,)))
+            due = yield from one(
+                (
+                    "ZRANGEBYSCORE",
+                    k.timers,
+                    "-inf",
+                    now,
+                    "LIMIT",
+                    skip,
+                    1,
+                )
+            )
             if not due:
                 return ReapStep(ReapResult(*res), ("", "0", skip), True, missing)
             bucket, cursor = _text(due[0]), "0"
         tk = k.timer(bucket)
-        kind, card, scan = (yield [("TYPE", tk), ("SCARD", tk), ("SSCAN", tk, cursor, "COUNT", limit)])
+        kind, card, scan = yield [("TYPE", tk), ("SCARD", tk), ("SSCAN", tk, cursor, "COUNT", limit)]
         if _text(kind) not in ("none", "set"):
             return ReapStep(ReapResult(*res), ("", "0", skip + 1), False, missing, [tk])
         whole = cursor == "0" and int(card) <= limit
@@ -48,14 +55,22 @@ class Maintain(Consume):
         earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken)
         if whole or cursor == "0":
             # Rescore a bucket examined whole; a large one stays due until it shrinks.
-            if not (yield from self._rescore(tk, bucket, earliest if whole else None,
-                                             kept if whole else -1, now)):
+            if not (yield from self._rescore(tk, bucket, earliest if whole else None, kept if whole else -1, now)):
                 skip += 1  # still due: the next step looks past it
             bucket, cursor = "", "0"
         return ReapStep(ReapResult(*res), (bucket, cursor, skip), False, missing, broken)
 
-    def _settle(self, tk: str, ids: list[str], now: int, end: int, bucket_ms: int,
-                max_receives: int | None, res: list[int], broken: list[str]) -> Op[tuple[int | None, int]]:
+    def _settle(
+        self,
+        tk: str,
+        ids: list[str],
+        now: int,
+        end: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        res: list[int],
+        broken: list[str],
+    ) -> Op[tuple[int | None, int]]:
         """Decide and apply each id's rule in one WATCHed transaction. Returns the earliest
         time to look at this bucket again (None when nothing stays) and how many ids stay."""
         k = self.keys
@@ -66,10 +81,13 @@ class Maintain(Consume):
         for _ in range(ATTEMPTS):
             del broken[start:]
             item_keys = [k.item(i) for i in ids]
-            got = (yield [("WATCH", *item_keys),
-                          *(("HMGET", key, "c", "d", "r", "e") for key in item_keys),
-                          ("SMISMEMBER", k.processing, *ids), ("SMISMEMBER", k.items, *ids),
-                          *(("EXISTS", key) for key in item_keys)])
+            got = yield [
+                ("WATCH", *item_keys),
+                *(("HMGET", key, "c", "d", "r", "e") for key in item_keys),
+                ("SMISMEMBER", k.processing, *ids),
+                ("SMISMEMBER", k.items, *ids),
+                *(("EXISTS", key) for key in item_keys),
+            ]
             n = len(ids)
             hashes, held, waiting, exists = got[1 : n + 1], got[n + 1], got[n + 2], got[n + 3 :]
             plan: dict[str, tuple[Decision, Seen, list[Any]]] = {}
@@ -78,8 +96,14 @@ class Maintain(Consume):
                     broken.append(k.item(i))
                     continue
                 timer = None if h[1] is None else int(h[1])
-                seen = Seen(exists=e == 1, receipt=h[0] is not None, timer=timer, processing=p == 1,
-                            waiting=w == 1, timed=timer is not None and k.timer(timer // bucket_ms) == tk)
+                seen = Seen(
+                    exists=e == 1,
+                    receipt=h[0] is not None,
+                    timer=timer,
+                    processing=p == 1,
+                    waiting=w == 1,
+                    timed=timer is not None and k.timer(timer // bucket_ms) == tk,
+                )
                 plan[i] = (decide(seen, now, end), seen, h)
             asks = [i for i, (dec, _, _) in plan.items() if dec.act is Act.ASK_DEAD]
             if asks:
@@ -128,8 +152,11 @@ class Maintain(Consume):
                     tx.append(("HDEL", ik, "c", "d"))
             if moved:
                 tx += _signal(k.signal)
-            tx += [("HINCRBY", k.counters, field, n)
-                   for field, n in (("redelivered", counts[0]), ("dead_lettered", counts[1])) if n]
+            tx += [
+                ("HINCRBY", k.counters, field, n)
+                for field, n in (("redelivered", counts[0]), ("dead_lettered", counts[1]))
+                if n
+            ]
             if broken and earliest is None:
                 earliest = now  # a corrupt item stays due, like reap.lua
             if not tx:
@@ -143,15 +170,17 @@ class Maintain(Consume):
 
     # -- requeue and purge ----------------------------------------------------------------------
 
-    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
-                cursor: str = "0") -> Op[Requeued]:
+    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
         k = self.keys
         for _ in range(ATTEMPTS):
             watch = [k.dead] if source == "dead" else []
             reads: list[Command] = []
             if not ids:
-                reads.append(("LRANGE", k.dead, 0, limit - 1) if source == "dead"
-                             else ("SSCAN", k.processing, cursor, "COUNT", limit))
+                reads.append(
+                    ("LRANGE", k.dead, 0, limit - 1)
+                    if source == "dead"
+                    else ("SSCAN", k.processing, cursor, "COUNT", limit)
+                )
             _, got = yield from self._open(self.waking_keys, reads, watch=watch)
             next_cursor = "0"
             if ids:
@@ -169,7 +198,7 @@ class Maintain(Consume):
                 check += [("LPOS", k.dead, i) for i in todo]
             elif source == "processing":
                 check.append(("SMISMEMBER", k.processing, *todo))
-            got = (yield check)
+            got = yield check
             self._raise_errors(check, got)
             fields = got[1 : len(todo) + 1]
             if source == "dead":
@@ -212,28 +241,34 @@ class Maintain(Consume):
         (requeue writes its hash) makes the EXEC fail and the look is made again."""
         k = self.keys
         for _ in range(ATTEMPTS):
-            _, found = yield from self._open(self.state_keys, [("LPOS", k.dead, i) for i in ids],
-                                             watch=[k.item(i) for i in ids])
+            _, found = yield from self._open(
+                self.state_keys, [("LPOS", k.dead, i) for i in ids], watch=[k.item(i) for i in ids]
+            )
             gone = [i for i, pos in zip(ids, found) if pos is not None]
             if not gone:
                 (yield from one(("UNWATCH",)))
                 return 0
-            done = yield from self._commit([*(("LREM", k.dead, 0, i) for i in gone),
-                                            ("DEL", *(k.item(i) for i in gone))])
+            done = yield from self._commit(
+                [*(("LREM", k.dead, 0, i) for i in gone), ("DEL", *(k.item(i) for i in gone))]
+            )
             if done is not None:
                 return sum(1 for n in done[: len(gone)] if int(n) > 0)
         return 0
 
-    def _purge_once(self, source: str, limit: int, position: tuple[int, str],
-                    bucket_ms: int) -> Op[Purged | None]:
+    def _purge_once(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged | None]:
         k = self.keys
         if source == "waiting":
             # Take the ids as a claim does (so no claimer gets a message being deleted), then
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
             got, deadline, _ = yield from self._claim_once(limit, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
             if got:
-                yield from self._commit([("SREM", k.processing, *got), ("SREM", k.timer(deadline // bucket_ms), *got),
-                                         ("DEL", *(k.item(i) for i in got))])
+                yield from self._commit(
+                    [
+                        ("SREM", k.processing, *got),
+                        ("SREM", k.timer(deadline // bucket_ms), *got),
+                        ("DEL", *(k.item(i) for i in got)),
+                    ]
+                )
             done = not got or (len(got) < limit and int((yield from one(("SCARD", k.items)))) == 0)
             return Purged(len(got), (0, "0"), done)
         if source == "dead":
@@ -251,7 +286,7 @@ class Maintain(Consume):
             if not todo:
                 return Purged(0, (0, "0"), True)
             item_keys = [k.item(i) for i in todo]
-            got = (yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)])
+            got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
             tx = [("SREM", k.processing, *todo), ("DEL", *item_keys)]
             for i, d in zip(todo, got[1:]):
                 tx += self._drop_timer(i, _int(d), bucket_ms)
@@ -265,13 +300,25 @@ class Maintain(Consume):
             return Purged(0, (offset, "0"), True)
         tk = k.timer(_text(z[0]))
         yield from self._types([tk])
-        cur, members = (yield from one(("SSCAN", tk, cursor, "COUNT", min(limit, 1000),)))
+        cur, members = yield from one(
+            (
+                "SSCAN",
+                tk,
+                cursor,
+                "COUNT",
+                min(limit, 1000),
+            )
+        )
         todo = [_text(i) for i in members]
         n = 0
         if todo:
             item_keys = [k.item(i) for i in todo]
-            rep = (yield [("WATCH", *item_keys), *(("HEXISTS", key, "d") for key in item_keys),
-                          ("SMISMEMBER", k.processing, *todo), ("SMISMEMBER", k.items, *todo)])
+            rep = yield [
+                ("WATCH", *item_keys),
+                *(("HEXISTS", key, "d") for key in item_keys),
+                ("SMISMEMBER", k.processing, *todo),
+                ("SMISMEMBER", k.items, *todo),
+            ]
             has_d, held, waiting = rep[1 : len(todo) + 1], rep[-2], rep[-1]
             gone = [mid for mid, flags in zip(todo, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
             if gone:

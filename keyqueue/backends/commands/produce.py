@@ -16,18 +16,35 @@ from .base import CommandBase, _signal
 
 
 class Produce(CommandBase):
-    def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]:
-        return (yield from self._enqueue([body], delay_ms, bucket_ms, dedup_key, dedup_ms,
-                                         None if attributes is None else [attributes]))
+    def enqueue_one(
+        self,
+        body: bytes,
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        attributes: bytes | None = None,
+    ) -> Op[Enqueued]:
+        return (
+            yield from self._enqueue(
+                [body], delay_ms, bucket_ms, dedup_key, dedup_ms, None if attributes is None else [attributes]
+            )
+        )
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                attributes: Attributes = None) -> Op[Enqueued]:
+    def enqueue(
+        self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int, attributes: Attributes = None
+    ) -> Op[Enqueued]:
         return (yield from self._enqueue(bodies, delay_ms, bucket_ms, None, 0, attributes))
 
-    def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
-                     attributes: Attributes = None) -> Op[Enqueued]:
+    def enqueue_each(
+        self,
+        bodies: Sequence[bytes],
+        delays_ms: Sequence[int],
+        dedup_keys: Sequence[str | None],
+        bucket_ms: int,
+        dedup_ms: int,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]:
         """Messages with their own delay and dedup key: one enqueue each."""
         ids: list[str] = []
         missing = False
@@ -37,8 +54,15 @@ class Produce(CommandBase):
             missing = one_.config_missing
         return Enqueued(ids, missing)
 
-    def _enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                 dedup_key: str | None, dedup_ms: int, attributes: Attributes = None) -> Op[Enqueued]:
+    def _enqueue(
+        self,
+        bodies: Sequence[bytes],
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]:
         k = self.keys
         typed = [k.seq, k.queue, k.items, k.signal, k.counters, *([k.timers] if delay_ms else [])]
         dedup = None if dedup_key is None else k.dedup(dedup_key)
@@ -56,7 +80,13 @@ class Produce(CommandBase):
         tk, b = self._tk(at, bucket_ms)
         if delay_ms:
             yield from self._types([tk])
-        last = (yield from one(("INCRBY", k.seq, len(bodies),)))
+        last = yield from one(
+            (
+                "INCRBY",
+                k.seq,
+                len(bodies),
+            )
+        )
         if isinstance(last, ResponseError):
             raise CorruptQueue(k.seq)
         first = int(last) - len(bodies) + 1
@@ -76,5 +106,19 @@ class Produce(CommandBase):
             tx += [("RPUSH", k.queue, *ids), ("SADD", k.items, *ids), *_signal(k.signal)]
         tx.append(("HINCRBY", k.counters, "enqueued", len(ids)))
         if (yield from self._commit(tx)) is None:  # the dedup key was set meanwhile
-            return Enqueued([_text((yield from one(("GET", dedup,))))], missing)
+            return Enqueued(
+                [
+                    _text(
+                        (
+                            yield from one(
+                                (
+                                    "GET",
+                                    dedup,
+                                )
+                            )
+                        )
+                    )
+                ],
+                missing,
+            )
         return Enqueued(ids, missing)

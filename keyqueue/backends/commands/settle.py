@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
 from ...core.roundtrip import Command, Op, one
 from .base import ATTEMPTS, CommandBase, _signal
 
@@ -35,8 +34,7 @@ class Settle(CommandBase):
         at = yield from self._one(msg_id, receipt, [k.processing, k.timers], bucket_ms, change)
         return None if at is None else at + ms
 
-    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
-                error: str | None) -> Op[bool]:
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None) -> Op[bool]:
         k = self.keys
         ik = k.item(msg_id)
 
@@ -47,8 +45,13 @@ class Settle(CommandBase):
             if delay_ms > 0:
                 timer = yield from self._to_timer(msg_id, now + delay_ms, bucket_ms)
                 return [*tx, ("HDEL", ik, "c"), *timer]
-            return [*tx, ("HDEL", ik, "c", "d"), ("RPUSH", k.queue, msg_id),
-                    ("SADD", k.items, msg_id), *_signal(k.signal)]
+            return [
+                *tx,
+                ("HDEL", ik, "c", "d"),
+                ("RPUSH", k.queue, msg_id),
+                ("SADD", k.items, msg_id),
+                *_signal(k.signal),
+            ]
 
         typed = [k.processing, k.timers, k.queue, k.items, k.signal]
         return (yield from self._one(msg_id, receipt, typed, bucket_ms, change)) is not None
@@ -58,10 +61,15 @@ class Settle(CommandBase):
         ik = k.item(msg_id)
 
         def change(now: int, d: int) -> Op[list[Command]]:
-            tx: list[Command] = [("SREM", k.processing, msg_id), ("HDEL", ik, "c", "d"),
-                                 ("RPUSH", k.dead, msg_id), ("HINCRBY", k.counters, "dead_lettered", 1)]
+            tx: list[Command] = [
+                ("SREM", k.processing, msg_id),
+                ("HDEL", ik, "c", "d"),
+                ("RPUSH", k.dead, msg_id),
+                ("HINCRBY", k.counters, "dead_lettered", 1),
+            ]
             return [*tx, ("HSET", ik, "e", reason)] if reason else tx
             yield  # a generator, as change() must be
 
-        return (yield from self._one(msg_id, receipt, [k.processing, k.timers, k.dead, k.counters], bucket_ms,
-                                     change)) is not None
+        return (
+            yield from self._one(msg_id, receipt, [k.processing, k.timers, k.dead, k.counters], bucket_ms, change)
+        ) is not None

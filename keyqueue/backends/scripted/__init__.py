@@ -16,4 +16,3 @@ __all__ = ["ScriptOps", "SCRIPT_NAMES", "script_sha", "script_source"]
 
 class ScriptOps(Produce, Consume, Settle, Maintain, Inspect):
     """The operations of one queue as scripts. ``clock`` (tests only) replaces Redis TIME."""
-

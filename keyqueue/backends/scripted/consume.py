@@ -9,21 +9,28 @@ from redis.exceptions import ResponseError
 from ...core.replies import error_for
 from ...core.results import Claimed
 from ...core.roundtrip import Op
-from .scripts import ScriptBase, claimed, _max_receives
+from .scripts import ScriptBase, _max_receives, claimed
 
 
 class Consume(ScriptBase):
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
-        reply = yield from self.call("claim", self.claim_keys,
-                                     (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
+        reply = yield from self.call(
+            "claim", self.claim_keys, (count, visibility_ms, bucket_ms, _max_receives(max_receives))
+        )
         return claimed(reply)
 
-    def wait_then_claim(self, signals: Sequence[str], timeout: float, count: int,
-                        visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+    def wait_then_claim(
+        self,
+        signals: Sequence[str],
+        timeout: float,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+    ) -> Op[Claimed]:
         """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
-        claim = self._evalsha("claim", self.claim_keys,
-                              (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
+        claim = self._evalsha("claim", self.claim_keys, (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
         tail = self.replication.tail()
         woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]
         if isinstance(woken, ResponseError):

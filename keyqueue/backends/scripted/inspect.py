@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from ...core.replies import flat_fields, int_or
 from ...core.results import Counts, Fields
 from ...core.roundtrip import Op
@@ -16,5 +14,6 @@ class Inspect(ScriptBase):
 
     def stats(self) -> Op[Counts]:
         waiting, processing, delayed, dead, oldest, now = yield from self.call("stats", self.state_keys, [])
-        return Counts(int(waiting), int(processing), int(delayed), int(dead),
-                      None if oldest is None else int_or(oldest), int(now))
+        return Counts(
+            int(waiting), int(processing), int(delayed), int(dead), None if oldest is None else int_or(oldest), int(now)
+        )

@@ -4,31 +4,31 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
 from ...core.replies import text
-from ...core.results import Purged, ReapPosition, ReapStep, Requeued
+from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Op
-from ...core.results import ReapResult
 from .scripts import ScriptBase, _max_receives
 
 
 class Maintain(ScriptBase):
-    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int,
-                  position: ReapPosition) -> Op[ReapStep]:
-        r = yield from self.call("reap", self.claim_keys,
-                                 [bucket_ms, _max_receives(max_receives), limit, *position])
-        return ReapStep(ReapResult(int(r[0]), int(r[1]), int(r[2])), (text(r[3]), text(r[4]), int(r[5])),
-                        bool(int(r[6])), r[7] == 1, [text(key) for key in r[8:]])
+    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition) -> Op[ReapStep]:
+        r = yield from self.call("reap", self.claim_keys, [bucket_ms, _max_receives(max_receives), limit, *position])
+        return ReapStep(
+            ReapResult(int(r[0]), int(r[1]), int(r[2])),
+            (text(r[3]), text(r[4]), int(r[5])),
+            bool(int(r[6])),
+            r[7] == 1,
+            [text(key) for key in r[8:]],
+        )
 
-    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int,
-                cursor: str = "0") -> Op[Requeued]:
-        requeued, examined, cursor = yield from self.call("requeue", self.waking_keys,
-                                                          [bucket_ms, source, limit, cursor, *ids])
+    def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
+        requeued, examined, cursor = yield from self.call(
+            "requeue", self.waking_keys, [bucket_ms, source, limit, cursor, *ids]
+        )
         return Requeued(int(requeued), int(examined), text(cursor))
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]:
-        n, offset, cursor, done = yield from self.call("purge", self.state_keys,
-                                                       [bucket_ms, source, limit, *position])
+        n, offset, cursor, done = yield from self.call("purge", self.state_keys, [bucket_ms, source, limit, *position])
         return Purged(int(n), (int(offset), text(cursor)), bool(done))
 
     def purge_dead(self, ids: Sequence[str]) -> Op[int]:

@@ -8,7 +8,7 @@ from ...core.backend import Attributes, per_message
 from ...core.replies import text
 from ...core.results import Enqueued
 from ...core.roundtrip import Op
-from .scripts import ScriptBase, CHUNK
+from .scripts import CHUNK, ScriptBase
 
 
 def _values(bodies: Sequence[bytes], attributes: Attributes) -> tuple[str, list[bytes]]:
@@ -20,16 +20,25 @@ def _values(bodies: Sequence[bytes], attributes: Attributes) -> tuple[str, list[
 
 
 class Produce(ScriptBase):
-    def enqueue_one(self, body: bytes, delay_ms: int, bucket_ms: int,
-                    dedup_key: str | None, dedup_ms: int, attributes: bytes | None = None) -> Op[Enqueued]:
+    def enqueue_one(
+        self,
+        body: bytes,
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        attributes: bytes | None = None,
+    ) -> Op[Enqueued]:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
         paired, values = _values([body], None if attributes is None else [attributes])
-        reply = yield from self.call("enqueue", keys, (delay_ms, bucket_ms, dedup_ms, self.field_bytes,
-                                                       paired, *values))
+        reply = yield from self.call(
+            "enqueue", keys, (delay_ms, bucket_ms, dedup_ms, self.field_bytes, paired, *values)
+        )
         return Enqueued([text(reply[0])], reply[2] == 1)
 
-    def enqueue(self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int,
-                attributes: Attributes = None) -> Op[Enqueued]:
+    def enqueue(
+        self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int, attributes: Attributes = None
+    ) -> Op[Enqueued]:
         calls = []
         for i in range(0, len(bodies), CHUNK):
             paired, values = _values(bodies[i : i + CHUNK], None if attributes is None else attributes[i : i + CHUNK])
@@ -40,16 +49,26 @@ class Produce(ScriptBase):
             ids.extend(str(int(first) + j) for j in range(n))
         return Enqueued(ids, replies[-1][2] == 1)
 
-    def enqueue_each(self, bodies: Sequence[bytes], delays_ms: Sequence[int],
-                     dedup_keys: Sequence[str | None], bucket_ms: int, dedup_ms: int,
-                     attributes: Attributes = None) -> Op[Enqueued]:
+    def enqueue_each(
+        self,
+        bodies: Sequence[bytes],
+        delays_ms: Sequence[int],
+        dedup_keys: Sequence[str | None],
+        bucket_ms: int,
+        dedup_ms: int,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]:
         """One script call per message (each its own delay and dedup key), all pipelined."""
         base = self.enqueue_keys
         calls = []
         for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies))):
             paired, values = _values([body], None if a is None else [a])
-            calls.append((base if key is None else (*base, self.keys.dedup(key)),
-                          (delay, bucket_ms, dedup_ms, self.field_bytes, paired, *values)))
+            calls.append(
+                (
+                    base if key is None else (*base, self.keys.dedup(key)),
+                    (delay, bucket_ms, dedup_ms, self.field_bytes, paired, *values),
+                )
+            )
         ids: list[str] = []
         missing = False
         for i in range(0, len(calls), CHUNK):

@@ -11,15 +11,24 @@ from typing import Any, Callable, Iterable, Sequence
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from ...core.replication import Replication
 from ...core.replies import FIELD, error_for, int_or, text
 from ...core.results import Claimed, Fields
-from ...core.replication import Replication
 from ...core.roundtrip import Command, Op
 from ...keys import QueueKeys
 
 SCRIPT_NAMES = (
-    "enqueue", "claim", "ack", "extend", "release", "dead_letter",
-    "reap", "requeue", "purge", "peek", "stats",
+    "enqueue",
+    "claim",
+    "ack",
+    "extend",
+    "release",
+    "dead_letter",
+    "reap",
+    "requeue",
+    "purge",
+    "peek",
+    "stats",
 )
 #: Scripts that never write: no WAIT after them.
 READ_ONLY = frozenset({"peek", "stats"})
@@ -60,8 +69,11 @@ def script_source(name: str) -> str:
     used: set[int] = set()
     code = _COMMENTS.sub("", body)
     while True:
-        new = {i for i, (names, _) in enumerate(blocks) if i not in used
-               and any(re.search(rf"\b{n}\b", code) for n in names)}
+        new = {
+            i
+            for i, (names, _) in enumerate(blocks)
+            if i not in used and any(re.search(rf"\b{n}\b", code) for n in names)
+        }
         if not new:
             break
         used |= new
@@ -90,19 +102,43 @@ def claimed(reply: Sequence[Any]) -> Claimed:
         body = (b or b"") + b1 if b1 else b or b""
         # ids, receipts and numbers are ASCII the script wrote: decoded inline (a claim reads 100 at once)
         if type(mid) is not list:
-            messages.append(Fields(mid.decode() if type(mid) is bytes else text(mid), body, int_or(t), 1,
-                                   deadline, first, None, None, now))
+            messages.append(
+                Fields(
+                    mid.decode() if type(mid) is bytes else text(mid),
+                    body,
+                    int_or(t),
+                    1,
+                    deadline,
+                    first,
+                    None,
+                    None,
+                    now,
+                )
+            )
         else:
             mid, r, c, e, a, f = mid
-            messages.append(Fields(text(mid), body, int_or(t), int(r), deadline, text(c),
-                                   None if e is None else text(e, "replace"), a, int(f)))
+            messages.append(
+                Fields(
+                    text(mid),
+                    body,
+                    int_or(t),
+                    int(r),
+                    deadline,
+                    text(c),
+                    None if e is None else text(e, "replace"),
+                    a,
+                    int(f),
+                )
+            )
     return Claimed(messages, int(reply[0]), reply[1] == 1, None if reply[2] is None else int(reply[2]))
 
 
 class ScriptBase:
     """What every group of script operations shares: the key lists and the call."""
-    def __init__(self, keys: QueueKeys, clock: Callable[[], float] | None = None,
-                 replication: Replication = Replication()) -> None:
+
+    def __init__(
+        self, keys: QueueKeys, clock: Callable[[], float] | None = None, replication: Replication = Replication()
+    ) -> None:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
@@ -137,19 +173,20 @@ class ScriptBase:
         tail = [] if name in READ_ONLY else self.replication.tail()
         return (yield from self.loaded(name, commands, (yield [*commands, *tail]), tail))
 
-    def loaded(self, name: str, commands: Sequence[Command], replies: list[Any],
-               tail: Sequence[Command] = ()) -> Op[list[Any]]:
+    def loaded(
+        self, name: str, commands: Sequence[Command], replies: list[Any], tail: Sequence[Command] = ()
+    ) -> Op[list[Any]]:
         """The replies of calls of script ``name`` (``replies`` ends with those of ``tail``,
         the WAIT that followed them): calls the server answered NOSCRIPT (it is new or
         restarted) are sent again after a SCRIPT LOAD in one round trip, with the WAIT again;
         an error reply is raised, then too few replicas. The one place a script gets loaded."""
-        replies, waited = replies[: len(commands)], replies[len(commands):]
+        replies, waited = replies[: len(commands)], replies[len(commands) :]
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
             again = yield [("SCRIPT LOAD", script_source(name)), *(commands[i] for i in retry), *tail]
             for i, r in zip(retry, again[1:]):
                 replies[i] = r
-            waited = again[1 + len(retry):]
+            waited = again[1 + len(retry) :]
         for r in replies:
             if isinstance(r, ResponseError):
                 raise error_for(r, self.keys.base)

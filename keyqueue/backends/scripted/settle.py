@@ -4,26 +4,25 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
 from ...core.roundtrip import Op
-from .scripts import ScriptBase, CHUNK
+from .scripts import CHUNK, ScriptBase
 
 
 class Settle(ScriptBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
-        calls = [(self.ack_keys, [bucket_ms, *(x for pair in pairs[i : i + CHUNK] for x in pair)])
-                 for i in range(0, len(pairs), CHUNK)]
+        calls = [
+            (self.ack_keys, [bucket_ms, *(x for pair in pairs[i : i + CHUNK] for x in pair)])
+            for i in range(0, len(pairs), CHUNK)
+        ]
         return sum((yield from self.call_many("ack", calls)))
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
         """The new deadline in ms, None when the delivery is not current."""
         k = self.keys
-        new = yield from self.call("extend", [k.processing, k.timers, k.item(msg_id)],
-                                   [bucket_ms, msg_id, receipt, ms])
+        new = yield from self.call("extend", [k.processing, k.timers, k.item(msg_id)], [bucket_ms, msg_id, receipt, ms])
         return int(new) or None
 
-    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int,
-                error: str | None) -> Op[bool]:
+    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None) -> Op[bool]:
         k = self.keys
         keys = [k.processing, k.timers, k.item(msg_id), k.queue, k.items, k.signal]
         args = [bucket_ms, msg_id, receipt, delay_ms, error or "", "0" if error is None else "1"]
@@ -31,5 +30,10 @@ class Settle(ScriptBase):
 
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
         k = self.keys
-        return (yield from self.call("dead_letter", [k.processing, k.timers, k.item(msg_id), k.dead, k.counters],
-                                     [bucket_ms, msg_id, receipt, reason])) == 1
+        return (
+            yield from self.call(
+                "dead_letter",
+                [k.processing, k.timers, k.item(msg_id), k.dead, k.counters],
+                [bucket_ms, msg_id, receipt, reason],
+            )
+        ) == 1
