@@ -11,6 +11,7 @@ import redis
 
 from .errors import ConfigurationError
 from .pools import MAX_CONNECTIONS, POOL_TIMEOUT, pool_class
+from .sentinels import SafeAsyncSentinel, SafeSentinel
 
 DEFAULT_URL = "redis://localhost:6379/0"
 #: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
@@ -158,19 +159,13 @@ def sentinels_of(client: Any) -> list[Any]:
 
 
 def sentinel_client(url: str, cls: Any) -> Any:
-    """A client of the master of a Sentinel URL's service, by redis-py's own Sentinel
-    support (sync or asyncio after ``cls``): it asks the sentinels for the master on each
-    new connection, so it follows a failover. No I/O."""
+    """A client of the master of a Sentinel URL's service, by redis-py's Sentinel support
+    (sync or asyncio after ``cls``; its discovery made safe in keyqueue/sentinels.py): it asks
+    the sentinels for the master on each new connection, so it follows a failover. No I/O."""
     hosts, service, _db, server, sentinel_kwargs = _sentinel_parts(url)
     pool = _pool_settings(server)
-    if cls.__module__.startswith("redis.asyncio"):
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-
-        manager: Any = AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
-    else:
-        from redis.sentinel import Sentinel
-
-        manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **server)
+    manager_class = SafeAsyncSentinel if cls.__module__.startswith("redis.asyncio") else SafeSentinel
+    manager = manager_class(hosts, sentinel_kwargs=sentinel_kwargs, **server)
     return manager.master_for(service, redis_class=cls, connection_pool_class=pool_class(cls, True), **pool)
 
 

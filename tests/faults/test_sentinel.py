@@ -54,6 +54,42 @@ def test_a_queue_follows_the_sentinels_to_the_primary(ha: SentinelSet) -> None:
     direct.close()
 
 
+def test_many_connections_discovering_the_master_at_once_keep_every_sentinel(ha: SentinelSet) -> None:
+    """As after a failover: many new connections ask the sentinels at once, the first one
+    listed not answering. Every sentinel stays listed once (none dropped with its
+    connections left open), on both faces."""
+    url = ha.url.replace("redis+sentinel://", f"redis+sentinel://127.0.0.1:{free_port()},")
+
+    def kept(q: Queue | aio.Queue) -> list[int]:
+        manager = q.client.connection_pool.sentinel_manager
+        return sorted(id(s) for s in manager.sentinels)
+
+    q = Queue("discover", url=url)
+    before = kept(q)
+    barrier = threading.Barrier(40)
+
+    def one() -> None:
+        barrier.wait(30)
+        assert q.length() == 0
+
+    threads = [threading.Thread(target=one) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert kept(q) == before and len(set(before)) == 4
+    q.client.close()
+
+    async def main() -> None:
+        async with aio.Queue("discover", url=url) as aq:
+            before = kept(aq)
+            lengths = await asyncio.gather(*(aq.length() for _ in range(40)))
+            assert lengths == [0] * 40
+            assert kept(aq) == before and len(set(before)) == 4
+
+    asyncio.run(main())
+
+
 def test_the_cli_takes_a_sentinel_url(ha: SentinelSet) -> None:
     run = [sys.executable, "-m", "keyqueue", "--url", ha.url]
     subprocess.run([*run, "enqueue", "cli", "hello"], check=True, capture_output=True, timeout=60)
