@@ -38,13 +38,27 @@ SUMMARY_INTERVAL = 300.0
 CHATTY_LOGGERS = ("apscheduler.executors.default", "apscheduler.scheduler")
 
 
+class _PassOverran(logging.Filter):
+    """Drops APScheduler's warning that a reaper pass was skipped because the last one still
+    ran: passes are coalesced on purpose (the next one covers the skipped one), and on a
+    busy machine it would otherwise warn every interval."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("Reaper.reap_once" in message and "maximum number of running instances" in message)
+
+
+_PASS_OVERRAN = _PassOverran()
+
+
 def quiet_apscheduler() -> None:
     """Silence APScheduler's per-run INFO lines (a reaper runs every second), unless the
-    application set these loggers' levels itself."""
+    application set these loggers' levels itself, and its warnings about coalesced passes."""
     for name in CHATTY_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
+    logging.getLogger("apscheduler.scheduler").addFilter(_PASS_OVERRAN)  # (once: filters are a set)
 
 
 def _scheduler_classes() -> tuple[type, type]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -159,3 +160,26 @@ def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(
     assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0"
     assert lines()[1].startswith("reaper: ") and "passes in the last" in lines()[1]
     assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0")
+
+
+def test_a_pass_longer_than_the_interval_is_coalesced_without_a_warning(
+    redis_server, r: redis.Redis, scripting: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy machine can make a pass outlast the interval: the passes that fell due
+    meanwhile are skipped (the next covers them), not warned about every interval."""
+    Queue("q", client=r, scripting=scripting).enqueue("x")
+    reaper = Reaper(["q"], url=redis_server.url, scripting=scripting, interval=0.05)
+    listed = reaper.queues
+
+    def slow_queues() -> list[Queue]:
+        time.sleep(0.3)  # a pass of six intervals
+        return listed()
+
+    reaper.queues = slow_queues  # type: ignore[method-assign]
+    caplog.set_level(logging.WARNING)
+    reaper.start()
+    try:
+        wait_until(lambda: reaper.passes >= 3, timeout=30)
+    finally:
+        reaper.shutdown()
+    assert not [rec.getMessage() for rec in caplog.records if rec.name.startswith("apscheduler")]
