@@ -2,7 +2,9 @@
 
 Each of ``concurrency`` threads claims (queues in priority order), handles and acks its
 own batches: no hand-off between threads, so an idle worker starts on a new message one
-round trip after its long-poll wakes. How many messages a thread claims at once adapts to
+round trip after its long-poll wakes. While fast handlers run, a thread's next batch is
+claimed beside them (its prefetch thread), so Redis' share of the work overlaps the
+handlers'. How many messages a thread claims at once adapts to
 how long handlers take, so fast handlers are fed and acked in batches while slow ones
 never sit on work others could do; every ack still carries its own receipt. A heartbeat
 extends what is held, the worker reaps its queues every second, and Redis outages are
@@ -27,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..core.queue_core import WAIT_SLICE, list_queues_op
@@ -40,7 +43,7 @@ from .base import WorkerBase
 from .reaping import reap_and_log
 from .rules import RECOVERABLE, is_async
 from .signals import StopSignals, on_stop_signals
-from .steps import Held, Steps, drive, outage_pause
+from .steps import Held, Steps, drive, give_back, outage_pause
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -142,35 +145,80 @@ class Worker(WorkerBase[QueueFace, Handler]):
     # -- one thread: claim, handle, ack ---------------------------------------------------
 
     def _thread_loop(self, burst: bool) -> None:
+        with ThreadPoolExecutor(1, thread_name_prefix="keyqueue-prefetch") as prefetch:
+            self._claim_loop(burst, prefetch)
+
+    def _claim_loop(self, burst: bool, prefetch: ThreadPoolExecutor) -> None:
+        """Claim, handle, ack, until the worker stops. While a batch of fast handlers runs,
+        the next batch is claimed (and the last one acked) in ``prefetch``: Redis runs those
+        scripts meanwhile instead of between batches. Slow handlers (a batch of one) claim
+        only when they are done, so no message waits behind one."""
         failures = 0
         waited_empty = False
+        ahead: Future[list[Held]] | None = None  # the next batch, claimed during this one
+        unacked: list[Held] = []  # the last batch's successes, acked with the next claim
         while not self._stopping.is_set():
-            with self._lock:
-                idle = not self._held
             try:
-                # Burst ends once the queues are empty and nothing is in flight; otherwise
-                # long-poll: the claim runs in Redis the moment a message arrives.
-                wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
-                with self._lock:
-                    self._claiming.add(threading.get_ident())
-                try:
-                    q, msgs = run_plan(
-                        claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, not waited_empty)
-                    )
-                    held = self._hold(q, msgs) if q is not None and msgs else []
-                finally:
-                    with self._lock:
-                        self._claiming.discard(threading.get_ident())
-                waited_empty = not msgs and wait > 0
+                if ahead is not None:
+                    pending, ahead = ahead, None
+                    held, waited_empty = pending.result(), False
+                else:
+                    if unacked:  # nothing was claimed ahead: they are acked before waiting
+                        self._drive(self._ack_steps(unacked))
+                        unacked = []
+                    held, waited_empty = self._claim(burst, not waited_empty)
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1
                 self._stopping.wait(outage_pause(failures, f"claim failed: {exc}").seconds)
                 continue
             if held:
-                self._drive(self._work_steps(held))
-            elif burst and idle:
+                if self._batch_size() > 1 and not self._stopping.is_set():
+                    ahead, unacked = prefetch.submit(self._claim_ahead, unacked), []
+                elif unacked:
+                    self._drive(self._ack_steps(unacked))
+                unacked = self._drive(self._work_steps(held, ack_now=ahead is None))
+            elif burst and not self._held_now():
                 return
+        if ahead is not None:  # stopped meanwhile: what it claimed goes back, unstarted
+            try:
+                for h in ahead.result():
+                    self._drive(give_back(h))
+                    self._forget([h])
+            except RECOVERABLE:
+                pass  # back by their deadline, as after any failed claim
+        if unacked:
+            self._drive(self._ack_steps(unacked))
+
+    def _claim(self, burst: bool, poll_first: bool) -> tuple[list[Held], bool]:
+        """Claim (a long-poll unless bursting): the messages held, and whether it waited in vain."""
+        # Burst ends once the queues are empty and nothing is in flight; otherwise
+        # long-poll: the claim runs in Redis the moment a message arrives.
+        idle = not self._held_now()
+        wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+        with self._lock:
+            self._claiming.add(threading.get_ident())
+        try:
+            q, msgs = run_plan(
+                claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, poll_first)
+            )
+            return (self._hold(q, msgs) if q is not None and msgs else []), not msgs and wait > 0
+        finally:
+            with self._lock:
+                self._claiming.discard(threading.get_ident())
+
+    def _claim_ahead(self, unacked: list[Held]) -> list[Held]:
+        """In the prefetch thread: ack the last batch, then claim the next without waiting."""
+        if unacked:
+            self._drive(self._ack_steps(unacked))
+        with self._lock:
+            self._claiming.add(threading.get_ident())
+        try:
+            q, msgs = run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, 0.0, True))
+            return self._hold(q, msgs) if q is not None and msgs else []
+        finally:
+            with self._lock:
+                self._claiming.discard(threading.get_ident())
 
     def _invoke(self, h: Held) -> BaseException | None:
         try:
