@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 from ..connection import TRANSIENT
+from ..core.queue_core import bounded_error
 from ..errors import KeyQueueError
 
 #: Most messages one thread (or task) claims at once (and acks in one call).
@@ -42,10 +43,10 @@ def backoff(retry_backoff: float, receives: int) -> float:
 
 
 def describe(exc: BaseException) -> str:
-    """``RuntimeError: boom`` (the type alone when there is no text), at most 2,000 chars."""
+    """``RuntimeError: boom`` (the type alone when there is no text), as last_error keeps it
+    (so the log line shows what the message keeps)."""
     detail = str(exc)
-    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return text if len(text) <= 2000 else text[:1997] + "..."
+    return bounded_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
 
 
 def number(v: float | int | None) -> str:
