@@ -25,6 +25,9 @@ RECOVERABLE = TRANSIENT + (KeyQueueError,)
 SETTLED_PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
 #: The worker-metrics outcome of a message its handler settled itself.
 SETTLED_OUTCOME = {"ack": "ok", "release": "retry", "dead_letter": "dead"}
+#: The exit status of a thread worker whose every thread is stuck in a handler past its
+#: timeout (run() raises SystemExit with it): its supervisor starts a fresh process.
+EXIT_STUCK = 3
 #: Exceptions from a handler that stop the worker (after failing the delivery).
 STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
 
