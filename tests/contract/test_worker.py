@@ -205,12 +205,14 @@ def test_grace_period_over_releases_what_is_left(q: Queue, workers: Workers, cap
 
 
 def test_the_decorator_builds_a_worker(q: Queue, workers: Workers) -> None:
-    @q.worker(concurrency=2)
+    @q.worker(concurrency=2, timeout=5)
     @workers.handler
     def handle(m: Message) -> None:
         pass
 
     assert isinstance(handle, workers.kind) and handle.concurrency == 2 and handle.queues == [workers.queue(q)]
+    # what `keyqueue worker` does with the options given on its command line
+    assert handle.with_options(timeout=1).timeout == 1 and handle.with_options(concurrency=3).timeout == 5
     q.enqueue("x")
     workers.run(handle)
     assert q.length() == 0

@@ -238,6 +238,18 @@ def test_processes_second_sigint_releases_and_exits_130(redis_server, r: redis.R
     assert procs.log(p).count("second SIGINT: releasing every held message now") == 2
 
 
+def test_processes_with_burst_exit_0_once_every_child_found_the_queues_empty(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting)
+    q.enqueue_many(["0.01"] * 20)
+    p = procs.worker(redis_server.url, "in_process", "-c", "2", "--processes", "2", "--burst")
+    assert p.wait(30) == 0, procs.log(p)
+    assert r.hlen(DONE) == 20 and q.stats().processing == q.stats().waiting == 0
+    assert len(children(procs, p)) == 2  # finished children are not replaced
+    assert procs.log(p).count("finished (exit 0)") == 2
+
+
 def ended(pid: int) -> bool:
     """The process is gone (or a zombie nobody reaps yet: it ended)."""
     try:

@@ -475,10 +475,13 @@ def test_worker_runs_a_decorated_worker_with_its_options(redis_server, r: redis.
         "2",
         "--visibility-timeout",
         "20",
+        "--timeout",
+        "9",
         env=env,
     )
     assert res.returncode == 0, res.stderr
     assert "on other, decoratd at" in res.stderr and "concurrency 2" in res.stderr
+    assert "retry_backoff=40 " in res.stderr and " timeout=9\n" in res.stderr  # merged
     warnings = [line for line in res.stderr.splitlines() if "does not exist yet" in line]
     assert len(warnings) == 1 and "WARNING" in warnings[0]
     assert "queue 'decoratd' does not exist yet under prefix 'kq'" in warnings[0]
