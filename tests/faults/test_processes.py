@@ -156,7 +156,12 @@ def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Red
 
 # -- handler time limits and the supervisor (--processes) ----------------------------------
 
+#: These run in one mode: the modes' release and dead letter paths are the contract suite's,
+#: and the supervisor never talks to Redis.
+ONE_MODE = pytest.mark.parametrize("scripting", [True], ids=["scripted"])
 
+
+@ONE_MODE
 def test_a_handler_past_the_timeout(redis_server, r: redis.Redis, procs, scripting: bool, kind: str) -> None:
     """Its delivery is failed either way; the asyncio worker cancels it and goes on, the
     thread worker's one thread (-c 1) is stuck: it exits 3, for its supervisor to restart."""
@@ -193,6 +198,7 @@ def up(procs: Procs, p, gone: tuple[int, ...] = ()) -> list[int]:  # type: ignor
     return wait_until(serving, timeout=20)
 
 
+@ONE_MODE
 def test_processes_replaces_a_killed_child_and_drains_on_sigterm(
     redis_server, r: redis.Redis, procs, scripting: bool
 ) -> None:
@@ -223,6 +229,7 @@ def test_processes_replaces_a_killed_child_and_drains_on_sigterm(
             os.kill(pid, 0)
 
 
+@ONE_MODE
 def test_processes_second_sigint_releases_and_exits_130(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
     q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
     p = procs.worker(redis_server.url, "slow", "-c", "1", "--processes", "2", "--grace", "60")
@@ -238,6 +245,7 @@ def test_processes_second_sigint_releases_and_exits_130(redis_server, r: redis.R
     assert procs.log(p).count("second SIGINT: releasing every held message now") == 2
 
 
+@ONE_MODE
 def test_processes_with_burst_exit_0_once_every_child_found_the_queues_empty(
     redis_server, r: redis.Redis, procs, scripting: bool
 ) -> None:
@@ -258,6 +266,7 @@ def ended(pid: int) -> bool:
         return True
 
 
+@ONE_MODE
 def test_processes_children_stop_when_the_supervisor_is_killed(
     redis_server, r: redis.Redis, procs, scripting: bool
 ) -> None:
