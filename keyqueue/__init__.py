@@ -6,6 +6,7 @@ from .core.results import QueueStats, ReapResult
 from .errors import (
     ConfigurationError,
     CorruptQueue,
+    HandlerTimeout,
     InvalidArgument,
     InvalidQueueName,
     KeyQueueError,
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidArgument",
     "ConfigurationError",
     "CorruptQueue",
+    "HandlerTimeout",
     "MissingDependency",
     "NotReplicated",
     "PoolExhausted",

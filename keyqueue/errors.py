@@ -29,6 +29,11 @@ class ConfigurationError(KeyQueueError, ValueError):
     """The connection was asked for in a way that cannot work (bad URL, client and url both given)."""
 
 
+class HandlerTimeout(KeyQueueError, TimeoutError):
+    """What a worker fails a delivery with when its handler is still running ``timeout``
+    seconds after it started: ``last_error`` then starts with ``HandlerTimeout``."""
+
+
 class CorruptQueue(KeyQueueError):
     """A queue key holds the wrong Redis type: someone wrote over it. Nothing was changed."""
 

@@ -116,7 +116,8 @@ class Message(BaseMessage):
         return self._queue().extend(self, seconds)
 
     def release(self, delay: float = 0.0, error: str | None = None) -> bool:
-        """Give the message back (visible after ``delay``); ``error`` becomes last_error."""
+        """Give the message back (visible after ``delay``); ``error`` becomes last_error
+        (its first 4,096 bytes, UTF-8, ending with "…" when cut)."""
         return self._queue().release(self, delay=delay, error=error)
 
     def dead_letter(self, reason: str = "") -> bool:

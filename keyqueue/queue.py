@@ -128,14 +128,16 @@ class Queue(QueueFace):
         return new is not None
 
     def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool:
-        """Give a message back (to the tail, or after ``delay``); ``error`` becomes last_error."""
+        """Give a message back (to the tail, or after ``delay``); ``error`` becomes last_error
+        (its first 4,096 bytes, UTF-8, ending with "…" when cut)."""
         self._own(message)
         ok = self._run(self._core.release(message.id, message.receipt, delay, error))
         self._mark([message], "release")
         return ok
 
     def dead_letter(self, message: Message, reason: str = "") -> bool:
-        """Move a current delivery to dead letters; ``reason`` becomes last_error."""
+        """Move a current delivery to dead letters; ``reason`` becomes last_error
+        (its first 4,096 bytes, UTF-8, ending with "…" when cut)."""
         self._own(message)
         ok = self._run(self._core.dead_letter(message.id, message.receipt, reason))
         self._mark([message], "dead_letter")

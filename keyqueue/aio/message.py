@@ -36,7 +36,8 @@ class Message(BaseMessage):
         return await self._queue().extend(self, seconds)
 
     async def release(self, delay: float = 0.0, error: str | None = None) -> bool:
-        """Give the message back (visible after ``delay``); ``error`` becomes last_error."""
+        """Give the message back (visible after ``delay``); ``error`` becomes last_error
+        (its first 4,096 bytes, UTF-8, ending with "…" when cut)."""
         return await self._queue().release(self, delay=delay, error=error)
 
     async def dead_letter(self, reason: str = "") -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -38,6 +38,8 @@ class Config:
     min_replicas: int = 0
     replica_timeout: float = 1.0
     replicas_given: bool = False
+    #: The command line's arguments (a supervisor runs its children with them).
+    argv: list[str] = field(default_factory=list)
 
     _client: redis.Redis | None = None
 
@@ -145,6 +147,7 @@ def cli(
         min_replicas=min_replicas,
         replica_timeout=replica_timeout,
         replicas_given=any(ctx.get_parameter_source(p) in GIVEN for p in ("min_replicas", "replica_timeout")),
+        argv=ctx.obj if isinstance(ctx.obj, list) else sys.argv[1:],
     )
 
 
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: exit 0 on success, 1 on a runtime failure, 2 on bad usage or input,
     130 when interrupted (Ctrl-C)."""
     try:
-        cli.main(args=argv, prog_name="keyqueue", standalone_mode=False)
+        args = sys.argv[1:] if argv is None else list(argv)
+        cli.main(args=args, prog_name="keyqueue", standalone_mode=False, obj=args)
     except click.exceptions.Abort as exc:
         # click turns Ctrl-C (also at a prompt) into Abort; a declined confirmation is one too
         if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):

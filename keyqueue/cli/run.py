@@ -20,11 +20,12 @@ from .group import GIVEN, Config, cli, pass_config
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, pid: bool = False) -> None:
+    """Log to stderr; ``pid``: each line names its process (a supervised worker's)."""
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s %(name)s{'[%(process)d]' if pid else ''}: %(message)s",
     )
 
 
@@ -96,6 +97,7 @@ WORKER_OPTIONS = (
     ("concurrency", "concurrency"),
     ("grace_period", "grace"),
     ("visibility_timeout", "visibility_timeout"),
+    ("timeout", "timeout"),
     ("metrics_port", "metrics_port"),
     ("metrics_host", "metrics_host"),
 )
@@ -129,6 +131,23 @@ WORKER_OPTIONS = (
 )
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=None)
 @click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Seconds a handler may run; one still running then has its delivery failed "
+    "(HandlerTimeout). A thread worker whose every thread is stuck exits 3.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, each with -c threads or tasks, under a supervisor that "
+    "replaces one that dies and passes SIGTERM/SIGINT on to all.",
+)
+@click.option("--supervisor-pid", type=int, default=None, hidden=True)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -139,7 +158,15 @@ WORKER_OPTIONS = (
 @LOG_LEVEL
 @click.pass_context
 def worker(
-    ctx: click.Context, /, handler: str, queues: tuple[str, ...], burst: bool, log_level: str, **options: Any
+    ctx: click.Context,
+    /,
+    handler: str,
+    queues: tuple[str, ...],
+    burst: bool,
+    log_level: str,
+    processes: int,
+    supervisor_pid: int | None,
+    **options: Any,
 ) -> None:
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
@@ -161,7 +188,18 @@ def worker(
 
     qs = cfg.served_queues(AsyncQueue if kind.awaited else Queue, queues, target.queues if decorated else None, made)
     w = target.with_options(queues=qs, **given) if decorated else kind(qs, target, **given)
-    setup_logging(log_level)
+    setup_logging(log_level, pid=processes > 1 or supervisor_pid is not None)
+    if processes > 1:  # (checked above, once, as for one process: then run by the children)
+        from .supervise import Supervisor, child_command
+
+        if not kind.awaited:  # (an asyncio client made no connection yet)
+            for client in made:
+                client.close()
+        sys.exit(Supervisor(child_command(cfg.argv, os.getpid()), processes, w.grace_period).run())
+    if supervisor_pid is not None:
+        from .supervise import watch_supervisor
+
+        watch_supervisor(supervisor_pid)
     w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst, close=made)
 
 

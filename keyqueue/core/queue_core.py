@@ -35,6 +35,11 @@ WAIT_SLICE = 2.0
 REAP_INTERVAL = 1.0
 #: Ids one claim-time reap examines at most: a backlog is reaped over the following claims.
 CLAIM_REAP_LIMIT = 500
+#: Most bytes (UTF-8) a message's last_error keeps, the mark of a cut included: a traceback
+#: or a huge exception text must not grow every item hash it fails on.
+MAX_ERROR_BYTES = 4096
+#: Ends a cut last_error.
+CUT = "\u2026"
 
 
 def not_one(values: object, what: str, instead: str) -> None:
@@ -74,6 +79,20 @@ def check_attributes(values: Iterable[object]) -> None:
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
+
+
+def bounded_error(error: str) -> str:
+    """``error`` if it fits MAX_ERROR_BYTES, else its start cut on a character boundary and
+    ending with CUT."""
+    if len(error) <= MAX_ERROR_BYTES // 4:  # (at most 4 bytes a character: fits)
+        return error
+    data = error.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_ERROR_BYTES:
+        return error
+    end = MAX_ERROR_BYTES - len(CUT.encode())
+    while data[end] & 0xC0 == 0x80:  # a continuation byte: the character starts before it
+        end -= 1
+    return data[:end].decode("utf-8", "surrogatepass") + CUT
 
 
 class QueueCore:
@@ -392,13 +411,14 @@ class QueueCore:
         if receipt is None:
             return False
         s = yield from self.ready()
-        return (yield from self.ops.release(msg_id, receipt, delay_ms, s.bucket_ms, error))
+        bounded = None if error is None else bounded_error(error)
+        return (yield from self.ops.release(msg_id, receipt, delay_ms, s.bucket_ms, bounded))
 
     def dead_letter(self, msg_id: str, receipt: str | None, reason: str) -> Op[bool]:
         if receipt is None:
             return False
         s = yield from self.ready()
-        return (yield from self.ops.dead_letter(msg_id, receipt, str(reason), s.bucket_ms))
+        return (yield from self.ops.dead_letter(msg_id, receipt, bounded_error(str(reason)), s.bucket_ms))
 
     # -- maintenance ----------------------------------------------------------------------
 

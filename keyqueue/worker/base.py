@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from ..connection import TRANSIENT, connection_kwargs
-from ..errors import InvalidArgument
+from ..errors import HandlerTimeout, InvalidArgument
 from ..face import QueueFace
 from ..keys import closest
 from ..settings import QueueSettings, check_seconds, whole_number
@@ -45,6 +45,10 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             seconds (at most 300), or dead-lettered when it is out of receives.
         reap_on_start: recover expired messages (by deadline) before the first claim.
         grace_period: seconds in-flight handlers get to finish after stop() or SIGTERM.
+        timeout: seconds a handler may run; one still running then no longer holds its
+            message: its delivery is failed as if the handler had raised HandlerTimeout
+            (the asyncio worker cancels its task; a thread cannot be stopped, so the thread
+            worker stops counting it toward ``concurrency``). None: no limit.
         metrics_port: serve ``keyqueue_worker_handled_total{queue,outcome}`` and
             ``keyqueue_worker_handler_seconds{queue}`` on this port (0: any free one) while
             run() runs, on ``metrics_host`` (loopback by default); needs prometheus_client.
@@ -55,6 +59,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
     awaited: bool
     kind, queue_kind = "Worker", "Queue"
     default_concurrency = 1
+    #: Whether a handler past its timeout keeps what runs it (a thread that cannot be
+    #: stopped): its batch is then taken over and the claims go on elsewhere.
+    gives_up_lanes = False
 
     def __init__(
         self,
@@ -67,6 +74,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         retry_backoff: float = 1.0,
         reap_on_start: bool = True,
         grace_period: float = 30.0,
+        timeout: float | None = None,
         metrics_port: int | None = None,
         metrics_host: str = METRICS_HOST,
     ) -> None:
@@ -90,6 +98,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         self.retry_backoff = check_seconds("retry_backoff", retry_backoff)
         self.reap_on_start = reap_on_start
         self.grace_period = check_seconds("grace_period", grace_period)
+        self.timeout = None if timeout is None else check_seconds("timeout", timeout, allow_zero=False)
         self.metrics = None if metrics_port is None else WorkerMetrics(metrics_port, metrics_host)
 
         self._lock = threading.Lock()
@@ -112,6 +121,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             retry_backoff=self.retry_backoff,
             reap_on_start=self.reap_on_start,
             grace_period=self.grace_period,
+            timeout=self.timeout,
             metrics_port=None if self.metrics is None else self.metrics.port,
             metrics_host=METRICS_HOST if self.metrics is None else self.metrics.host,
         )
@@ -159,6 +169,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         """Run the handler on ``h.message``: None when it returned, else what it raised."""
         raise NotImplementedError
 
+    def _timed_out_steps(self, h: Held) -> Steps[None]:
+        """``h``'s handler ran past the timeout and its delivery was failed: stop or give up
+        what runs it."""
+        raise NotImplementedError
+        yield  # (a generator)
+
     # -- the log --------------------------------------------------------------------------
 
     def _log_stopped(self) -> None:
@@ -175,13 +191,14 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         """One INFO line with the worker's options (one per queue follows)."""
         log.info(
             "worker options: concurrency=%d retry_backoff=%s grace_period=%s heartbeat=%s "
-            "reap_on_start=%s visibility_timeout=%s",
+            "reap_on_start=%s visibility_timeout=%s timeout=%s",
             self.concurrency,
             number(self.retry_backoff),
             number(self.grace_period),
             "on" if self.heartbeat else "off",
             "on" if self.reap_on_start else "off",
             "per queue" if self.visibility_timeout is None else number(self.visibility_timeout),
+            number(self.timeout),
         )
 
     def _announce_steps(self, name: str, url: str | None) -> Steps[None]:
@@ -240,18 +257,59 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             yield functools.partial(self._reap, q)
 
     def _maintain_steps(self, until: Callable[[], bool]) -> Steps[None]:
-        """Every TICK, the heartbeat; every REAP_INTERVAL (until the worker stops), a reap of
-        every queue; all this until ``until()``."""
+        """Every TICK, the handlers past the timeout and the heartbeat; every REAP_INTERVAL
+        (until the worker stops), a reap of every queue; all this until ``until()``."""
         next_reap = time.monotonic() + REAP_INTERVAL
         while True:
             yield Pause(TICK, interruptible=False)
             if until():
                 return
+            if self.timeout is not None:
+                yield from self._expire_steps(self.timeout)
             if self.heartbeat:
                 yield from heartbeat(self._held_now(), self._timeout)
             if not self.stopping and time.monotonic() >= next_reap:
                 yield from self._reap_steps()
                 next_reap = time.monotonic() + REAP_INTERVAL
+
+    def _expire_steps(self, timeout: float) -> Steps[None]:
+        """Fail each delivery whose handler has run ``timeout`` seconds, as if it had raised
+        HandlerTimeout (no more heartbeats for it); then the subclass stops or gives up what
+        runs the handler, whose return or ack later changes nothing."""
+        now = time.monotonic()
+        for h in self._held_now():
+            if h.started is None or now - h.started < timeout or not self._take(h):
+                continue
+            m, q = h.message, h.queue
+            log.error(
+                "handler still running after its timeout of %ss on queue=%s id=%s receives=%d; failing the delivery",
+                number(timeout),
+                q.name,
+                m.id,
+                m.receives,
+            )
+            self.failed += 1
+            error = HandlerTimeout(f"the handler was still running after the worker's timeout of {number(timeout)}s")
+            result = yield from fail(h, error, self.retry_backoff)
+            self._forget([h])
+            if self.metrics is not None:
+                self.metrics.observe(q.name, result, now - h.started)
+            yield from self._timed_out_steps(h)
+
+    def _take(self, h: Held) -> bool:
+        """The timeout takes ``h`` from its handler, unless the handler ended first (or the
+        worker gave the message back meanwhile)."""
+        with self._lock:
+            if h.ended or h.abandoned:
+                return False
+            h.abandoned = True
+            return True
+
+    def _ended(self, h: Held) -> bool:
+        """``h``'s handler is over: False when the timeout took its message meanwhile."""
+        with self._lock:
+            h.ended = True
+            return not h.abandoned
 
     def _timeout(self, q: Any) -> float:
         """The visibility timeout this worker claims and heartbeats with on ``q``."""
@@ -297,6 +355,10 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                 break
             h.started = time.monotonic()
             outcome = yield functools.partial(self._invoke, h)
+            if self.timeout is not None and not self._ended(h):  # failed for its timeout meanwhile
+                if self.gives_up_lanes:  # (the rest of the batch was taken over too)
+                    return []
+                continue
             if outcome is None and not h.abandoned and h.message.settled is None and self.metrics is None:
                 self._took(time.monotonic() - h.started)  # the common case, without a generator
                 done.append(h)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 from ..connection import TRANSIENT
+from ..core.queue_core import bounded_error
 from ..errors import KeyQueueError
 
 #: Most messages one thread (or task) claims at once (and acks in one call).
@@ -24,6 +25,9 @@ RECOVERABLE = TRANSIENT + (KeyQueueError,)
 SETTLED_PAST = {"ack": "acked", "release": "released", "dead_letter": "dead-lettered"}
 #: The worker-metrics outcome of a message its handler settled itself.
 SETTLED_OUTCOME = {"ack": "ok", "release": "retry", "dead_letter": "dead"}
+#: The exit status of a thread worker whose every thread is stuck in a handler past its
+#: timeout (run() raises SystemExit with it): its supervisor starts a fresh process.
+EXIT_STUCK = 3
 #: Exceptions from a handler that stop the worker (after failing the delivery).
 STOPPING_EXCEPTIONS = (SystemExit, KeyboardInterrupt)
 
@@ -42,10 +46,10 @@ def backoff(retry_backoff: float, receives: int) -> float:
 
 
 def describe(exc: BaseException) -> str:
-    """``RuntimeError: boom`` (the type alone when there is no text), at most 2,000 chars."""
+    """``RuntimeError: boom`` (the type alone when there is no text), as last_error keeps it
+    (so the log line shows what the message keeps)."""
     detail = str(exc)
-    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return text if len(text) <= 2000 else text[:1997] + "..."
+    return bounded_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
 
 
 def number(v: float | int | None) -> str:

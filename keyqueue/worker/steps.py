@@ -105,10 +105,10 @@ class Held:
     on the skew between this host's clock and Redis'. ``seen`` is ``message.deadline`` (the
     server's clock) as of ``due``: when the handler moves the deadline (``msg.extend``), the
     heartbeat shifts ``due`` by the same amount. ``abandoned``: given back by the worker
-    while its handler ran (grace period over, second signal); ``task``: the asyncio task
-    running its handler."""
+    while its handler ran (grace period over, second signal, timeout); ``ended``: its
+    handler is over; ``task``: what runs its handler (an asyncio task, or a thread)."""
 
-    __slots__ = ("message", "queue", "due", "seen", "started", "abandoned", "task")
+    __slots__ = ("message", "queue", "due", "seen", "started", "ended", "abandoned", "task")
 
     def __init__(self, message: BaseMessage, queue: Any, due: float) -> None:
         self.message = message
@@ -116,6 +116,7 @@ class Held:
         self.due = due
         self.seen = message.deadline
         self.started: float | None = None
+        self.ended = False
         self.abandoned = False
         self.task: Any = None
 

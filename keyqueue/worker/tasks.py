@@ -9,7 +9,8 @@ concurrency. Each handler runs in a task of its own: whatever it raises (any Bas
 a CancelledError too) fails its delivery, and a SystemExit or KeyboardInterrupt then stops
 the worker and run() re-raises it. A heartbeat extends what is held (also through the grace
 period), the worker reaps its queues every second, and Redis outages are logged and waited
-out.
+out. A handler still running ``timeout`` seconds after it started has its delivery failed
+(as if it raised HandlerTimeout) and its task cancelled; its lane goes on with its batch.
 
 ``stop()`` is a plain call (from the loop or any thread): claims under way are cancelled (a
 cancelled claim takes nothing), claimed messages not yet started go back at once, running
@@ -66,8 +67,9 @@ class Worker(WorkerBase[QueueFace, Handler]):
     wins), ``concurrency`` handlers at once (default 10) as tasks on the running loop.
 
     ``Worker(queues, handler, *, concurrency=10, visibility_timeout=None, heartbeat=True,
-    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
-    options of ``keyqueue.Worker`` (``keyqueue.worker.base.WorkerBase``).
+    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, timeout=None,
+    metrics_port=None)``: the options of ``keyqueue.Worker``
+    (``keyqueue.worker.base.WorkerBase``).
     """
 
     awaited = True
@@ -289,6 +291,14 @@ class Worker(WorkerBase[QueueFace, Handler]):
         task = h.task = asyncio.ensure_future(self._call(h.message))
         await asyncio.wait([task])  # (not `await task`: that would hand a cancellation on)
         return asyncio.CancelledError() if task.cancelled() else task.result()
+
+    def _timed_out_steps(self, h: Held) -> Steps[None]:
+        """Cancel the handler's task (its lane goes on); a handler that swallows the
+        cancellation holds its lane until it returns, but no longer its message."""
+        if h.task is not None:
+            h.task.cancel()
+        return
+        yield  # (a generator)
 
     async def _call(self, m: Any) -> BaseException | None:
         try:

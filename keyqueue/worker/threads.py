@@ -19,6 +19,13 @@ run() re-raises it. A second SIGINT/SIGTERM during the grace period releases eve
 message at once and makes run() raise KeyboardInterrupt (SIGINT) or SystemExit(143); a
 third one (should releasing hang) ends the process at once.
 
+A handler still running ``timeout`` seconds after it started has its delivery failed (as
+if it raised HandlerTimeout). Its thread cannot be stopped: the worker stops counting it
+toward ``concurrency`` (what the rest of its batch was gets acked or given back, and a new
+thread takes its place); once ``concurrency`` threads are stuck, the worker stops,
+releases what it holds and run() raises SystemExit(3), for a supervisor to start a fresh
+process.
+
 What happens to a message once claimed is written once (base.py, steps.py) and shared
 with the asyncio worker (tasks.py); this module has the threads, the claims and the
 shutdown.
@@ -41,9 +48,9 @@ from ..settings import QueueSettings
 from ..transport.sync import run, run_plan
 from .base import WorkerBase
 from .reaping import reap_and_log
-from .rules import RECOVERABLE, is_async
+from .rules import EXIT_STUCK, RECOVERABLE, is_async
 from .signals import StopSignals, on_stop_signals
-from .steps import Held, Steps, drive, give_back, outage_pause
+from .steps import Held, Steps, ack, drive, give_back, outage_pause
 
 log = logging.getLogger("keyqueue.worker")
 
@@ -56,11 +63,13 @@ class Worker(WorkerBase[QueueFace, Handler]):
     1; they share the queues' connection pools).
 
     ``Worker(queues, handler, *, concurrency=1, visibility_timeout=None, heartbeat=True,
-    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, metrics_port=None)``: the
-    options are those of every worker (``keyqueue.worker.base.WorkerBase``).
+    retry_backoff=1.0, reap_on_start=True, grace_period=30.0, timeout=None,
+    metrics_port=None)``: the options are those of every worker
+    (``keyqueue.worker.base.WorkerBase``).
     """
 
     awaited = False
+    gives_up_lanes = True
 
     def _setup(self) -> None:
         if is_async(self.handler):  # called here, it would return an unawaited coroutine: acked unrun
@@ -73,6 +82,11 @@ class Worker(WorkerBase[QueueFace, Handler]):
         self._claiming: set[int] = set()  # threads inside a claim (it may return messages)
         #: The stop signals of the current run(); a second one releases what is held now.
         self._signals = StopSignals(self.grace_period, self._stopping.is_set, self.stop)
+        self._burst = False
+        self._lane_number = 0
+        self._lanes: list[threading.Thread] = []  # the threads counted toward concurrency
+        self._stuck: set[threading.Thread] = set()  # threads given up, in handlers past the timeout
+        self._batches: dict[threading.Thread, list[Held]] = {}  # the batch each thread works on
 
     # -- control ------------------------------------------------------------------------
 
@@ -92,20 +106,26 @@ class Worker(WorkerBase[QueueFace, Handler]):
         held message is released."""
         self._fatal = None
         self._signals = StopSignals(self.grace_period, self._stopping.is_set, self.stop)
+        self._burst, self._lanes, self._stuck, self._batches = burst, [], set(), {}
         restore = on_stop_signals(self._signals)
         try:
             self._drive(self._start_steps())
-            threads = [
-                threading.Thread(target=self._thread_loop, args=(burst,), daemon=True, name=f"keyqueue-worker-{i}")
-                for i in range(self.concurrency)
-            ]
-            maintain = threading.Thread(target=self._maintain, name="keyqueue-maintain", daemon=True)
-            for t in [*threads, maintain]:
+            with self._lock:
+                first = [self._new_lane() for _ in range(self.concurrency)]
+            for t in first:
                 t.start()
-            while any(t.is_alive() for t in threads) and not self._stopping.is_set():
-                threads[0].join(0.1)  # short joins: the main thread stays free for signals
+            maintain = threading.Thread(target=self._maintain, name="keyqueue-maintain", daemon=True)
+            maintain.start()
+            while not self._stopping.is_set():
+                with self._lock:
+                    lanes = [t for t in self._lanes if t.is_alive()]
+                if not lanes:
+                    break
+                lanes[0].join(0.1)  # short joins: the main thread stays free for signals
             self._stopping.set()
-            self._shutdown([*threads, maintain])
+            with self._lock:
+                lanes = list(self._lanes)  # (not the stuck threads: they may never end)
+            self._shutdown([*lanes, maintain])
         finally:
             self._stopping.set()
             restore()
@@ -144,6 +164,15 @@ class Worker(WorkerBase[QueueFace, Handler]):
 
     # -- one thread: claim, handle, ack ---------------------------------------------------
 
+    def _new_lane(self) -> threading.Thread:
+        """A thread counted toward concurrency, to be started (the caller holds the lock)."""
+        self._lane_number += 1
+        t = threading.Thread(
+            target=self._thread_loop, args=(self._burst,), daemon=True, name=f"keyqueue-worker-{self._lane_number}"
+        )
+        self._lanes.append(t)
+        return t
+
     def _thread_loop(self, burst: bool) -> None:
         with ThreadPoolExecutor(1, thread_name_prefix="keyqueue-prefetch") as prefetch:
             self._claim_loop(burst, prefetch)
@@ -173,11 +202,17 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 self._stopping.wait(outage_pause(failures, f"claim failed: {exc}").seconds)
                 continue
             if held:
+                if self.timeout is not None:  # what a handler past its timeout leaves to settle
+                    with self._lock:
+                        self._batches[threading.current_thread()] = list(held)
                 if self._batch_size() > 1 and not self._stopping.is_set():
-                    ahead, unacked = prefetch.submit(self._claim_ahead, unacked), []
+                    ahead = prefetch.submit(self._claim_ahead, unacked, threading.current_thread())
+                    unacked = []
                 elif unacked:
                     self._drive(self._ack_steps(unacked))
                 unacked = self._drive(self._work_steps(held, ack_now=ahead is None))
+                if self.timeout is not None and self._given_up():
+                    return
             elif burst and not self._held_now():
                 return
         if ahead is not None:  # stopped meanwhile: what it claimed goes back, unstarted
@@ -207,20 +242,84 @@ class Worker(WorkerBase[QueueFace, Handler]):
             with self._lock:
                 self._claiming.discard(threading.get_ident())
 
-    def _claim_ahead(self, unacked: list[Held]) -> list[Held]:
-        """In the prefetch thread: ack the last batch, then claim the next without waiting."""
+    def _claim_ahead(self, unacked: list[Held], owner: threading.Thread) -> list[Held]:
+        """In the prefetch thread: ack the last batch, then claim the next without waiting
+        (part of ``owner``'s batch from now on: given back should its handler get stuck)."""
         if unacked:
             self._drive(self._ack_steps(unacked))
         with self._lock:
             self._claiming.add(threading.get_ident())
         try:
             q, msgs = run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, 0.0, True))
-            return self._hold(q, msgs) if q is not None and msgs else []
+            held = self._hold(q, msgs) if q is not None and msgs else []
+            if held and self.timeout is not None:
+                with self._lock:
+                    stuck = owner in self._stuck
+                    if not stuck:
+                        self._batches.setdefault(owner, []).extend(held)
+                if stuck:  # its thread was given up meanwhile: nobody will start them
+                    for h in held:
+                        self._drive(give_back(h))
+                        self._forget([h])
+                    return []
+            return held
         finally:
             with self._lock:
                 self._claiming.discard(threading.get_ident())
 
+    def _given_up(self) -> bool:
+        """This thread was given up (its handler ran past the timeout; another took its
+        place): it ends, and no longer counts as stuck."""
+        me = threading.current_thread()
+        with self._lock:
+            self._batches.pop(me, None)
+            if me not in self._stuck:
+                return False
+            self._stuck.discard(me)
+            if me in self._lanes:  # (returned while its place was being taken)
+                self._lanes.remove(me)
+        log.info("a handler past its timeout returned; its thread ends (another took its place)")
+        return True
+
+    def _timed_out_steps(self, h: Held) -> Steps[None]:
+        """The thread running ``h``'s handler is stuck in it: count it out of concurrency,
+        ack what its batch finished and give back what it did not start, and start a thread
+        in its place; once every thread is stuck, stop (run() raises SystemExit(3))."""
+        thread = h.task
+        with self._lock:  # stuck from now on: should the handler return, its thread ends
+            batch = [o for o in self._batches.pop(thread, []) if o is not h and id(o.message) in self._held]
+            self._stuck.add(thread)
+        for o in batch:
+            if o.started is None:
+                o.abandoned = True
+                yield from give_back(o)
+        covered = yield from ack([o for o in batch if o.started is not None], lambda: False)
+        self.processed += covered
+        self._forget(batch)
+        replacement = None
+        with self._lock:  # (the thread counted until now: run() never sees no thread at all)
+            if thread in self._lanes:
+                self._lanes.remove(thread)
+            stuck = len(self._stuck)
+            if stuck >= self.concurrency:
+                self._fatal = self._fatal or SystemExit(EXIT_STUCK)
+            elif not self.stopping:
+                replacement = self._new_lane()
+        if replacement is not None:
+            log.warning(
+                "%d of %d threads stuck in handlers past their timeout; starting another", stuck, self.concurrency
+            )
+            replacement.start()
+        elif stuck >= self.concurrency:
+            log.error(
+                "all %d threads are stuck in handlers past their timeout: releasing what is held and exiting %d",
+                stuck,
+                EXIT_STUCK,
+            )
+            self.stop()
+
     def _invoke(self, h: Held) -> BaseException | None:
+        h.task = threading.current_thread()
         try:
             message: Any = h.message  # a Queue's claims are Messages
             self.handler(message)

@@ -133,6 +133,36 @@ def test_the_end_of_the_grace_period_cancels_the_handlers(url: str, scripting: b
     assert sorted(cancelled) == ["1", "2"]
 
 
+def test_a_handler_past_its_timeout_has_its_task_cancelled_and_the_lane_goes_on(url: str, scripting: bool) -> None:
+    """One lane (concurrency 1): the stuck handler's task is cancelled, its delivery failed,
+    and the lane handles the next message."""
+    cancelled: list[float] = []
+    handled: list[str] = []
+
+    async def handler(m: Message) -> None:
+        if m.text == "stuck":
+            started = time.monotonic()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(time.monotonic() - started)
+                raise
+        handled.append(m.text)
+
+    async def main() -> None:
+        async with queues(url, scripting, "q", max_receives=5) as (q,):
+            await q.enqueue_many(["stuck", "next"])
+            w = Worker(q, handler, concurrency=1, timeout=1, retry_backoff=60)
+            async with running(w):
+                await until(lambda: handled == ["next"], timeout=15)
+            (m,) = await q.peek(source="delayed")
+            assert m.text == "stuck" and (m.last_error or "").startswith("HandlerTimeout")
+            assert w.failed == 1 and w.processed == 1
+
+    asyncio.run(main())
+    assert len(cancelled) == 1 and 1 <= cancelled[0] < 7
+
+
 def test_stop_now_releases_what_is_held_at_once(url: str, scripting: bool) -> None:
     async def stuck(m: Message) -> None:
         await asyncio.sleep(60)

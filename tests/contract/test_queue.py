@@ -484,3 +484,30 @@ def test_metadata_hash_and_existence(make_queue, r: redis.Redis) -> None:
     assert q.check(settle=0).consistent
     q.destroy()
     assert not q.exists() and not r.exists("kq:{meta-q}:meta")
+
+
+#: Errors at the bound of last_error: (the error, what last_error keeps). 4,096 bytes are
+#: kept whole; longer ones are cut on a character boundary to at most 4,096 bytes with the
+#: "…" (3 bytes), so a character that straddles byte 4,093 goes whole.
+LONG_ERRORS = [
+    ("a" * 4096, "a" * 4096),
+    ("é" * 2048, "é" * 2048),
+    ("a" * 4097, "a" * 4093 + "…"),
+    ("a" * 4092 + "😀b", "a" * 4092 + "…"),  # the emoji's 4 bytes straddle the cut
+    ("€" * 2000, "€" * 1364 + "…"),  # 3-byte characters: 4,092 bytes kept
+    ("ab" + "😀" * 5000, "ab" + "😀" * 1022 + "…"),
+]
+
+
+@pytest.mark.parametrize("error, kept", LONG_ERRORS, ids=["4096", "4096-2byte", "4097", "emoji", "euro", "emojis"])
+@pytest.mark.parametrize("writer", ["release", "dead_letter"])
+def test_last_error_keeps_at_most_4096_bytes(make_queue, writer: str, error: str, kept: str) -> None:
+    q = make_queue()
+    q.enqueue("x")
+    m = q.claim()
+    assert m is not None
+    assert (q.release(m, error=error) if writer == "release" else q.dead_letter(m, error)) is True
+    (stored,) = q.peek(source="waiting" if writer == "release" else "dead")
+    assert stored.last_error == kept
+    size = len(kept.encode())
+    assert size <= 4096 and (kept == error or size >= 4088)

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from keyqueue import InvalidArgument, Message, Queue
+from keyqueue.core.queue_core import bounded_error
 from keyqueue.worker.rules import MAX_BACKOFF, backoff
 
 from ..support.helpers import wait_until
@@ -98,14 +99,15 @@ def test_a_failed_message_waits_out_its_backoff(make_queue: Callable[..., Queue]
 
 
 def test_heartbeat_keeps_a_long_handler_s_message(make_queue: Callable[..., Queue], workers: Workers) -> None:
-    q = make_queue(visibility_timeout=0.3, bucket_seconds=1)
-    q.enqueue("3.0")
+    # (a timeout of 1.5 s: heartbeats every 0.5 s, so a busy machine's stalls do not lose it)
+    q = make_queue(visibility_timeout=1.5, bucket_seconds=1)
+    q.enqueue("x")
     calls: list[str] = []
     other: list[str] = []
 
     def slow(m: Message) -> None:
         calls.append(m.id)
-        time.sleep(3.0)  # 10x the visibility timeout
+        time.sleep(6.0)  # 4x the visibility timeout
 
     thief = workers.make(q, lambda m: other.append(m.id))
     with workers.running(workers.make(q, slow)):
@@ -204,12 +206,14 @@ def test_grace_period_over_releases_what_is_left(q: Queue, workers: Workers, cap
 
 
 def test_the_decorator_builds_a_worker(q: Queue, workers: Workers) -> None:
-    @q.worker(concurrency=2)
+    @q.worker(concurrency=2, timeout=5)
     @workers.handler
     def handle(m: Message) -> None:
         pass
 
     assert isinstance(handle, workers.kind) and handle.concurrency == 2 and handle.queues == [workers.queue(q)]
+    # what `keyqueue worker` does with the options given on its command line
+    assert handle.with_options(timeout=1).timeout == 1 and handle.with_options(concurrency=3).timeout == 5
     q.enqueue("x")
     workers.run(handle)
     assert q.length() == 0
@@ -225,7 +229,18 @@ def test_the_decorator_works_without_parentheses(q: Queue, workers: Workers) -> 
 
 
 @pytest.mark.parametrize(
-    "kw", [{"concurrency": 0}, {"retry_backoff": -1}, {"grace_period": "x"}, {"visibility_timeout": 0}]
+    "kw",
+    [
+        {"concurrency": 0},
+        {"retry_backoff": -1},
+        {"grace_period": "x"},
+        {"visibility_timeout": 0},
+        {"timeout": 0},
+        {"timeout": -1},
+        {"timeout": True},
+        {"timeout": float("nan")},
+        {"timeout": "1"},
+    ],
 )
 def test_bad_worker_options(q: Queue, workers: Workers, kw: dict) -> None:
     with pytest.raises(InvalidArgument):
@@ -263,3 +278,76 @@ def test_log_lines_name_queue_id_and_receives(
     assert "acked queue=mail id=1 receives=1" in lines
     assert any(line.startswith("dead-lettered queue=mail id=2 receives=1 after KeyError") for line in lines)
     assert all("\n" not in line for line in lines)
+
+
+def test_a_handler_error_is_kept_to_4096_bytes(make_queue: Callable[..., Queue], workers: Workers) -> None:
+    q = make_queue(max_receives=1)
+    q.enqueue("x")
+
+    def handler(m: Message) -> None:
+        raise RuntimeError("é" * 3000)  # 6,000 bytes
+
+    workers.run(workers.make(q, handler))
+    (dead,) = q.peek(source="dead")
+    assert dead.last_error == bounded_error("RuntimeError: " + "é" * 3000)
+    assert dead.last_error.startswith("RuntimeError: éé") and dead.last_error.endswith("é…")
+    assert 4088 <= len(dead.last_error.encode()) <= 4096
+
+
+# -- handler time limits -------------------------------------------------------------------
+
+
+def test_a_handler_past_its_timeout_is_failed_and_its_late_ack_changes_nothing(
+    make_queue: Callable[..., Queue], workers: Workers
+) -> None:
+    q = make_queue(max_receives=5)
+    q.enqueue("stuck")
+    started: list[float] = []
+    late = threading.Event()
+    acked: list[bool] = []
+
+    def handler(m: Message) -> None:
+        started.append(time.time())
+        late.wait(30)
+        acked.append(m.ack())
+
+    # concurrency 2: a thread worker with one stuck thread of 2 goes on serving
+    with workers.running(workers.make(q, handler, concurrency=2, timeout=1, retry_backoff=30)) as w:
+        wait_until(lambda: q.stats().delayed == 1, timeout=15)
+        (m,) = q.peek(source="delayed")
+        assert m.last_error is not None and m.last_error.startswith("HandlerTimeout")
+        assert m.receives == 1 and w.failed == 1
+        # Released with its 30 s backoff at the server's time deadline - 30 (ms precision):
+        # never before the timeout, and soon after it (generously: the machine may be busy).
+        assert m.deadline is not None
+        failed_after = m.deadline - 30 - started[0]
+        assert 1 - 0.001 <= failed_after < 1 + 6
+        late.set()
+        wait_until(lambda: acked, timeout=10)
+    assert acked == [False]  # the late handler's ack: its delivery was over
+    assert q.stats().delayed == 1 and q.peek(source="delayed")[0].receives == 1
+    assert w.processed == 0 and w.failed == 1
+
+
+def test_a_handler_past_its_timeout_out_of_receives_is_dead_lettered(
+    make_queue: Callable[..., Queue], workers: Workers
+) -> None:
+    q = make_queue(max_receives=1)
+    q.enqueue("stuck")
+    q.enqueue("fine")
+    late = threading.Event()
+    done: list[str] = []
+
+    def handler(m: Message) -> None:
+        if m.text == "stuck":
+            late.wait(30)
+        done.append(m.text)
+
+    try:
+        with workers.running(workers.make(q, handler, concurrency=2, timeout=1)):
+            wait_until(lambda: q.stats().dead == 1 and done == ["fine"], timeout=15)
+    finally:
+        late.set()
+    (dead,) = q.peek(source="dead")
+    assert dead.text == "stuck" and (dead.last_error or "").startswith("HandlerTimeout")
+    assert q.stats().waiting == q.stats().processing == 0

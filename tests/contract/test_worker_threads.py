@@ -122,3 +122,115 @@ def test_messages_claimed_ahead_go_back_unstarted_when_the_worker_stops(r: redis
     s = q.stats()
     assert s.processing == 0 and len(handled) == len(set(handled))
     assert s.waiting == 601 - len(handled) and q.counters()["acked"] == len(handled)
+
+
+def run_in_thread(w: Worker) -> tuple[threading.Thread, list[BaseException]]:
+    """w.run() in a thread; what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            w.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+def test_stuck_threads_are_replaced_until_every_thread_is_stuck_then_run_exits_3(
+    r: redis.Redis, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60, max_receives=5)
+    q.enqueue("stuck")
+    started: list[str] = []
+    late = threading.Event()
+
+    def handler(m) -> None:  # type: ignore[no-untyped-def]
+        started.append(m.text)
+        if m.text.startswith("stuck"):
+            late.wait(60)
+
+    w = Worker(q, handler, concurrency=2, timeout=1, retry_backoff=60)
+    thread, raised = run_in_thread(w)
+    try:
+        wait_until(lambda: q.stats().delayed == 1, timeout=15)  # the first stuck handler, failed
+        q.enqueue_many([f"fast{i}" for i in range(5)])
+        wait_until(lambda: sum(t.startswith("fast") for t in started) == 5 and q.stats().processing == 0)
+        assert thread.is_alive() and q.length() == 0  # served on: by the other thread and a new one
+        q.enqueue("stuck again")  # a second stuck thread: every thread (2) is stuck
+        thread.join(20)
+        assert not thread.is_alive()
+    finally:
+        late.set()
+    assert len(raised) == 1 and isinstance(raised[0], SystemExit) and raised[0].code == 3
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed) == (0, 0, 2)
+    assert all((m.last_error or "").startswith("HandlerTimeout") for m in q.peek(source="delayed"))
+    assert w.processed == 5 and w.failed == 2
+
+
+def test_a_stuck_thread_s_batch_is_acked_and_given_back(r: redis.Redis, scripting: bool) -> None:
+    """Fast handlers are claimed in batches (one claim takes all five of one enqueue_many):
+    when the third one's thread is stuck, the two it finished are acked and the two it did
+    not start go back at once; with concurrency 1, run() then raises SystemExit(3)."""
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    late = threading.Event()
+    seen: list[str] = []
+
+    def handler(m) -> None:  # type: ignore[no-untyped-def]
+        seen.append(m.text)
+        if m.text == "stuck":
+            late.wait(60)
+
+    w = Worker(q, handler, timeout=1, retry_backoff=60)
+    q.enqueue_many(["warm"] * 20)  # (fast handlers: claims of many at once from then on)
+    thread, raised = run_in_thread(w)
+    try:
+        wait_until(lambda: w.processed == 20)
+        q.enqueue_many(["a", "b", "stuck", "c", "d"])
+        thread.join(20)
+        assert not thread.is_alive()
+    finally:
+        late.set()
+    assert len(raised) == 1 and isinstance(raised[0], SystemExit) and raised[0].code == 3
+    assert seen[20:] == ["a", "b", "stuck"] and w.processed == 22
+    s = q.stats()
+    assert (s.processing, s.delayed) == (0, 1)
+    (stuck,) = q.peek(source="delayed")
+    assert stuck.text == "stuck" and (stuck.last_error or "").startswith("HandlerTimeout")
+    assert [(m.text, m.receives) for m in q.peek()] == [("c", 1), ("d", 1)]  # claimed, given back
+
+
+def test_a_stuck_thread_gives_back_what_was_claimed_ahead_for_it(
+    r: redis.Redis, scripting: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch after the stuck one, claimed while it ran, goes back at once too (not
+    left held until the worker's end releases it)."""
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    late = threading.Event()
+    seen: list[str] = []
+
+    def handler(m) -> None:  # type: ignore[no-untyped-def]
+        seen.append(m.text)
+        if m.text == "stuck":
+            late.wait(60)
+
+    w = Worker(q, handler, timeout=1, retry_backoff=60)
+    q.enqueue_many(["warm"] * 20)
+    thread, raised = run_in_thread(w)
+    try:
+        wait_until(lambda: w.processed == 20)
+        q.enqueue_many(["a", "stuck"] + ["x"] * (MAX_BATCH + 50))  # two batches' worth
+        wait_until(lambda: q.stats().processing > MAX_BATCH)  # the second claimed ahead
+        thread.join(20)
+        assert not thread.is_alive()
+    finally:
+        late.set()
+    assert len(raised) == 1 and isinstance(raised[0], SystemExit) and raised[0].code == 3
+    assert seen[20:] == ["a", "stuck"] and w.processed == 21
+    s = q.stats()
+    assert (s.processing, s.delayed, s.waiting) == (0, 1, MAX_BATCH + 50)
+    assert {m.receives for m in q.peek(count=1000)} == {1}
+    assert not [rec for rec in caplog.records if "grace period over" in rec.getMessage()]

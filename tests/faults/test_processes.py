@@ -4,6 +4,7 @@ def`` one (keyqueue.aio.Worker, asyncio): the ``kind`` fixture."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -17,7 +18,7 @@ from keyqueue import Queue
 from keyqueue.server import RedisServer
 
 from ..support.aio_handlers import WHERE
-from ..support.handlers import DONE, STARTED
+from ..support.handlers import DONE, PIDS, STARTED
 from ..support.helpers import wait_until
 from ..support.processes import Procs
 
@@ -151,6 +152,134 @@ def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Red
     assert not [rec for rec in records if rec[1].startswith("apscheduler")]  # not even at debug level
     above_debug = [rec for rec in records if rec[0] != "DEBUG"]
     assert len(above_debug) == 1 and above_debug[0][2].startswith("reaping every queue")
+
+
+# -- handler time limits and the supervisor (--processes) ----------------------------------
+
+#: These run in one mode: the modes' release and dead letter paths are the contract suite's,
+#: and the supervisor never talks to Redis.
+ONE_MODE = pytest.mark.parametrize("scripting", [True], ids=["scripted"])
+
+
+@ONE_MODE
+def test_a_handler_past_the_timeout(redis_server, r: redis.Redis, procs, scripting: bool, kind: str) -> None:
+    """Its delivery is failed either way; the asyncio worker cancels it and goes on, the
+    thread worker's one thread (-c 1) is stuck: it exits 3, for its supervisor to restart."""
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    q.enqueue("30")
+    p = procs.worker(redis_server.url, f"{kind}:slow", "-c", "1", "--timeout", "1")
+    wait_until(lambda: q.stats().delayed == 1, timeout=20)
+    (m,) = q.peek(source="delayed")
+    assert (m.last_error or "").startswith("HandlerTimeout") and m.receives == 1
+    if kind == HANDLERS["threads"]:
+        assert p.wait(15) == 3, procs.log(p)
+        assert "all 1 threads are stuck in handlers past their timeout" in procs.log(p)
+    else:
+        q.enqueue("0")  # served on by the same lane
+        wait_until(lambda: r.hget(DONE, "2") == b"1")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(15) == 0, procs.log(p)
+    assert q.stats().processing == 0 and r.hget(DONE, "1") is None
+
+
+def children(procs: Procs, p) -> list[int]:  # type: ignore[no-untyped-def]
+    """The pids of the worker processes the supervisor ``p`` started, in order."""
+    return [int(pid) for pid in re.findall(r"started worker process (\d+)", procs.log(p))]
+
+
+def up(procs: Procs, p, gone: tuple[int, ...] = ()) -> list[int]:  # type: ignore[no-untyped-def]
+    """Wait until the children of ``p`` but ``gone`` (2 of them) serve: they logged their options."""
+
+    def serving() -> list[int]:
+        pids = [pid for pid in children(procs, p) if pid not in gone]
+        log = procs.log(p)
+        return pids if len(pids) == 2 and all(f"worker[{pid}]: worker options" in log for pid in pids) else []
+
+    return wait_until(serving, timeout=20)
+
+
+@ONE_MODE
+def test_processes_replaces_a_killed_child_and_drains_on_sigterm(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=2, bucket_seconds=1)
+    p = procs.worker(redis_server.url, "in_process", "-c", "2", "--processes", "2", "--grace", "20")
+    first = up(procs, p)
+    q.enqueue_many(["1.5"] * 4)
+    wait_until(lambda: r.llen(STARTED) >= 1)
+    victim = int(r.hget(PIDS, r.lindex(STARTED, 0)))  # a child holding a message
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_until(lambda: len(children(procs, p)) == 3, timeout=10)
+    assert time.monotonic() - killed < 4 + 4  # (about 4 s, with a margin for a busy machine)
+    assert f"worker process {victim} was killed by SIGKILL: starting another" in procs.log(p)
+    now = up(procs, p, gone=(victim,))
+    # what the victim held comes back after its visibility timeout; the others drain
+    wait_until(lambda: r.hlen(DONE) == 4 and q.stats().processing == 0, timeout=30)
+    q.enqueue_many(["1.5"] * 2)
+    wait_until(lambda: {b"5", b"6"} <= set(r.lrange(STARTED, 0, -1)))
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0, procs.log(p)
+    assert r.hlen(DONE) == 6 and q.stats().processing == q.stats().waiting == 0  # each drained
+    assert {int(pid) for pid in r.hvals(PIDS)} <= set(first) | set(now)  # none ran in the supervisor
+    log = procs.log(p)
+    assert log.count("SIGTERM: stopping") == 2, log  # passed on to each child once
+    for pid in now:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@ONE_MODE
+def test_processes_second_sigint_releases_and_exits_130(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    p = procs.worker(redis_server.url, "slow", "-c", "1", "--processes", "2", "--grace", "60")
+    up(procs, p)
+    q.enqueue_many(["30", "30"])
+    wait_until(lambda: r.llen(STARTED) == 2, timeout=20)  # one in each process (-c 1)
+    p.send_signal(signal.SIGINT)
+    wait_until(lambda: procs.log(p).count("SIGINT: stopping") == 2)  # two signals at once would merge
+    p.send_signal(signal.SIGINT)
+    assert p.wait(15) == 130, procs.log(p)
+    s = q.stats()
+    assert (s.waiting, s.processing) == (2, 0) and r.hlen(DONE) == 0  # released at once
+    assert procs.log(p).count("second SIGINT: releasing every held message now") == 2
+
+
+@ONE_MODE
+def test_processes_with_burst_exit_0_once_every_child_found_the_queues_empty(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting)
+    q.enqueue_many(["0.01"] * 20)
+    p = procs.worker(redis_server.url, "in_process", "-c", "2", "--processes", "2", "--burst")
+    assert p.wait(30) == 0, procs.log(p)
+    assert r.hlen(DONE) == 20 and q.stats().processing == q.stats().waiting == 0
+    assert len(children(procs, p)) == 2  # finished children are not replaced
+    assert procs.log(p).count("finished (exit 0)") == 2
+
+
+def ended(pid: int) -> bool:
+    """The process is gone (or a zombie nobody reaps yet: it ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@ONE_MODE
+def test_processes_children_stop_when_the_supervisor_is_killed(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
+    p = procs.worker(redis_server.url, "slow", "-c", "1", "--processes", "2", "--grace", "30")
+    kids = up(procs, p)
+    q.enqueue("1")
+    wait_until(lambda: r.llen(STARTED) == 1)
+    p.kill()
+    p.wait()
+    wait_until(lambda: all(ended(pid) for pid in kids), timeout=20)  # no orphan works on
+    assert procs.log(p).count("the supervisor (pid") == 2
+    assert r.hget(DONE, "1") == b"1" and q.stats().processing == 0  # drained as on SIGTERM
 
 
 # -- `keyqueue worker` on an async def handler ---------------------------------------------

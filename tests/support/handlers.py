@@ -3,12 +3,14 @@ Each records what it did in Redis, so the test can see it from outside the proce
 
 from __future__ import annotations
 
+import os
 import time
 
 from keyqueue import Message
 
 STARTED = "test:started"  # list of ids whose handler began
 DONE = "test:done"  # hash id -> completed deliveries
+PIDS = "test:pids"  # hash id -> the pid of the process whose handler began it
 
 
 def _client(m: Message):  # type: ignore[no-untyped-def]
@@ -35,4 +37,10 @@ def exits(m: Message) -> None:
     """A body "exit" raises SystemExit(3); any other is a number of seconds to sleep, as slow."""
     if m.text == "exit":
         raise SystemExit(3)
+    slow(m)
+
+
+def in_process(m: Message) -> None:
+    """Records its process's pid, then sleeps as slow."""
+    _client(m).hset(PIDS, m.id, os.getpid())
     slow(m)

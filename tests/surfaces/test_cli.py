@@ -198,6 +198,12 @@ def test_worker_command_burst(redis_server, r: redis.Redis) -> None:
             ["worker", "tests.support.handlers:nothing", "-q", "q"],
             "Error: module 'tests.support.handlers' has no function",
         ),
+        (["worker", "tests.support.handlers:record", "-q", "q", "--timeout", "0"], "Error: timeout must be"),
+        (["worker", "tests.support.handlers:record", "-q", "q", "--timeout", "nan"], "Error: timeout must be"),
+        (  # checked by the supervisor, before it starts any worker process
+            ["worker", "tests.support.handlers:record", "-q", "q", "--processes", "2", "--timeout", "-1"],
+            "Error: timeout must be",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(redis_server, args: list[str], message: str) -> None:
@@ -238,6 +244,9 @@ def test_click_usage_errors_keep_click_s_form() -> None:
     assert res.returncode == 2 and "Usage:" in res.stderr and "No such command" in res.stderr
     res = kq("len")
     assert res.returncode == 2 and "Missing argument 'QUEUE'" in res.stderr
+    for option in (["--timeout", "soon"], ["--processes", "0"]):
+        res = kq("worker", "tests.support.handlers:record", "-q", "q", *option)
+        assert res.returncode == 2 and f"Invalid value for '{option[0]}'" in res.stderr
     res = kq("peek", "q", "--source", "nowhere")
     assert res.returncode == 2 and "Invalid value for '--source'" in res.stderr
 
@@ -466,10 +475,13 @@ def test_worker_runs_a_decorated_worker_with_its_options(redis_server, r: redis.
         "2",
         "--visibility-timeout",
         "20",
+        "--timeout",
+        "9",
         env=env,
     )
     assert res.returncode == 0, res.stderr
     assert "on other, decoratd at" in res.stderr and "concurrency 2" in res.stderr
+    assert "retry_backoff=40 " in res.stderr and " timeout=9\n" in res.stderr  # merged
     warnings = [line for line in res.stderr.splitlines() if "does not exist yet" in line]
     assert len(warnings) == 1 and "WARNING" in warnings[0]
     assert "queue 'decoratd' does not exist yet under prefix 'kq'" in warnings[0]
