@@ -80,6 +80,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
             )
         self._stopping = threading.Event()
         self._claiming: set[int] = set()  # threads inside a claim (it may return messages)
+        self._over = threading.Event()  # (one per run(): set once in-flight handlers are over)
         #: The stop signals of the current run(); a second one releases what is held now.
         self._signals = StopSignals(self.grace_period, self._stopping.is_set, self.stop)
         self._burst = False
@@ -107,6 +108,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
         self._fatal = None
         self._signals = StopSignals(self.grace_period, self._stopping.is_set, self.stop)
         self._burst, self._lanes, self._stuck, self._batches = burst, [], set(), {}
+        self._over = threading.Event()  # set once in-flight handlers are over or given up
         restore = on_stop_signals(self._signals)
         try:
             self._drive(self._start_steps())
@@ -125,9 +127,10 @@ class Worker(WorkerBase[QueueFace, Handler]):
             self._stopping.set()
             with self._lock:
                 lanes = list(self._lanes)  # (not the stuck threads: they may never end)
-            self._shutdown([*lanes, maintain])
+            self._shutdown(lanes, maintain)
         finally:
             self._stopping.set()
+            self._over.set()
             restore()
             self._stop_metrics()
             self._log_stopped()
@@ -328,19 +331,22 @@ class Worker(WorkerBase[QueueFace, Handler]):
         return None
 
     def _maintain(self) -> None:
-        """Heartbeats and reaps, until the worker stops."""
-        self._drive(self._maintain_steps(until=self._stopping.is_set))
+        """Heartbeats, time limits and reaps, until in-flight handlers are over: through the
+        grace period too, so a handler finishing then keeps its message (no reaps by then)."""
+        drive(self._maintain_steps(until=self._over.is_set), self._over.wait)
 
     # -- shutdown -----------------------------------------------------------------------
 
-    def _shutdown(self, threads: list[threading.Thread]) -> None:
+    def _shutdown(self, lanes: list[threading.Thread], maintain: threading.Thread) -> None:
         end = time.monotonic() + self.grace_period
         while self._signals.forced is None:
-            alive = [t for t in threads if t.is_alive()]
+            alive = [t for t in lanes if t.is_alive()]
             left = end - time.monotonic()
             if not alive or left <= 0:
                 break
             alive[0].join(min(left, 0.1))  # short joins: a second signal is acted on at once
+        self._over.set()  # no more heartbeats: what is still held is released below
+        maintain.join(5.0)
         if self._signals.forced is not None:
             self._release_now()
             return

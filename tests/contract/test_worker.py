@@ -178,6 +178,30 @@ def test_stop_lets_in_flight_work_finish(q: Queue, workers: Workers) -> None:
     assert sorted(m.text for m in q.peek()) == ["b", "c"]  # never started: given back at once
 
 
+def test_heartbeats_go_on_through_the_grace_period(q: Queue, workers: Workers) -> None:
+    """A handler finishing in the grace period, long after the visibility timeout, still
+    holds its message: it is acked once, never redelivered meanwhile."""
+    q.enqueue("a")
+    started, proceed = threading.Event(), threading.Event()
+
+    def handler(m: Message) -> None:
+        started.set()
+        proceed.wait(30)
+
+    run = workers.start(workers.make(q, handler, visibility_timeout=1, grace_period=30))
+    assert started.wait(10)
+    run.worker.stop()
+    deadline = time.monotonic() + 4  # four visibility timeouts into the grace period
+    while time.monotonic() < deadline:
+        q.reap()
+        assert q.claim() is None  # still held by the stopping worker
+        time.sleep(0.2)
+    proceed.set()
+    run.result(15)
+    assert q.counters()["acked"] == 1 and q.counters()["redelivered"] == 0
+    assert (q.stats().waiting, q.stats().processing) == (0, 0)
+
+
 def test_grace_period_over_releases_what_is_left(q: Queue, workers: Workers, caplog: pytest.LogCaptureFixture) -> None:
     q.enqueue_many(["a", "b"])
     stuck = threading.Event()
