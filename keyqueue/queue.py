@@ -38,6 +38,9 @@ class Queue(QueueFace):
         visibility_timeout, max_receives, bucket_seconds, max_body_bytes, dedup_window:
             settings. Given ones are written to the queue's config hash; the others are
             read from it, so every process applies the same values.
+        retention, dead_retention: seconds a message is kept from its first enqueue (or its
+            requeue), and a dead letter from its dead-lettering; None keeps them until handled.
+            Settings too.
         scripting: False selects the script-free mode (servers without EVAL).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """

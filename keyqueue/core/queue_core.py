@@ -16,12 +16,22 @@ from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
-from .results import START, Claimed, Enqueued, Fields, QueueStats, ReapPosition, ReapResult
+from .results import (
+    EXPIRE_START,
+    START,
+    Claimed,
+    Enqueued,
+    ExpirePosition,
+    Fields,
+    QueueStats,
+    ReapPosition,
+    ReapResult,
+)
 from .roundtrip import Command, Op, transaction
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
-COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
 
 log = logging.getLogger("keyqueue.queue")
 
@@ -102,6 +112,9 @@ class QueueCore:
         self.last_reap = -math.inf
         self.due_at = 0.0
         self.reap_position: ReapPosition = START
+        #: The same for the expiry sweep (retention and dead_retention set).
+        self.last_expiry = -math.inf
+        self.expiry_position: ExpirePosition = EXPIRE_START
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
 
@@ -321,7 +334,7 @@ class QueueCore:
 
     def claim_now(self, count: int, vis_ms: int) -> Op[list[Fields]]:
         s = yield from self.ready()
-        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives)
+        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms)
         return (yield from self.took(done))
 
     def wait_then_claim(
@@ -331,7 +344,7 @@ class QueueCore:
         s = yield from self.ready()
         vis_ms = self.visibility_ms(visibility_timeout, s)
         done: Claimed = yield from self.ops.wait_then_claim(
-            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives
+            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms
         )
         return (yield from self.took(done))
 
@@ -358,10 +371,23 @@ class QueueCore:
         that only claims gets expired and due delayed messages back without a Reaper; it
         costs nothing while no timer is due. True when it moved a message."""
         now = time.monotonic()
-        if not self.claim_reaping or now < self.next_reap():
+        if not self.claim_reaping:
             return False
         s = yield from self.ready()
-        step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position)
+        if (s.retention_ms or s.dead_retention_ms) and now >= self.last_expiry + REAP_INTERVAL:
+            # One bounded step of the expiry sweep a second: a consumer alone deletes what
+            # expired without a Reaper (a claim deletes the expired heads it meets anyway).
+            sweep = yield from self.ops.expire_step(
+                s.retention_ms, s.dead_retention_ms, s.bucket_ms, CLAIM_REAP_LIMIT, self.expiry_position
+            )
+            self.expiry_position = EXPIRE_START if sweep.done else sweep.position
+            if sweep.done:
+                self.last_expiry = now
+        if now < self.next_reap():
+            return False
+        step = yield from self.ops.reap_step(
+            s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position, s.retention_ms
+        )
         # Corrupt keys (step.broken) are left for reap() and the Reaper to report.
         if step.done:
             self.reap_position, self.last_reap = START, now
@@ -410,7 +436,7 @@ class QueueCore:
         broken: list[str] = []
         missing = False
         while True:
-            step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, BATCH, position)
+            step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, BATCH, position, s.retention_ms)
             total = total + step.moved
             broken += step.broken
             missing = missing or step.config_missing
@@ -418,10 +444,25 @@ class QueueCore:
             if step.done:
                 break
         self.last_reap, self.reap_position = time.monotonic(), START
+        if s.retention_ms or s.dead_retention_ms:
+            total = total + ReapResult(expired=(yield from self.expire(s)))
         yield from self._after(missing)
         if broken:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
+
+    def expire(self, s: QueueSettings) -> Op[int]:
+        """A whole expiry sweep, in bounded steps: every waiting and delayed message whose age
+        reached the retention, every dead letter older than dead_retention, deleted."""
+        position, expired = EXPIRE_START, 0
+        while True:
+            step = yield from self.ops.expire_step(s.retention_ms, s.dead_retention_ms, s.bucket_ms, BATCH, position)
+            expired += step.expired
+            position = step.position
+            if step.done:
+                break
+        self.last_expiry, self.expiry_position = time.monotonic(), EXPIRE_START
+        return expired
 
     def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:
         source = requeue_source(source)

@@ -1,0 +1,194 @@
+"""Retention: a message whose age (from its first enqueue, or its requeue) reached
+``retention`` is deleted instead of delivered, a dead letter older than ``dead_retention``
+too; counted in ``counters()["expired"]``. Both faces, both modes."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import pytest
+import redis
+
+from keyqueue import Queue, Reaper
+
+from ..support.helpers import FakeClock, wait_until
+
+TEN_YEARS = 10 * 365.25 * 86400
+
+
+@pytest.mark.parametrize("setting", ["retention", "dead_retention"])
+@pytest.mark.parametrize("bad", [0, -1, True, False, "10", math.nan, math.inf, -math.inf, TEN_YEARS + 1])
+def test_a_bad_retention_raises_and_writes_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, setting: str, bad: object
+) -> None:
+    with pytest.raises(ValueError, match=setting):
+        make_queue("fresh", visibility_timeout=5, **{setting: bad})
+    assert r.keys("*") == []  # not the registration, not the other setting given with it
+
+
+def test_retention_is_a_config_hash_field_read_by_every_process(
+    make_queue: Callable[..., Queue], r: redis.Redis
+) -> None:
+    q = make_queue("q", retention=2.5, dead_retention=TEN_YEARS)
+    assert r.hget("kq:{q}:config", "retention") == b"2.5"
+    assert float(r.hget("kq:{q}:config", "dead_retention") or 0) == TEN_YEARS
+    other = make_queue("q")  # given none: reads them
+    assert other.settings.retention == 2.5 and other.settings.dead_retention == TEN_YEARS
+    make_queue("q", retention=None)  # None is written as the empty field: kept for ever
+    assert r.hget("kq:{q}:config", "retention") == b""
+    assert make_queue("q").settings.retention is None
+    assert make_queue("plain").settings.retention is None  # absent: None
+    assert q.counters()["expired"] == 0  # 0 before anything expired
+
+
+def test_a_claim_deletes_the_expired_messages_it_meets(make_queue: Callable[..., Queue], r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    old = q.enqueue_many(["a", "b"])
+    clock.advance(9.999)
+    assert q.peek(5)  # not yet: expiry is never early
+    clock.advance(0.001)  # age == retention: expired
+    young = q.enqueue("c")
+    got = q.claim_many(5)
+    assert [m.id for m in got] == [young]
+    assert q.counters()["expired"] == 2
+    assert not any(r.exists(f"kq:{{q}}:item:{i}") for i in old)  # deleted as an ack deletes
+    assert q.stats().waiting == 0 and r.llen("kq:{q}:queue") == 0
+    assert q.claim() is None
+
+
+def test_release_redelivery_and_extend_keep_the_age(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, visibility_timeout=3, bucket_seconds=1)
+    q.enqueue("x")
+    clock.advance(2)
+    m = q.claim()
+    assert m is not None and m.extend(3) and m.release()
+    clock.advance(2)
+    m = q.claim()  # age 4
+    assert m is not None
+    clock.advance(4)  # visibility timeout passed at age 7: redelivered
+    assert q.reap().requeued == 1
+    clock.advance(3)  # age 10 while waiting
+    assert q.claim() is None
+    assert q.counters()["expired"] == 1 and q.counters()["redelivered"] == 1
+
+
+def test_an_in_flight_message_keeps_its_delivery_until_its_deadline(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, visibility_timeout=8, bucket_seconds=1)
+    q.enqueue_many(["acked", "held"])
+    clock.advance(5)
+    acked, held = q.claim_many(2)  # deadline at age 13
+    clock.advance(7)  # age 12: past retention, still in flight
+    assert q.reap().expired == 0
+    assert q.stats().processing == 2
+    assert acked.ack()  # the delivery is still current
+    clock.advance(1.5)  # the deadline passed: deleted instead of redelivered
+    result = q.reap()
+    assert (result.expired, result.requeued) == (1, 0)
+    assert not held.ack() and q.peek(5, source="processing") == [] and q.peek(5) == []
+    assert q.counters()["expired"] == 1 and q.counters()["redelivered"] == 0 and q.counters()["acked"] == 1
+
+
+def test_requeue_restarts_the_age(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    mid = q.enqueue("x")
+    m = q.claim()
+    assert m is not None and m.dead_letter("bad")
+    clock.advance(20)  # a dead letter is not subject to retention (dead_retention is not set)
+    assert q.reap().expired == 0
+    assert q.requeue() == 1
+    clock.advance(9)
+    m = q.claim()
+    assert m is not None and m.id == mid  # age 9 since the requeue
+    assert m.enqueued_at == pytest.approx(clock.now - 9)
+    assert m.release()
+    clock.advance(1)
+    assert q.claim() is None and q.counters()["expired"] == 1
+
+
+def test_a_delayed_message_expires_before_its_delay_ends(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=5, bucket_seconds=60)
+    q.enqueue("later", delay=100)
+    keep = q.enqueue("kept", delay=100)
+    clock.advance(4)
+    q.enqueue("young", delay=100)
+    clock.advance(0.5)
+    assert q.reap().expired == 0
+    clock.advance(0.5)  # the first two reached 5 s
+    assert q.reap().expired == 2
+    assert [m.id for m in q.peek(5, source="delayed")] != [keep]
+    assert q.stats().delayed == 1
+
+
+def test_a_message_released_behind_younger_ones_is_found_by_a_reap(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    old = q.enqueue("old")
+    m = q.claim()
+    assert m is not None
+    clock.advance(8)
+    young = q.enqueue_many(["y1", "y2"])
+    assert m.release()  # behind the younger ones
+    clock.advance(2)
+    assert q.reap().expired == 1
+    assert [m.id for m in q.peek(5)] == young and old not in [m.id for m in q.peek(5)]
+
+
+def test_dead_retention_counts_from_the_dead_lettering(make_queue: Callable[..., Queue], r: redis.Redis) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, dead_retention=5, max_receives=1, visibility_timeout=1, bucket_seconds=1)
+    a, b, c = q.enqueue_many(["a", "b", "c"])
+    clock.advance(100)  # old messages, but their dead_retention starts when they die
+    ma = q.claim()
+    assert ma is not None and ma.dead_letter("no")
+    mb = q.claim()
+    assert mb is not None
+    clock.advance(1.5)
+    assert q.reap().dead_lettered == 1  # b: out of receives at its deadline
+    clock.advance(3.5)  # a dead for 5 s, b for 3.5 s
+    assert q.reap().expired == 1
+    assert [m.id for m in q.peek(5, source="dead")] == [b] and not r.exists(f"kq:{{q}}:item:{a}")
+    clock.advance(2)
+    assert q.reap().expired == 1 and q.stats().dead == 0
+    assert q.counters()["expired"] == 2
+    assert [m.id for m in q.peek(5)] == [c]  # waiting: dead_retention is not retention
+
+
+def test_a_retention_set_later_applies_to_the_messages_held(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, bucket_seconds=1)
+    q.enqueue("waiting")
+    q.enqueue("delayed", delay=100)
+    clock.advance(30)
+    assert q.reap().expired == 0  # no retention: kept
+    later = make_queue("q", clock=clock, retention=20)
+    assert later.reap().expired == 2
+    assert later.stats().waiting == later.stats().delayed == 0
+    make_queue("q", clock=clock, retention=None)
+    later = make_queue("q", clock=clock)
+    later.enqueue("kept")
+    clock.advance(100)
+    assert later.reap().expired == 0 and len(later) == 1
+
+
+def test_a_reaper_deletes_an_expiring_delayed_message_within_seconds(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = make_queue("q", retention=1)
+    start = time.time()
+    q.enqueue("later", delay=600)
+    q.enqueue("waiting")
+    reaper = Reaper(["q"], client=r, scripting=scripting)
+    reaper.start()
+    try:
+        wait_until(lambda: q.stats().delayed == 0 and q.stats().waiting == 0, timeout=15)
+    finally:
+        reaper.shutdown()
+    assert time.time() - start >= 1.0  # never early
+    assert q.counters()["expired"] == 2
