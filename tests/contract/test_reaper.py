@@ -156,6 +156,6 @@ def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(
         wait_until(lambda: len(lines()) >= 2)
     finally:
         reaper.shutdown()
-    assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0"
+    assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0 expired=0"
     assert lines()[1].startswith("reaper: ") and "passes in the last" in lines()[1]
-    assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0")
+    assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0 expired=0")

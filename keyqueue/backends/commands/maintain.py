@@ -200,7 +200,7 @@ class Maintain(Consume):
                     if source == "dead"
                     else ("SSCAN", k.processing, cursor, "COUNT", limit)
                 )
-            _, got = yield from self._open(self.waking_keys, reads, watch=watch)
+            now, got = yield from self._open(self.waking_keys, reads, watch=watch)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))
@@ -212,20 +212,13 @@ class Maintain(Consume):
                 (yield from one(("UNWATCH",)))
                 return Requeued(0, 0, next_cursor)
             item_keys = [k.item(i) for i in todo]
-            check: list[Command] = [
-                ("TIME",),
-                ("WATCH", *item_keys),
-                *(("HMGET", key, "t", "d") for key in item_keys),
-            ]
+            check: list[Command] = [("WATCH", *item_keys), *(("HMGET", key, "t", "d") for key in item_keys)]
             if source == "dead" and ids:
                 check += [("LPOS", k.dead, i) for i in todo]
             elif source == "processing":
                 check.append(("SMISMEMBER", k.processing, *todo))
             got = yield check
             self._raise_errors(check, got)
-            sec, usec = got[0]
-            now = int(sec) * 1000 + int(usec) // 1000 if self.clock is None else round(self.clock() * 1000)
-            got = got[1:]
             fields = got[1 : len(todo) + 1]
             if source == "dead":
                 present = [p is not None for p in got[len(todo) + 1 :]] if ids else [True] * len(todo)
