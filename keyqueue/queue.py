@@ -85,12 +85,16 @@ class Queue(QueueFace):
         delays: Sequence[float] | None = None,
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
     ) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
 
         ``delays``, ``dedup_keys`` and ``attributes`` (one per body, None = none) give each
-        message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
-        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
+        message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does.
+        ``enqueued_at`` (epoch seconds, one per body; None or a time to come: now) is the
+        time each message's age counts from, so one moved from another queue keeps its first
+        enqueue time and its retention."""
+        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at))
 
     def get(self, ids: Iterable[str]) -> list[Message]:
         """The messages with these ids, in order, without claiming them (no receipt); ids

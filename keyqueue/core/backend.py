@@ -57,6 +57,7 @@ class Backend(Protocol):
         bucket_ms: int,
         dedup_ms: int,
         attributes: Attributes = None,
+        enqueued_ms: Sequence[int | None] | None = None,
     ) -> Op[Enqueued]: ...
 
     def claim(

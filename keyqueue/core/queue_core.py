@@ -81,6 +81,15 @@ def check_attributes(values: Iterable[object]) -> None:
             raise TypeError(f"message attributes must be bytes or None, not {type(a).__name__}")
 
 
+def enqueued_ms(at: object) -> int | None:
+    """An ``enqueued_at`` entry (epoch seconds, or None for now) in ms."""
+    if at is None:
+        return None
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at <= 1e11:
+        raise InvalidArgument(f"each enqueued_at must be epoch seconds or None, not {at!r}")
+    return int(at * 1000)
+
+
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
@@ -255,6 +264,7 @@ class QueueCore:
         delays: Sequence[float] | None,
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
     ) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
@@ -262,7 +272,13 @@ class QueueCore:
         if attributes is not None:
             not_one(attributes, "attributes", "enqueue(body, attributes=...)")
             check_attributes(attributes)
-        for name, per in (("delays", delays), ("dedup_keys", dedup_keys), ("attributes", attributes)):
+        since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
+        for name, per in (
+            ("delays", delays),
+            ("dedup_keys", dedup_keys),
+            ("attributes", attributes),
+            ("enqueued_at", enqueued_at),
+        ):
             if per is not None and len(per) != len(raw):
                 raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
@@ -273,7 +289,7 @@ class QueueCore:
         if not data:
             return []
         yield from self.register()
-        if each_ms is None and dedup_keys is None:
+        if each_ms is None and dedup_keys is None and since is None:
             done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
             done = yield from self.ops.enqueue_each(
@@ -283,6 +299,7 @@ class QueueCore:
                 s.bucket_ms,
                 s.dedup_ms,
                 attributes,
+                since,
             )
         yield from self._after(done.config_missing)
         return done.ids

@@ -192,3 +192,21 @@ def test_a_reaper_deletes_an_expiring_delayed_message_within_seconds(
         reaper.shutdown()
     assert time.time() - start >= 1.0  # never early
     assert q.counters()["expired"] == 2
+
+
+def test_a_message_moved_in_keeps_its_first_enqueue_time(make_queue: Callable[..., Queue]) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    now = clock.now
+    ids = q.enqueue_many(["old", "new", "future"], enqueued_at=[now - 8, None, now + 50])
+    delayed = q.enqueue_many(["old delayed"], delays=[30], enqueued_at=[now - 8])
+    assert {m.id: m.enqueued_at for m in q.peek(5)} == {ids[0]: now - 8, ids[1]: now, ids[2]: now}
+    clock.advance(2)  # the moved ones reached 10 s
+    assert q.reap().expired == 2 and q.peek(5, source="delayed") == []
+    assert [m.text for m in q.claim_many(5)] == ["new", "future"]
+    assert delayed and q.counters()["expired"] == 2
+    for bad in (["yesterday"], [True], [-1.0]):
+        with pytest.raises(ValueError, match="enqueued_at"):
+            q.enqueue_many(["x"], enqueued_at=bad)
+    with pytest.raises(ValueError, match="enqueued_at has 1 entries for 2 bodies"):
+        q.enqueue_many(["x", "y"], enqueued_at=[None])
