@@ -21,7 +21,6 @@ from .results import (
     START,
     Claimed,
     Enqueued,
-    ExpirePosition,
     Fields,
     QueueStats,
     ReapPosition,
@@ -121,9 +120,6 @@ class QueueCore:
         self.last_reap = -math.inf
         self.due_at = 0.0
         self.reap_position: ReapPosition = START
-        #: The same for the expiry sweep (retention and dead_retention set).
-        self.last_expiry = -math.inf
-        self.expiry_position: ExpirePosition = EXPIRE_START
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
 
@@ -388,20 +384,11 @@ class QueueCore:
         that only claims gets expired and due delayed messages back without a Reaper; it
         costs nothing while no timer is due. True when it moved a message."""
         now = time.monotonic()
-        if not self.claim_reaping:
+        if not self.claim_reaping or now < self.next_reap():
             return False
         s = yield from self.ready()
-        if (s.retention_ms or s.dead_retention_ms) and now >= self.last_expiry + REAP_INTERVAL:
-            # One bounded step of the expiry sweep a second: a consumer alone deletes what
-            # expired without a Reaper (a claim deletes the expired heads it meets anyway).
-            sweep = yield from self.ops.expire_step(
-                s.retention_ms, s.dead_retention_ms, s.bucket_ms, CLAIM_REAP_LIMIT, self.expiry_position
-            )
-            self.expiry_position = EXPIRE_START if sweep.done else sweep.position
-            if sweep.done:
-                self.last_expiry = now
-        if now < self.next_reap():
-            return False
+        # (No expiry sweep here: with retention set a claim costs no more round trips. The claim
+        # deletes the expired messages it meets, this step those it finds at their timer.)
         step = yield from self.ops.reap_step(
             s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position, s.retention_ms
         )
@@ -478,7 +465,6 @@ class QueueCore:
             position = step.position
             if step.done:
                 break
-        self.last_expiry, self.expiry_position = time.monotonic(), EXPIRE_START
         return expired
 
     def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:

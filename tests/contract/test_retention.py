@@ -210,3 +210,27 @@ def test_a_message_moved_in_keeps_its_first_enqueue_time(make_queue: Callable[..
             q.enqueue_many(["x"], enqueued_at=bad)
     with pytest.raises(ValueError, match="enqueued_at has 1 entries for 2 bodies"):
         q.enqueue_many(["x", "y"], enqueued_at=[None])
+
+
+def test_enqueue_and_claim_send_no_more_round_trips_with_a_retention(
+    r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keyqueue.transport import sync
+
+    sent: list[int] = []
+    round_trip = sync.Pinned.round_trip
+    monkeypatch.setattr(sync.Pinned, "round_trip", lambda self, cmds: (sent.append(1), round_trip(self, cmds))[1])
+
+    def trips(q: Queue) -> int:
+        q.enqueue("warm-up")
+        assert q.claim() is not None  # scripts loaded, the first claim-time reap made
+        before = len(sent)
+        q.enqueue("a")
+        q.enqueue_many(["b", "c"])
+        q.enqueue_many(["d"], delays=[0], dedup_keys=["k"])
+        assert len(q.claim_many(3)) == 3 and q.claim() is not None and q.claim() is None
+        return len(sent) - before
+
+    assert trips(Queue("kept", client=r, scripting=scripting, retention=3600)) == trips(
+        Queue("plain", client=r, scripting=scripting)
+    )
