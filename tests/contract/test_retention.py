@@ -14,6 +14,7 @@ import redis
 from keyqueue import Queue, Reaper
 
 from ..support.helpers import FakeClock, wait_until
+from ..support.workers import Workers
 
 TEN_YEARS = 10 * 365.25 * 86400
 
@@ -184,7 +185,7 @@ def test_a_reaper_deletes_an_expiring_delayed_message_within_seconds(
     start = time.time()
     q.enqueue("later", delay=600)
     q.enqueue("waiting")
-    reaper = Reaper(["q"], client=r, scripting=scripting)
+    reaper = Reaper(["q"], client=r, scripting=scripting)  # (at its default interval, 1 s)
     reaper.start()
     try:
         wait_until(lambda: q.stats().delayed == 0 and q.stats().waiting == 0, timeout=15)
@@ -234,3 +235,19 @@ def test_enqueue_and_claim_send_no_more_round_trips_with_a_retention(
     assert trips(Queue("kept", client=r, scripting=scripting, retention=3600)) == trips(
         Queue("plain", client=r, scripting=scripting)
     )
+
+
+def test_a_worker_deletes_expiring_delayed_messages_and_dead_letters(
+    make_queue: Callable[..., Queue], workers: Workers
+) -> None:
+    q = make_queue("q", retention=1, dead_retention=1)
+    start = time.time()
+    q.enqueue("later", delay=600)
+    q.enqueue("doomed")
+    m = q.claim()
+    assert m is not None and m.dead_letter("bad")
+    handled: list[object] = []
+    with workers.running(workers.make(q, handled.append)):
+        wait_until(lambda: q.stats().delayed == 0 and q.stats().dead == 0, timeout=15)
+    assert time.time() - start >= 1.0  # never early
+    assert handled == [] and q.counters()["expired"] == 2
