@@ -57,6 +57,10 @@ local n_out = #out
 local claimed = 0
 local written = false  -- once true, a failing read ends the claim with what it took
 local lapsed = {}  -- item keys of the messages this round found expired
+-- Expired messages one call deletes at most (a backlog that expired at once is not deleted in
+-- one long call: the next claim, or the reaper's sweep, goes on).
+local LAPSED_LIMIT = 1000
+local dropped = 0
 
 -- Whether item fields v (a claim's) show an age that reached the retention.
 local function expired(v)
@@ -92,7 +96,7 @@ local function sort_out(heads, keys, items, waiting, held)
   return leaving, taken, tkeys, fields, dead, gone
 end
 
-while claimed < count do
+while claimed < count and dropped < LAPSED_LIMIT do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
   local heads = checked(bad, 'LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
@@ -188,6 +192,7 @@ while claimed < count do
   if #lapsed > 0 then
     rcall('DEL', unpack(lapsed))
     rcall('HINCRBY', KEYS[8], 'expired', #lapsed)
+    dropped = dropped + #lapsed
     lapsed = {}
   end
   if #leaving > 0 then rcall('SREM', KEYS[2], unpack(leaving)) end
@@ -206,6 +211,8 @@ if claimed > 0 then
   rcall('ZADD', KEYS[4], 'LT', deadline_s, bucket)
   if tokens == 0 and rcall('LLEN', KEYS[1]) > 0 then rcall('RPUSH', KEYS[6], '1') end
   if not earliest or deadline < earliest then earliest = deadline end
+elseif dropped >= LAPSED_LIMIT and tokens == 0 and rcall('LLEN', KEYS[1]) > 0 then
+  rcall('RPUSH', KEYS[6], '1')  -- a waiting claim goes on at once
 end
 if earliest then out[3] = math.floor(earliest - now) end
 return out

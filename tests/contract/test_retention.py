@@ -251,3 +251,14 @@ def test_a_worker_deletes_expiring_delayed_messages_and_dead_letters(
         wait_until(lambda: q.stats().delayed == 0 and q.stats().dead == 0, timeout=15)
     assert time.time() - start >= 1.0  # never early
     assert handled == [] and q.counters()["expired"] == 2
+
+
+def test_claims_go_on_through_a_backlog_that_expired_at_once(make_queue: Callable[..., Queue]) -> None:
+    """A claim deletes a bounded number of expired messages (no long call): the next go on."""
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    q.enqueue_many(["old"] * 1100)
+    clock.advance(10)
+    young = q.enqueue("young")
+    got = wait_until(lambda: q.claim(), timeout=60, interval=0)
+    assert got.id == young and q.counters()["expired"] == 1100
