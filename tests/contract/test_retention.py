@@ -5,6 +5,7 @@ too; counted in ``counters()["expired"]``. Both faces, both modes."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Callable
 
@@ -13,7 +14,7 @@ import redis
 
 from keyqueue import Queue, Reaper
 
-from ..support.helpers import FakeClock, wait_until
+from ..support.helpers import FakeClock, run_threads, wait_until
 from ..support.workers import Workers
 
 TEN_YEARS = 10 * 365.25 * 86400
@@ -262,3 +263,37 @@ def test_claims_go_on_through_a_backlog_that_expired_at_once(make_queue: Callabl
     young = q.enqueue("young")
     got = wait_until(lambda: q.claim(), timeout=60, interval=0)
     assert got.id == young and q.counters()["expired"] == 1100
+
+
+def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.Redis, scripting: bool) -> None:
+    """Claimers (some leaving their deliveries to lapse) and reaps race over messages
+    expiring as they go: no delivery is ever made at an age of retention or more, and every
+    message ends acked or expired, once."""
+    q = Queue("race", client=r, scripting=scripting, retention=0.3, visibility_timeout=0.1, bucket_seconds=1)
+    q.enqueue_many([str(i) for i in range(400)])
+    ages: list[int] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        mine = Queue("race", client=r, scripting=scripting)
+        while not stop.is_set():
+            for m in mine.claim_many(5):
+                claimed_ms = int(str(m.receipt).split("-")[1])
+                ages.append(claimed_ms - round(m.enqueued_at * 1000))
+                if int(m.text) % 2:
+                    assert m.ack()  # the other half lapse: redelivered, or deleted at their deadline
+
+    def reap() -> None:
+        mine = Queue("race", client=r, scripting=scripting)
+        while not stop.is_set():
+            mine.reap()
+
+    def stopper() -> None:
+        wait_until(lambda: (s := q.stats()).waiting + s.processing + s.delayed == 0, timeout=60)
+        stop.set()
+
+    assert run_threads([consume, consume, consume, reap, stopper]) == []
+    assert ages and max(ages) < 300
+    c = q.counters()
+    assert c["acked"] + c["expired"] == 400 and c["expired"] > 0
+    assert q.check(settle=0).consistent

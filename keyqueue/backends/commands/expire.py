@@ -89,8 +89,8 @@ class Expire(Maintain):
             return 0, cursor
         # Ours to give back: the intent and the processing entry (those another claimer won stay its).
         tx: list[Command] = [("SREM", tk, *won), ("SREM", k.processing, *won)]
-        if back:
-            tx.append(("SADD", k.items, *back))
+        for i in back:  # waiting again, listed once (a claimer may have dropped the entry meanwhile)
+            tx += [("LREM", k.queue, 0, i), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
         if gone:
             tx += [
                 *(("LREM", k.queue, 1, i) for i in gone),
