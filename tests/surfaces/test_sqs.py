@@ -615,7 +615,7 @@ def test_message_retention_period(sqs: Server) -> None:
 
 
 def test_message_retention_period_out_of_range(kq: Server) -> None:
-    """(moto takes any value)"""
+    """SQS's range, 60 s to 14 days (moto 5 takes any value, so this runs on keyqueue only)."""
     c = kq.sqs
     url = kq.queue()
     for bad in ("59", "1209601", "0", "4 days"):
