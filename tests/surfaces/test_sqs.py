@@ -614,8 +614,13 @@ def test_message_retention_period(sqs: Server) -> None:
     assert got == {"MessageRetentionPeriod": "1209600"}
 
 
+# -- keyqueue only -------------------------------------------------------------------------
+# (moto 5 has no StartMessageMoveTask, accepts bodies and attributes that SQS refuses, and
+# does not check signatures: those tests run against keyqueue alone.)
+
+
 def test_message_retention_period_out_of_range(kq: Server) -> None:
-    """SQS's range, 60 s to 14 days (moto 5 takes any value, so this runs on keyqueue only)."""
+    """SQS's range, 60 s to 14 days (moto 5 takes any value)."""
     c = kq.sqs
     url = kq.queue()
     for bad in ("59", "1209601", "0", "4 days"):
@@ -625,11 +630,6 @@ def test_message_retention_period_out_of_range(kq: Server) -> None:
         assert err["Error"]["Code"] == "InvalidAttributeValue"
     got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])["Attributes"]
     assert got == {"MessageRetentionPeriod": "345600"}
-
-
-# -- keyqueue only -------------------------------------------------------------------------
-# (moto 5 has no StartMessageMoveTask, accepts bodies and attributes that SQS refuses, and
-# does not check signatures: those tests run against keyqueue alone.)
 
 
 def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
