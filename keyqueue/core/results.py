@@ -70,10 +70,10 @@ class Claimed:
 #: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip)
 ReapPosition = tuple[str, str, int]
 START: ReapPosition = ("", "0", 0)
-#: Where an expiry sweep goes on: its phase (waiting, delayed, dead), a SCAN cursor, and the
-#: rank of the timer bucket it is in.
+#: Where an expiry sweep goes on: its phase (head, waiting, delayed, dead), a SCAN cursor, and
+#: the rank of the timer bucket it is in.
 ExpirePosition = tuple[str, str, int]
-EXPIRE_START: ExpirePosition = ("waiting", "0", 0)
+EXPIRE_START: ExpirePosition = ("head", "0", 0)
 
 
 @dataclass(frozen=True)

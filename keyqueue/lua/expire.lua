@@ -3,8 +3,10 @@
   messages whose age (now minus t, the first enqueue or the last requeue) reached the
   retention, and the dead letters dead-lettered (x) longer than dead_retention ago. In-flight
   messages keep their delivery: the reaper deletes them at their deadline instead.
-  Phases, in order: 'waiting' (SSCAN of items: a released message may wait behind younger
-  ones, so the head of the FIFO is not enough), 'delayed' (the timer sets, bucket by bucket,
+  Phases, in order: 'head' (the head of the FIFO, where the oldest wait: its expired ones
+  leave the list in one rewrite of the window, while whole windows expired), 'waiting' (SSCAN of
+  items: a released message may wait behind younger ones, so the head is not enough; the few
+  found there leave the list by LREM), 'delayed' (the timer sets, bucket by bucket,
   in index order; a delayed message expires before its delay ends), 'dead' (the head of the
   dead list, which is in the order of dead-lettering). At most `limit` ids per call.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
@@ -35,7 +37,39 @@ local function enqueued(ids)
   return out
 end
 
-if phase == 'waiting' then
+if phase == 'head' then
+  if not retention then
+    phase = 'dead'
+  else
+    local cutoff = now - retention
+    local window = rcall('LRANGE', KEYS[1], 0, limit - 1)
+    local ts = enqueued(window)
+    local waiting = #window > 0 and rcall('SMISMEMBER', KEYS[2], unpack(window)) or {}
+    local held = #window > 0 and rcall('SMISMEMBER', KEYS[3], unpack(window)) or {}
+    local kept, keys, gone = {}, {}, {}
+    for i = 1, #window do
+      local id = window[i]
+      -- waiting and not owned (the ownership rule), as a claim takes it
+      if ts[i] and ts[i] <= cutoff and waiting[i] == 1 and held[i] == 0 and not gone[id] then
+        gone[id] = true
+        keys[#keys + 1] = item_key(id)
+      elseif not gone[id] then
+        kept[#kept + 1] = id
+      end
+    end
+    if #keys > 0 then
+      -- The window again without them, in its order: one pass instead of an LREM each.
+      rcall('LTRIM', KEYS[1], #window, -1)
+      for i = #kept, 1, -1 do rcall('LPUSH', KEYS[1], kept[i]) end
+      local ids = {}
+      for id in pairs(gone) do ids[#ids + 1] = id end
+      rcall('SREM', KEYS[2], unpack(ids))
+      rcall('DEL', unpack(keys))
+      expired = #keys
+    end
+    if #window < limit or #keys < #window then phase, cursor = 'waiting', '0' end
+  end
+elseif phase == 'waiting' then
   if not retention then
     phase, cursor = 'dead', '0'
   else
@@ -43,10 +77,11 @@ if phase == 'waiting' then
     local scan = rcall('SSCAN', KEYS[2], cursor, 'COUNT', limit)
     local ids = scan[2]
     local ts = enqueued(ids)
+    local held = #ids > 0 and rcall('SMISMEMBER', KEYS[3], unpack(ids)) or {}
     for i = 1, #ids do
       local id = ids[i]
-      -- SREM items returning 1 makes the id ours (the ownership rule), as a claim's does
-      if ts[i] and ts[i] <= cutoff and rcall('SREM', KEYS[2], id) == 1 then
+      -- not owned, and SREM items returning 1 makes it ours (the ownership rule), as a claim's does
+      if ts[i] and ts[i] <= cutoff and held[i] == 0 and rcall('SREM', KEYS[2], id) == 1 then
         rcall('LREM', KEYS[1], 1, id)
         rcall('DEL', item_key(id))
         expired = expired + 1
@@ -129,7 +164,7 @@ else  -- dead: from the head while dead-lettered at least dead_retention ago
     end
   end
   if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
-  return {expired, 'waiting', '0', 0, 1}
+  return {expired, 'head', '0', 0, 1}
 end
 if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
 return {expired, phase, cursor, rank, 0}

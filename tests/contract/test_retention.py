@@ -297,3 +297,19 @@ def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.
     c = q.counters()
     assert c["acked"] + c["expired"] == 400 and c["expired"] > 0
     assert q.check(settle=0).consistent
+
+
+def test_a_reap_deletes_a_large_expired_backlog_and_keeps_the_order_of_the_rest(
+    make_queue: Callable[..., Queue], r: redis.Redis
+) -> None:
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    q.enqueue_many(["old"] * 1200)
+    clock.advance(5)
+    kept = q.enqueue_many([f"y{i}" for i in range(30)])
+    m = q.claim()  # an old one released behind the young ones
+    assert m is not None and m.release()
+    clock.advance(5)
+    assert q.reap().expired == 1200
+    assert [m.id for m in q.peek(50)] == kept and r.llen("kq:{q}:queue") == 30
+    assert q.stats().oldest_age == 5

@@ -36,6 +36,8 @@ class Expire(Maintain):
         position: ExpirePosition,
     ) -> Op[ExpireStep]:
         phase, cursor, rank = position
+        if phase == "head":  # (the script's rewrite of the head window needs atomicity: the SSCAN does it all)
+            phase, cursor = "waiting", "0"
         if phase == "waiting":
             if retention_ms is None:
                 return ExpireStep(0, ("dead", "0", 0), False)
@@ -46,13 +48,13 @@ class Expire(Maintain):
                 return ExpireStep(0, ("dead", "0", 0), False)
             return (yield from self._expire_delayed(retention_ms, bucket_ms, limit, cursor, rank))
         if dead_retention_ms is None:
-            return ExpireStep(0, ("waiting", "0", 0), True)
+            return ExpireStep(0, ("head", "0", 0), True)
         for _ in range(ATTEMPTS):
             done = yield from self._expire_dead(dead_retention_ms, limit)
             if done is not None:
                 n, more = done
-                return ExpireStep(n, ("dead", "0", 0) if more else ("waiting", "0", 0), not more)
-        return ExpireStep(0, ("waiting", "0", 0), True)
+                return ExpireStep(n, ("dead", "0", 0) if more else ("head", "0", 0), not more)
+        return ExpireStep(0, ("head", "0", 0), True)
 
     def _expire_waiting(self, retention_ms: int, bucket_ms: int, limit: int, cursor: str) -> Op[tuple[int, str]]:
         k = self.keys
