@@ -15,6 +15,9 @@ from ...core.roundtrip import Command, Op, one
 from .base import ATTEMPTS, PURGE_VISIBILITY_MS
 from .maintain import Maintain
 
+#: How far down the list an expired message's entry is looked for (LPOS MAXLEN) and removed.
+NEAR_HEAD = 1000
+
 
 def _number(raw: Any) -> int | None:
     return None if raw is None or isinstance(raw, Exception) else _int(raw)
@@ -81,9 +84,15 @@ class Expire(Maintain):
         ]
         self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
         won = [i for i, a in zip(ids, got[2:]) if a == 1]
-        got = yield [*(("SREM", k.items, i) for i in won), *(("HGET", k.item(i), "t") for i in won)]
+        got = yield [
+            *(("SREM", k.items, i) for i in won),
+            *(("HGET", k.item(i), "t") for i in won),
+            *(("LPOS", k.queue, i, "MAXLEN", NEAR_HEAD) for i in won),
+        ]
+        n = len(won)
         owned = [i for i, x in zip(won, got) if x == 1]
-        now_t = dict(zip(won, got[len(won) :]))
+        now_t = dict(zip(won, got[n : 2 * n]))
+        near = {i for i, pos in zip(won, got[2 * n :]) if pos is not None}
         # Still expired once ours (a requeue in between restarts the age): deleted; else given back.
         gone = [i for i in owned if _lapsed(now_t[i], cutoff)]
         back = [i for i in owned if i not in gone]
@@ -94,8 +103,10 @@ class Expire(Maintain):
         for i in back:  # waiting again, listed once (a claimer may have dropped the entry meanwhile)
             tx += [("LREM", k.queue, 0, i), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
         if gone:
+            # (a list entry further down stays, as a stale entry the claimers drop: an LREM
+            # there would cost a walk of the list each)
             tx += [
-                *(("LREM", k.queue, 1, i) for i in gone),
+                *(("LREM", k.queue, 1, i) for i in gone if i in near),
                 ("DEL", *(k.item(i) for i in gone)),
                 ("HINCRBY", k.counters, "expired", len(gone)),
             ]
