@@ -39,8 +39,11 @@ class Expire(Maintain):
         position: ExpirePosition,
     ) -> Op[ExpireStep]:
         phase, cursor, rank = position
-        if phase == "head":  # (the script's rewrite of the head window needs atomicity: the SSCAN does it all)
-            phase, cursor = "waiting", "0"
+        if phase == "head":
+            if retention_ms is None:
+                return ExpireStep(0, ("dead", "0", 0), False)
+            n, whole = yield from self._expire_head(retention_ms, bucket_ms, limit)
+            return ExpireStep(n, ("head", "0", 0) if whole else ("waiting", "0", 0), False)
         if phase == "waiting":
             if retention_ms is None:
                 return ExpireStep(0, ("dead", "0", 0), False)
@@ -59,6 +62,15 @@ class Expire(Maintain):
                 return ExpireStep(n, ("dead", "0", 0) if more else ("head", "0", 0), not more)
         return ExpireStep(0, ("head", "0", 0), True)
 
+    def _expire_head(self, retention_ms: int, bucket_ms: int, limit: int) -> Op[tuple[int, bool]]:
+        """The head of the FIFO, where the oldest wait: how many expired, and whether the
+        whole window had (then more may follow)."""
+        k = self.keys
+        now, (window,) = yield from self._open((*self.state_keys, k.counters), [("LRANGE", k.queue, 0, limit - 1)])
+        ids = list(dict.fromkeys(_text(i) for i in window))
+        n = (yield from self._expire_ids(ids, now, retention_ms, bucket_ms)) if ids else 0
+        return n, len(window) == limit and n == len(ids)
+
     def _expire_waiting(self, retention_ms: int, bucket_ms: int, limit: int, cursor: str) -> Op[tuple[int, str]]:
         k = self.keys
         now, (scan,) = yield from self._open(
@@ -68,11 +80,16 @@ class Expire(Maintain):
         cursor = _text(scan[0])
         if not ids:
             return 0, cursor
+        return (yield from self._expire_ids(ids, now, retention_ms, bucket_ms)), cursor
+
+    def _expire_ids(self, ids: list[str], now: int, retention_ms: int, bucket_ms: int) -> Op[int]:
+        """Delete those of ``ids`` that are waiting and expired, taken as a claim takes them."""
+        k = self.keys
         cutoff = now - retention_ms
         times = yield [("HGET", k.item(i), "t") for i in ids]
         ids = [i for i, raw in zip(ids, times) if _lapsed(raw, cutoff)]
         if not ids:
-            return 0, cursor
+            return 0
         # Taken as a claim takes them: an intent, then the ownership steps of the thread.
         deadline = now + PURGE_VISIBILITY_MS
         tk, b = self._tk(deadline, bucket_ms)
@@ -84,6 +101,8 @@ class Expire(Maintain):
         ]
         self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
         won = [i for i, a in zip(ids, got[2:]) if a == 1]
+        if not won:
+            return 0
         got = yield [
             *(("SREM", k.items, i) for i in won),
             *(("HGET", k.item(i), "t") for i in won),
@@ -96,8 +115,6 @@ class Expire(Maintain):
         # Still expired once ours (a requeue in between restarts the age): deleted; else given back.
         gone = [i for i in owned if _lapsed(now_t[i], cutoff)]
         back = [i for i in owned if i not in gone]
-        if not won:
-            return 0, cursor
         # Ours to give back: the intent and the processing entry (those another claimer won stay its).
         tx: list[Command] = [("SREM", tk, *won), ("SREM", k.processing, *won)]
         for i in back:  # waiting again, listed once (a claimer may have dropped the entry meanwhile)
@@ -111,7 +128,7 @@ class Expire(Maintain):
                 ("HINCRBY", k.counters, "expired", len(gone)),
             ]
         yield from self._commit(tx)
-        return len(gone), cursor
+        return len(gone)
 
     def _expire_delayed(self, retention_ms: int, bucket_ms: int, limit: int, cursor: str, rank: int) -> Op[ExpireStep]:
         k = self.keys
