@@ -67,11 +67,11 @@ class QueueSettings:
 
     @cached_property
     def retention_ms(self) -> int | None:
-        return None if self.retention is None else max(1, to_ms(self.retention))
+        return None if self.retention is None else math.ceil(round(self.retention * 1000, 6))  # (never early)
 
     @cached_property
     def dead_retention_ms(self) -> int | None:
-        return None if self.dead_retention is None else max(1, to_ms(self.dead_retention))
+        return None if self.dead_retention is None else math.ceil(round(self.dead_retention * 1000, 6))
 
     def to_hash(self, names: set[str] | None = None) -> dict[str, str]:
         out = {}
