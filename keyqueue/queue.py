@@ -151,7 +151,8 @@ class Queue(QueueFace):
     # -- maintenance ----------------------------------------------------------------------
 
     def reap(self) -> ReapResult:
-        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        """Redeliver expired messages and release due delayed ones, in bounded batches; with
+        retention or dead_retention set, also delete what outlived them."""
         return self._run(self._core.reap())
 
     def requeue(

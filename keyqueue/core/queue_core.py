@@ -433,7 +433,8 @@ class QueueCore:
     # -- maintenance ----------------------------------------------------------------------
 
     def reap(self) -> Op[ReapResult]:
-        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        """Redeliver expired messages and release due delayed ones, in bounded batches; with
+        retention or dead_retention set, then sweep for what outlived them."""
         s = yield from self.ready()
         total = ReapResult()
         position = START
