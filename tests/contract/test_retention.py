@@ -313,3 +313,18 @@ def test_a_reap_deletes_a_large_expired_backlog_and_keeps_the_order_of_the_rest(
     assert q.reap().expired == 1200
     assert [m.id for m in q.peek(50)] == kept and r.llen("kq:{q}:queue") == 30
     assert q.stats().oldest_age == 5
+
+
+def test_a_running_reaper_applies_a_retention_set_meanwhile(r: redis.Redis, scripting: bool) -> None:
+    q = Queue("later", client=r, scripting=scripting)
+    q.enqueue_many(["a", "b"])
+    reaper = Reaper(["later"], client=r, scripting=scripting)
+    reaper.start()
+    try:
+        wait_until(lambda: reaper.passes >= 2)
+        assert len(q) == 2  # no retention: kept
+        Queue("later", client=r, retention=0.2)  # as `keyqueue config later --set retention=0.2`
+        wait_until(lambda: len(q) == 0, timeout=15)  # from the reaper's next passes
+    finally:
+        reaper.shutdown()
+    assert q.counters()["expired"] == 2
