@@ -280,8 +280,8 @@ def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.
             for m in mine.claim_many(5):
                 claimed_ms = int(str(m.receipt).split("-")[1])
                 ages.append(claimed_ms - round(m.enqueued_at * 1000))
-                if int(m.text) % 2:
-                    assert m.ack()  # the other half lapse: redelivered, or deleted at their deadline
+                if int(m.text) % 2:  # the other half lapse: redelivered, or deleted at their deadline
+                    m.ack()  # (False when this consumer was slower than the visibility timeout)
 
     def reap() -> None:
         mine = Queue("race", client=r, scripting=scripting)
