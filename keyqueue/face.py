@@ -93,6 +93,8 @@ class QueueFace:
         bucket_seconds: float | Unset = UNSET,
         max_body_bytes: int | Unset = UNSET,
         dedup_window: float | Unset = UNSET,
+        retention: float | None | Unset = UNSET,
+        dead_retention: float | None | Unset = UNSET,
         scripting: bool = True,
         clock: Callable[[], float] | None = None,
         min_replicas: int = 0,
@@ -104,6 +106,8 @@ class QueueFace:
             bucket_seconds=bucket_seconds,
             max_body_bytes=max_body_bytes,
             dedup_window=dedup_window,
+            retention=retention,
+            dead_retention=dead_retention,
         )
         given = {k: v for k, v in given.items() if v is not UNSET}
         keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read

@@ -38,6 +38,9 @@ class Queue(QueueFace):
         visibility_timeout, max_receives, bucket_seconds, max_body_bytes, dedup_window:
             settings. Given ones are written to the queue's config hash; the others are
             read from it, so every process applies the same values.
+        retention, dead_retention: seconds a message is kept from its first enqueue (or its
+            requeue), and a dead letter from its dead-lettering; None keeps them until handled.
+            Settings too.
         scripting: False selects the script-free mode (servers without EVAL).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
@@ -82,12 +85,16 @@ class Queue(QueueFace):
         delays: Sequence[float] | None = None,
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
     ) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
 
         ``delays``, ``dedup_keys`` and ``attributes`` (one per body, None = none) give each
-        message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does."""
-        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
+        message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does.
+        ``enqueued_at`` (epoch seconds, one per body; None or a time to come: now) is the
+        time each message's age counts from, so one moved from another queue keeps its first
+        enqueue time and its retention."""
+        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at))
 
     def get(self, ids: Iterable[str]) -> list[Message]:
         """The messages with these ids, in order, without claiming them (no receipt); ids
@@ -146,7 +153,8 @@ class Queue(QueueFace):
     # -- maintenance ----------------------------------------------------------------------
 
     def reap(self) -> ReapResult:
-        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        """Redeliver expired messages and release due delayed ones, in bounded batches; with
+        retention or dead_retention set, also delete what outlived them."""
         return self._run(self._core.reap())
 
     def requeue(

@@ -167,12 +167,13 @@ class Reaper:
         self._passes_since += 1
         self._since = self._since + moved
         log.debug(
-            "pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d",
+            "pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
             self.passes,
             len(queues),
             moved.requeued,
             moved.dead_lettered,
             moved.delayed_released,
+            moved.expired,
         )
         self._summarize()
         return results
@@ -191,13 +192,14 @@ class Reaper:
         s = self._since
         failed = f", {self._failed_since} failed (Redis unreachable)" if self._failed_since else ""
         log.info(
-            "reaper: %d passes in the last %.0fs%s; requeued=%d dead_lettered=%d delayed_released=%d",
+            "reaper: %d passes in the last %.0fs%s; requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
             self._passes_since,
             now - self._summary_at,
             failed,
             s.requeued,
             s.dead_lettered,
             s.delayed_released,
+            s.expired,
         )
         self._summary_at = now
         self._since = ReapResult()

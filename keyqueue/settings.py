@@ -25,6 +25,10 @@ DEFAULT_BUCKET_SECONDS = 60
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
 #: Seconds during which a dedup_key suppresses a second enqueue (SQS FIFO uses 5 minutes).
 DEFAULT_DEDUP_WINDOW = 300.0
+#: Longest retention a queue takes (10 years), so expiry times stay exact in epoch ms.
+MAX_RETENTION = 10 * 365.25 * 86400
+#: Settings whose absent or empty config field means None (no limit).
+OPTIONAL = frozenset({"max_receives", "retention", "dead_retention"})
 
 
 class Unset(enum.Enum):
@@ -43,6 +47,11 @@ class QueueSettings:
     bucket_seconds: float = DEFAULT_BUCKET_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     dedup_window: float = DEFAULT_DEDUP_WINDOW
+    #: Seconds from a message's first enqueue (or its requeue) after which it is deleted
+    #: instead of delivered; None keeps it until it is handled.
+    retention: float | None = None
+    #: Seconds a dead letter is kept from the moment it was dead-lettered; None: for ever.
+    dead_retention: float | None = None
 
     @cached_property
     def visibility_ms(self) -> int:
@@ -55,6 +64,14 @@ class QueueSettings:
     @cached_property
     def dedup_ms(self) -> int:
         return max(1, to_ms(self.dedup_window))
+
+    @cached_property
+    def retention_ms(self) -> int | None:
+        return None if self.retention is None else math.ceil(round(self.retention * 1000, 6))  # (never early)
+
+    @cached_property
+    def dead_retention_ms(self) -> int | None:
+        return None if self.dead_retention is None else math.ceil(round(self.dead_retention * 1000, 6))
 
     def to_hash(self, names: set[str] | None = None) -> dict[str, str]:
         out = {}
@@ -74,7 +91,7 @@ class QueueSettings:
                 continue
             text = raw.decode(errors="replace")
             try:
-                if f.name == "max_receives" and text == "":
+                if f.name in OPTIONAL and text == "":
                     values[f.name] = None
                 elif f.name in ("max_receives", "max_body_bytes"):
                     values[f.name] = int(text)
@@ -98,6 +115,9 @@ def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
                 raise InvalidArgument(f"max_receives must be a whole number >= 1 or None, not {value!r}")
         elif name == "max_body_bytes":
             whole_number(name, value, 1)
+        elif name in ("retention", "dead_retention"):
+            if value is not None:
+                check_retention(name, value)
         else:
             check_seconds(name, value, allow_zero=name == "dedup_window")
         checked[name] = value
@@ -123,6 +143,16 @@ def check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float
         need = ">= 0" if allow_zero else "> 0"
         raise InvalidArgument(
             f"{name} must be a finite number of seconds {need} and at most {MAX_SECONDS:.0e}, not {value!r}"
+        )
+    return seconds
+
+
+def check_retention(name: str, value: object) -> float:
+    """A retention: a finite number of seconds > 0 and at most 10 years (bool is no number)."""
+    seconds = float(value) if _is_number(value) else math.nan  # type: ignore[arg-type]
+    if not 0 < seconds <= MAX_RETENTION:
+        raise InvalidArgument(
+            f"{name} must be a number of seconds > 0 and at most 10 years ({MAX_RETENTION:.0f}) or None, not {value!r}"
         )
     return seconds
 

@@ -83,8 +83,9 @@ class Queue(QueueFace):
         delays: Sequence[float] | None = None,
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
     ) -> list[str]:
-        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes))
+        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at))
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
         return self._bind(await self._run(self._core.get(ids)), with_receipt=False)

@@ -15,7 +15,7 @@ from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, REQUEUE_SOURCES, peek_so
 from ..errors import InvalidArgument
 from ..message import json_body
 from ..queue import Queue, list_queues
-from ..settings import QueueSettings, validate
+from ..settings import OPTIONAL, QueueSettings, validate
 from .group import Config, cli, pass_config
 from .progress import progress
 
@@ -182,7 +182,8 @@ def destroy(cfg: Config, queue: str, yes: bool) -> None:
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` of ``--set``, typed as the setting (max_receives: none or empty = no limit)."""
+    """``NAME=VALUE`` of ``--set``, typed as the setting (max_receives, retention and
+    dead_retention: none or empty = no limit)."""
     name, sep, raw = text.partition("=")
     name, raw = name.strip(), raw.strip()
     if not sep:
@@ -191,7 +192,7 @@ def parse_setting(text: str) -> tuple[str, Any]:
         close = difflib.get_close_matches(name, SETTING_TYPES, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise InvalidArgument(f"unknown setting {name!r}: {hint}settings are {', '.join(SETTING_TYPES)}")
-    if name == "max_receives" and raw.lower() in ("", "none"):
+    if name in OPTIONAL and raw.lower() in ("", "none"):
         return name, None
     try:
         value = SETTING_TYPES[name](raw)
@@ -201,6 +202,8 @@ def parse_setting(text: str) -> tuple[str, Any]:
         kind = {
             "max_receives": "a whole number >= 1, or none for no limit",
             "max_body_bytes": "a whole number of bytes",
+            "retention": "a number of seconds, or empty for none",
+            "dead_retention": "a number of seconds, or empty for none",
         }.get(name, "a number of seconds")
         raise InvalidArgument(f"{name} must be {kind}, not {raw!r}")
     return name, value
@@ -219,7 +222,8 @@ def setting_text(value: float | int | None) -> str:
     "assignments",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Write a setting (repeatable; max_receives=none: no limit). All are checked before any is written.",
+    help="Write a setting (repeatable; max_receives=, retention= and dead_retention= empty or none: no limit). "
+    "All are checked before any is written.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object keyed by setting name.")
 @pass_config

@@ -6,7 +6,18 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from .replication import Replication
-from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, ReapStep, Requeued
+from .results import (
+    Claimed,
+    Counts,
+    Enqueued,
+    ExpirePosition,
+    ExpireStep,
+    Fields,
+    Purged,
+    ReapPosition,
+    ReapStep,
+    Requeued,
+)
 from .roundtrip import Op
 
 #: Per-message attributes (item field a) of a batch, or None for a batch without any.
@@ -46,9 +57,12 @@ class Backend(Protocol):
         bucket_ms: int,
         dedup_ms: int,
         attributes: Attributes = None,
+        enqueued_ms: Sequence[int | None] | None = None,
     ) -> Op[Enqueued]: ...
 
-    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]: ...
+    def claim(
+        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
+    ) -> Op[Claimed]: ...
 
     def wait_then_claim(
         self,
@@ -58,6 +72,7 @@ class Backend(Protocol):
         visibility_ms: int,
         bucket_ms: int,
         max_receives: int | None,
+        retention_ms: int | None = None,
     ) -> Op[Claimed]: ...
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]: ...
@@ -69,8 +84,22 @@ class Backend(Protocol):
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]: ...
 
     def reap_step(
-        self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition
+        self,
+        bucket_ms: int,
+        max_receives: int | None,
+        limit: int,
+        position: ReapPosition,
+        retention_ms: int | None = None,
     ) -> Op[ReapStep]: ...
+
+    def expire_step(
+        self,
+        retention_ms: int | None,
+        dead_retention_ms: int | None,
+        bucket_ms: int,
+        limit: int,
+        position: ExpirePosition,
+    ) -> Op[ExpireStep]: ...
 
     def requeue(
         self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0"

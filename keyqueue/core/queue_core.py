@@ -16,12 +16,21 @@ from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
-from .results import START, Claimed, Enqueued, Fields, QueueStats, ReapPosition, ReapResult
+from .results import (
+    EXPIRE_START,
+    START,
+    Claimed,
+    Enqueued,
+    Fields,
+    QueueStats,
+    ReapPosition,
+    ReapResult,
+)
 from .roundtrip import Command, Op, transaction
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
-COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
 
 log = logging.getLogger("keyqueue.queue")
 
@@ -74,6 +83,15 @@ def check_attributes(values: Iterable[object]) -> None:
     for a in values:
         if a is not None and not isinstance(a, bytes):
             raise TypeError(f"message attributes must be bytes or None, not {type(a).__name__}")
+
+
+def enqueued_ms(at: object) -> int | None:
+    """An ``enqueued_at`` entry (epoch seconds, or None for now) in ms."""
+    if at is None:
+        return None
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at <= 1e11:
+        raise InvalidArgument(f"each enqueued_at must be epoch seconds or None, not {at!r}")
+    return int(at * 1000)
 
 
 def check_dedup_key(what: str, key: object) -> None:
@@ -261,6 +279,7 @@ class QueueCore:
         delays: Sequence[float] | None,
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
     ) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
@@ -268,7 +287,13 @@ class QueueCore:
         if attributes is not None:
             not_one(attributes, "attributes", "enqueue(body, attributes=...)")
             check_attributes(attributes)
-        for name, per in (("delays", delays), ("dedup_keys", dedup_keys), ("attributes", attributes)):
+        since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
+        for name, per in (
+            ("delays", delays),
+            ("dedup_keys", dedup_keys),
+            ("attributes", attributes),
+            ("enqueued_at", enqueued_at),
+        ):
             if per is not None and len(per) != len(raw):
                 raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
@@ -279,7 +304,7 @@ class QueueCore:
         if not data:
             return []
         yield from self.register()
-        if each_ms is None and dedup_keys is None:
+        if each_ms is None and dedup_keys is None and since is None:
             done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
             done = yield from self.ops.enqueue_each(
@@ -289,6 +314,7 @@ class QueueCore:
                 s.bucket_ms,
                 s.dedup_ms,
                 attributes,
+                since,
             )
         yield from self._after(done.config_missing)
         return done.ids
@@ -340,7 +366,7 @@ class QueueCore:
 
     def claim_now(self, count: int, vis_ms: int) -> Op[list[Fields]]:
         s = yield from self.ready()
-        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives)
+        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms)
         return (yield from self.took(done))
 
     def wait_then_claim(
@@ -350,7 +376,7 @@ class QueueCore:
         s = yield from self.ready()
         vis_ms = self.visibility_ms(visibility_timeout, s)
         done: Claimed = yield from self.ops.wait_then_claim(
-            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives
+            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms
         )
         return (yield from self.took(done))
 
@@ -380,7 +406,11 @@ class QueueCore:
         if not self.claim_reaping or now < self.next_reap():
             return False
         s = yield from self.ready()
-        step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position)
+        # (No expiry sweep here: with retention set a claim costs no more round trips. The claim
+        # deletes the expired messages it meets, this step those it finds at their timer.)
+        step = yield from self.ops.reap_step(
+            s.bucket_ms, s.max_receives, CLAIM_REAP_LIMIT, self.reap_position, s.retention_ms
+        )
         # Corrupt keys (step.broken) are left for reap() and the Reaper to report.
         if step.done:
             self.reap_position, self.last_reap = START, now
@@ -423,14 +453,15 @@ class QueueCore:
     # -- maintenance ----------------------------------------------------------------------
 
     def reap(self) -> Op[ReapResult]:
-        """Redeliver expired messages and release due delayed ones, in bounded batches."""
+        """Redeliver expired messages and release due delayed ones, in bounded batches; with
+        retention or dead_retention set, then sweep for what outlived them."""
         s = yield from self.ready()
         total = ReapResult()
         position = START
         broken: list[str] = []
         missing = False
         while True:
-            step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, BATCH, position)
+            step = yield from self.ops.reap_step(s.bucket_ms, s.max_receives, BATCH, position, s.retention_ms)
             total = total + step.moved
             broken += step.broken
             missing = missing or step.config_missing
@@ -438,10 +469,24 @@ class QueueCore:
             if step.done:
                 break
         self.last_reap, self.reap_position = time.monotonic(), START
+        if s.retention_ms or s.dead_retention_ms:
+            total = total + ReapResult(expired=(yield from self.expire(s)))
         yield from self._after(missing)
         if broken:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
+
+    def expire(self, s: QueueSettings) -> Op[int]:
+        """A whole expiry sweep, in bounded steps: every waiting and delayed message whose age
+        reached the retention, every dead letter older than dead_retention, deleted."""
+        position, expired = EXPIRE_START, 0
+        while True:
+            step = yield from self.ops.expire_step(s.retention_ms, s.dead_retention_ms, s.bucket_ms, BATCH, position)
+            expired += step.expired
+            position = step.position
+            if step.done:
+                break
+        return expired
 
     def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:
         source = requeue_source(source)

@@ -13,17 +13,20 @@ class ReapResult:
     requeued: int = 0
     dead_lettered: int = 0
     delayed_released: int = 0
+    #: Messages and dead letters deleted because they outlived retention or dead_retention.
+    expired: int = 0
 
     def __add__(self, other: ReapResult) -> ReapResult:
         return ReapResult(
             self.requeued + other.requeued,
             self.dead_lettered + other.dead_lettered,
             self.delayed_released + other.delayed_released,
+            self.expired + other.expired,
         )
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead_lettered + self.delayed_released
+        return self.requeued + self.dead_lettered + self.delayed_released + self.expired
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,17 @@ class Claimed:
 #: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip)
 ReapPosition = tuple[str, str, int]
 START: ReapPosition = ("", "0", 0)
+#: Where an expiry sweep goes on: its phase (head, waiting, delayed, dead), a SCAN cursor, and
+#: the rank of the timer bucket it is in.
+ExpirePosition = tuple[str, str, int]
+EXPIRE_START: ExpirePosition = ("head", "0", 0)
+
+
+@dataclass(frozen=True)
+class ExpireStep:
+    expired: int
+    position: ExpirePosition
+    done: bool
 
 
 @dataclass(frozen=True)

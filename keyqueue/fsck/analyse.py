@@ -6,7 +6,7 @@ The states of a live id (one with an item hash):
   waiting     in ``items`` (not in ``processing``), listed in ``queue``, no ``d``
   processing  in ``processing`` (not in ``items``), with ``c`` and ``d``, in its timer set
   delayed     in neither set, with ``d`` (no ``c``), in its timer set, not dead
-  dead        in ``dead`` once, in neither set, without ``c`` and ``d``
+  dead        in ``dead`` once, in neither set, without ``c`` and ``d``; only a dead letter has ``x``
 
 An id owned without a receipt is a claim between its steps. The script-free mode puts a
 claim's *intent* in a timer set first and its reaper settles such an id once that bucket
@@ -50,7 +50,8 @@ KINDS: dict[str, str] = {
     UNTIMED: "ids in processing without a receipt, a deadline or their timer entry",
     UNLISTED: "ids in items but not in the queue list (no claim can see them)",
     DEAD_DUPLICATE: "ids in the dead list twice, or dead and in another state",
-    STRAY_FIELDS: "waiting, delayed or dead ids with a receipt or timer field left over",
+    STRAY_FIELDS: "waiting, delayed or dead ids with a receipt or timer field left over, or live ones with a "
+    "dead-lettering time (x)",
     TIMER_INDEX: "timer buckets missing from the index or indexed after their earliest timer",
     STALE_LIST: "queue list entries of ids not in items (claims drop them)",
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
@@ -155,6 +156,9 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
             p.add(stray, ("HDEL", ik, "c"))
     elif p.state == "dead" and (v.receipt or v.timer is not None):
         p.add(stray, ("HDEL", ik, "c", "d"))
+    if v.lettered and p.state != "dead":
+        # x would make dead_retention count from a dead-lettering this message has not had
+        p.add(stray, ("HDEL", ik, "x"))
     if v.timed and p.state in ("waiting", "dead"):
         p.add(None, timer_del)
     if v.dead and p.state != "dead":
@@ -187,7 +191,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
     # ids in a timer set whose bucket has not passed: a claim's intent, if they are owned
     passing = {i for b, members in s.timers.items() if _ends_after(b, bucket_ms, s.now) for i in members}
     for i in sorted(ids, key=_natural):
-        receipt, timer = s.hashes.get(i, (False, None))
+        receipt, timer, lettered = s.hashes.get(i, (False, None, False))
         own = None if timer is None else str(timer // bucket_ms)
         if own is not None and k.timer(own) in s.broken:
             continue  # its timer set is corrupt: leave it to the wrong-type finding
@@ -202,6 +206,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
             s.dead[i],
             own is not None and i in s.timers.get(own, ()),
             i in passing,
+            lettered,
         )
         p = plan(v, k, bucket_ms)
         views[i] = (v, p)

@@ -33,6 +33,7 @@ class IdView:
     dead: int  # entries in the dead list
     timed: bool  # in the timer set of its own bucket
     intent: bool = False  # in a timer set whose bucket has not passed (a claim's intent)
+    lettered: bool = False  # x is set: when it was dead-lettered (only a dead letter has it)
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Snapshot:
     dead: Counter[str] = field(default_factory=Counter)
     index: dict[str, float] = field(default_factory=dict)
     timers: dict[str, set[str]] = field(default_factory=dict)  # bucket -> ids
-    hashes: dict[str, tuple[bool, int | None]] = field(default_factory=dict)  # id -> (c?, d)
+    hashes: dict[str, tuple[bool, int | None, bool]] = field(default_factory=dict)  # id -> (c?, d, x?)
     broken: set[str] = field(default_factory=set)  # keys of the wrong type
     now: int = 0  # server time, ms
 
@@ -94,13 +95,15 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)
     ids = ids.union(*s.timers.values())
     looked = sorted(ids - s.broken_ids(k))
-    out = yield from batched([cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d"))])
+    out = yield from batched(
+        [cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d", "x"))]
+    )
     for j, i in enumerate(looked):
         exists, fields = out[2 * j], out[2 * j + 1]
         if isinstance(fields, Exception):  # became something else since the SCAN
             s.broken.add(k.item(i))
         elif exists:
-            s.hashes[i] = (fields[0] is not None, int_or(fields[1], None))
+            s.hashes[i] = (fields[0] is not None, int_or(fields[1], None), fields[2] is not None)
     return s
 
 
@@ -110,7 +113,7 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
     ik = k.item(i)
     reads: list[Command] = [
         ("TYPE", ik),
-        ("HMGET", ik, "c", "d"),
+        ("HMGET", ik, "c", "d", "x"),
         ("SISMEMBER", k.items, i),
         ("SISMEMBER", k.processing, i),
         ("LPOS", k.dead, i, "COUNT", 0),
@@ -137,6 +140,7 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
         len(out[5]) if lists else None,
         len(out[4]),
         timed,
+        lettered=out[1][2] is not None,
     )
 
 

@@ -2,10 +2,12 @@
   Claim up to `count` messages from the head of the FIFO for a visibility timeout.
   Ownership rule of the design: the caller owns an id that it moves into processing (not
   there yet) and out of items (still there); list entries failing it are stale and
-  dropped. A message out of receives goes to dead letters instead of being delivered.
+  dropped. A message out of receives goes to dead letters instead of being delivered, one
+  whose age (from t) reached the retention is deleted (as an ack does) instead.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  KEYS[7] config  KEYS[8] counters (dead_lettered)
+  KEYS[7] config  KEYS[8] counters (dead_lettered, expired)
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
+  ARGV[7] retention ms ('' = none)
   Returns {dead_lettered, config_missing (1/0), next_timer, now, deadline, first receipt,
   id, b, b1, t, id, b, b1, t, ...}: next_timer is ms from now to the earliest timer in the index
   (nil: none), so the client knows when a reap may find something, at no extra round trip.
@@ -25,6 +27,7 @@ end
 local count = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[5])
 local max_receives = tonumber(ARGV[6])
+local retention = tonumber(ARGV[7])
 
 -- Every key's type is known before the first write, at few extra calls: the index and the
 -- signal by the reads this script makes anyway (redis.pcall), the queue and the sets by the
@@ -34,11 +37,13 @@ local bad = {}
 local first = checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local tokens = checked(bad, 'LLEN', KEYS[6])
 if #bad > 0 then return corrupt(bad[1]) end
-if max_receives then
+if max_receives or retention then
   local wrong = wrong_type({KEYS[5], 'list', KEYS[8], 'hash'})
   if wrong then return corrupt(wrong) end
 end
 local now = now_ms()
+-- A message enqueued (or requeued) at or before `cutoff` has reached the retention.
+local cutoff = retention and now - retention
 local deadline = now + tonumber(ARGV[4])
 local deadline_s, now_s = fmt(deadline), fmt(now)
 local bucket = bucket_of(deadline, bucket_ms)
@@ -51,12 +56,24 @@ local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false, now_s, deadline
 local n_out = #out
 local claimed = 0
 local written = false  -- once true, a failing read ends the claim with what it took
+local lapsed = {}  -- item keys of the messages this round found expired
+-- Expired messages one call deletes at most (a backlog that expired at once is not deleted in
+-- one long call: the next claim, or the reaper's sweep, goes on).
+local LAPSED_LIMIT = 1000
+local dropped = 0
+
+-- Whether item fields v (a claim's) show an age that reached the retention.
+local function expired(v)
+  return cutoff and v[3] and tonumber(v[3]) <= cutoff
+end
 
 -- The heads owned by the ownership rule (waiting, not held), each once: leaving items; of
--- those with a message, taken (item keys and fields alongside) or dead when out of receives.
+-- those with a message, taken (item keys and fields alongside), expired (their item keys) or
+-- dead when out of receives.
 local function sort_out(heads, keys, items, waiting, held)
   local leaving, taken, tkeys, fields, dead, gone, seen = {}, {}, {}, {}, {}, {}, {}
   local n = 0
+  lapsed = {}
   for i = 1, #heads do
     local id = heads[i]
     if waiting[i] == 1 and held[i] == 0 and not seen[id] then
@@ -64,7 +81,9 @@ local function sort_out(heads, keys, items, waiting, held)
       leaving[#leaving + 1] = id
       local v = items[i]
       if v then
-        if max_receives and tonumber(v[6] or '0') >= max_receives then
+        if expired(v) then
+          lapsed[#lapsed + 1] = keys[i]
+        elseif max_receives and tonumber(v[6] or '0') >= max_receives then
           dead[#dead + 1] = id
           gone[#gone + 1] = v
         else
@@ -77,7 +96,7 @@ local function sort_out(heads, keys, items, waiting, held)
   return leaving, taken, tkeys, fields, dead, gone
 end
 
-while claimed < count do
+while claimed < count and dropped < LAPSED_LIMIT do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
   local heads = checked(bad, 'LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
@@ -120,7 +139,8 @@ while claimed < count do
   local leaving, taken, tkeys, fields, dead, gone = heads, heads, keys, items, {}, {}
   for i = 1, #heads do
     local v = items[i]
-    if waiting[i] ~= 1 or held[i] ~= 0 or not v or (max_receives and tonumber(v[6] or '0') >= max_receives) then
+    if waiting[i] ~= 1 or held[i] ~= 0 or not v or (max_receives and tonumber(v[6] or '0') >= max_receives)
+       or (cutoff and expired(v)) then
       leaving, taken, tkeys, fields, dead, gone = sort_out(heads, keys, items, waiting, held)
       break
     end
@@ -166,7 +186,14 @@ while claimed < count do
     n_out = n_out + 4
   end
   for j, id in ipairs(dead) do
-    if not gone[j][7] then rcall('HSET', item .. id, 'e', 'exceeded max_receives (' .. ARGV[6] .. ')') end
+    if gone[j][7] then rcall('HSET', item .. id, 'x', now_s)
+    else rcall('HSET', item .. id, 'e', 'exceeded max_receives (' .. ARGV[6] .. ')', 'x', now_s) end
+  end
+  if #lapsed > 0 then
+    rcall('DEL', unpack(lapsed))
+    rcall('HINCRBY', KEYS[8], 'expired', #lapsed)
+    dropped = dropped + #lapsed
+    lapsed = {}
   end
   if #leaving > 0 then rcall('SREM', KEYS[2], unpack(leaving)) end
   if #taken > 0 then
@@ -184,6 +211,8 @@ if claimed > 0 then
   rcall('ZADD', KEYS[4], 'LT', deadline_s, bucket)
   if tokens == 0 and rcall('LLEN', KEYS[1]) > 0 then rcall('RPUSH', KEYS[6], '1') end
   if not earliest or deadline < earliest then earliest = deadline end
+elseif dropped >= LAPSED_LIMIT and tokens == 0 and rcall('LLEN', KEYS[1]) > 0 then
+  rcall('RPUSH', KEYS[6], '1')  -- a waiting claim goes on at once
 end
 if earliest then out[3] = math.floor(earliest - now) end
 return out

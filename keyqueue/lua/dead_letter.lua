@@ -1,5 +1,6 @@
 --[[
-  Move a current delivery to dead letters, keeping its item hash and the reason.
+  Move a current delivery to dead letters, keeping its item hash and the reason, and
+  recording when (x, from which dead_retention counts).
   KEYS[1] processing  KEYS[2] timers  KEYS[3] item  KEYS[4] dead  KEYS[5] counters
   ARGV[3] bucket ms  ARGV[4] id  ARGV[5] receipt  ARGV[6] reason ('' keeps last_error)
   Returns 1, or 0 when the receipt is stale.
@@ -15,6 +16,7 @@ if wrong_type({tk, 'set'}) then return corrupt(tk) end
 local counted = redis.pcall('HINCRBY', KEYS[5], 'dead_lettered', 1)
 if type(counted) == 'table' then return write_error(counted, KEYS[5]) end
 disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms)
-if ARGV[6] ~= '' then rcall('HSET', KEYS[3], 'e', ARGV[6]) end
+local now_s = fmt(now_ms())
+if ARGV[6] ~= '' then rcall('HSET', KEYS[3], 'e', ARGV[6], 'x', now_s) else rcall('HSET', KEYS[3], 'x', now_s) end
 rcall('RPUSH', KEYS[4], id)
 return 1

@@ -4,15 +4,18 @@
   KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = visible now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
   ARGV[6] bytes per body field (body_fields)  ARGV[7] '1' when each body is followed by its
-  attributes (field a, opaque bytes; '' = none), else ''  ARGV[8..] bodies (or body, attributes pairs)
+  attributes (field a, opaque bytes; '' = none), '2' when by its attributes and its enqueue time
+  (t in ms, '' = now; a moved message keeps its first; never later than now), else ''
+  ARGV[8..] bodies (or body, attributes pairs, or body, attributes, time triples)
   Returns {first_id, count, config_missing}: ids first_id .. first_id+count-1; {existing_id, 0,
   config_missing} on a dedup hit. config_missing (1/0) tells the client its config hash is
   gone (Redis lost its data), so it can restore its settings and registration: no extra trip.
 ]]
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
-local paired = ARGV[7] == '1'
-local step = paired and 2 or 1
+local timed = ARGV[7] == '2'
+local paired = ARGV[7] == '1' or timed
+local step = timed and 3 or paired and 2 or 1
 local n = (#ARGV - 7) / step
 local chunk = tonumber(ARGV[6])
 local dedup = KEYS[8]
@@ -20,9 +23,16 @@ local dedup = KEYS[8]
 -- The attributes of message j (nil when none): written apart from the body, so a message
 -- without them costs nothing more.
 local function attributes(j)
-  local a = paired and ARGV[7 + 2 * j]
+  local a = paired and ARGV[7 + step * (j - 1) + 2]
   if a and a ~= '' then return a end
   return nil
+end
+
+-- The enqueue time of message j: now_s, or the one given when that is earlier.
+local function since(j, now_s)
+  local t = timed and tonumber(ARGV[7 + step * j])
+  if t and t < tonumber(now_s) then return fmt(t) end
+  return now_s
 end
 
 if n == 1 and delay == 0 then
@@ -50,6 +60,7 @@ if n == 1 and delay == 0 then
   if rcall('EXISTS', ik) == 1 then return undo(1, corrupt(KEYS[1])) end
   local body = ARGV[8]
   local now_s = fmt(now_ms())
+  if timed then now_s = since(1, now_s) end
   if #body <= chunk then rcall('HSET', ik, 't', now_s, 'b', body)
   elseif #body <= 2 * chunk then
     rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1))
@@ -102,7 +113,7 @@ if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
   local at = tonumber(now_s) + delay
   for i = 1, n do
-    rcall('HSET', iks[i], unpack(body_fields({'t', now_s, 'd', fmt(at)}, ARGV[7 + (i - 1) * step + 1], chunk)))
+    rcall('HSET', iks[i], unpack(body_fields({'t', since(i, now_s), 'd', fmt(at)}, ARGV[7 + (i - 1) * step + 1], chunk)))
     local a = attributes(i)
     if a then rcall('HSET', iks[i], 'a', a) end
     timer_add(KEYS[4], ids[i], at, bucket_ms)
@@ -114,9 +125,10 @@ local sub = string.sub
 for j = 1, n do
   local body = ARGV[7 + (j - 1) * step + 1]
   local len = #body
-  if len <= chunk then rcall('HSET', iks[j], 't', now_s, 'b', body)
-  elseif len <= 2 * chunk then rcall('HSET', iks[j], 't', now_s, 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1))
-  else rcall('HSET', iks[j], unpack(body_fields({'t', now_s}, body, chunk))) end
+  local t = timed and since(j, now_s) or now_s
+  if len <= chunk then rcall('HSET', iks[j], 't', t, 'b', body)
+  elseif len <= 2 * chunk then rcall('HSET', iks[j], 't', t, 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1))
+  else rcall('HSET', iks[j], unpack(body_fields({'t', t}, body, chunk))) end
   if paired then
     local a = attributes(j)
     if a then rcall('HSET', iks[j], 'a', a) end

@@ -1,20 +1,23 @@
 --[[
   Reap due timers. Expired deliveries go back to the tail of the FIFO (or to dead letters
-  when out of receives); due delayed messages become visible. Each id's own timer decides,
+  when out of receives, deleted when their age reached the retention); due delayed messages
+  become visible (or are deleted, expired). Each id's own timer decides,
   so precision does not depend on the bucket width. The index scores a bucket by the
   earliest timer it may hold, so only buckets that can hold something due are examined.
   At most `limit` ids are examined per call; the caller loops with the returned position.
   A bucket of at most `limit` ids is examined in one call and rescored exactly; a larger
   one is scanned in chunks (SSCAN) and stays due until it shrinks.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  KEYS[7] config  KEYS[8] counters (redelivered, dead_lettered)
+  KEYS[7] config  KEYS[8] counters (redelivered, dead_lettered, expired)
   ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
+  ARGV[9] retention ms ('' = none)
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
-           config_missing (1/0), corrupt keys...}
+           config_missing (1/0), expired, corrupt keys...}
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local max_receives = tonumber(ARGV[4])
+local retention = tonumber(ARGV[9])
 local limit = tonumber(ARGV[5])
 local budget = limit
 local bucket, cursor, skip = ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -23,7 +26,9 @@ local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4]
 if bad then return corrupt(bad) end
 
 local now = now_ms()
-local res = {0, 0, 0}
+-- A message enqueued (or requeued) at or before `cutoff` has reached the retention.
+local cutoff = retention and now - retention
+local res = {0, 0, 0, 0}
 local broken = {}
 local moved = false
 
@@ -46,6 +51,19 @@ local function to_waiting(tk, ik, id, d)
   moved = true
 end
 
+-- Whether enqueue time t (text or false) has reached the retention.
+local function lapsed(t)
+  return cutoff and t and tonumber(t) <= cutoff
+end
+
+-- Delete an expired message that is no longer waiting, as an ack does.
+local function expire(tk, ik, id, d)
+  untime(tk, id, d)
+  rcall('SREM', KEYS[3], id)
+  rcall('DEL', ik)
+  res[4] = res[4] + 1
+end
+
 local function examine(tk, id, bucket_end)
   local ik = item_key(id)
   local settled = now >= bucket_end
@@ -56,12 +74,13 @@ local function examine(tk, id, bucket_end)
     return nil
   end
   if t ~= 'hash' then broken[#broken + 1] = ik; return now end  -- untouched, stays due
-  local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c')
+  local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c', 't')
   local d = tonumber(f[1])
   local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
   local waiting = rcall('SISMEMBER', KEYS[2], id) == 1
   if in_processing and f[4] and d then  -- a delivery
     if d > now then return d end
+    if lapsed(f[5]) then expire(tk, ik, id, d); return nil end
     untime(tk, id, d)
     rcall('SREM', KEYS[3], id)
     rcall('HDEL', ik, 'c', 'd')
@@ -70,6 +89,7 @@ local function examine(tk, id, bucket_end)
       if not f[3] then
         rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
       end
+      rcall('HSET', ik, 'x', fmt(now))
       rcall('RPUSH', KEYS[5], id)
       res[2] = res[2] + 1
       return nil
@@ -106,6 +126,7 @@ local function examine(tk, id, bucket_end)
       if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     end
     if d > now then return d end
+    if lapsed(f[5]) then expire(tk, ik, id, d); return nil end
     res[3] = res[3] + 1
     to_waiting(tk, ik, id, d)
     return nil
@@ -134,8 +155,8 @@ local function examine_many(tk, ids, bucket_end)
     if not seen[id] then  -- (SSCAN may return an id twice: it is examined once)
       seen[id] = true
       local ik = BASE .. 'item:' .. id
-      -- (receives and last error only matter with a receive limit)
-      local f = held[i] == 1 and (max_receives and pcall_('HMGET', ik, 'd', 'c', 'r', 'e')
+      -- (receives and last error only matter with a receive limit, t with a retention)
+      local f = held[i] == 1 and ((max_receives or cutoff) and pcall_('HMGET', ik, 'd', 'c', 'r', 'e', 't')
                                   or pcall_('HMGET', ik, 'd', 'c'))
       local d = f and not f.err and f[2] and tonumber(f[1])
       if d and d >= first and d < last then
@@ -151,17 +172,25 @@ local function examine_many(tk, ids, bucket_end)
   if #expired == 0 then return min end
   rcall('SREM', tk, unpack(expired))
   rcall('SREM', KEYS[3], unpack(expired))
-  local back, dead = max_receives and {} or expired, {}
+  local all_back = not (max_receives or cutoff)  -- then every one goes back: the list is theirs
+  local back, dead = all_back and expired or {}, {}
   for i = 1, #expired do
     local ik = keys[i]
-    rcall('HDEL', ik, 'c', 'd')
-    if max_receives then
-      local f = fields[i]
+    local f = fields[i]
+    if cutoff and lapsed(f[5]) then  -- past its retention: deleted, not redelivered
+      rcall('DEL', ik)
+      res[4] = res[4] + 1
+    elseif not max_receives then
+      rcall('HDEL', ik, 'c', 'd')
+      if not all_back then back[#back + 1] = expired[i] end
+    else
+      rcall('HDEL', ik, 'c', 'd')
       local r = tonumber(f[3] or '0')
       if r >= max_receives then
         if not f[4] then
           rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
         end
+        rcall('HSET', ik, 'x', fmt(now))
         dead[#dead + 1] = expired[i]
       else
         back[#back + 1] = expired[i]
@@ -222,6 +251,7 @@ end
 if moved then signal(KEYS[6]) end
 if res[1] > 0 then rcall('HINCRBY', KEYS[8], 'redelivered', res[1]) end
 if res[2] > 0 then rcall('HINCRBY', KEYS[8], 'dead_lettered', res[2]) end
-local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0}
+if res[4] > 0 then rcall('HINCRBY', KEYS[8], 'expired', res[4]) end
+local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, res[4]}
 for _, k in ipairs(broken) do out[#out + 1] = k end
 return out

@@ -1,7 +1,7 @@
 --[[
   Put dead-lettered or in-flight messages back at the tail of the FIFO with receives reset
-  to 0. An in-flight message's receipt is forgotten, so its current holder can no longer
-  ack it. Either the given ids, or up to `limit` taken from the head of the source.
+  to 0 and their age restarted (t = now: retention counts from the requeue). An in-flight
+  message's receipt is forgotten, so its current holder can no longer ack it. Either the given ids, or up to `limit` taken from the head of the source.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
   ARGV[3] bucket ms  ARGV[4] source ('dead' | 'processing')  ARGV[5] limit
   ARGV[6] SSCAN cursor over processing (when no ids are given)  ARGV[7..] ids
@@ -62,7 +62,12 @@ if not from_dead then
   if #out > 0 then rcall('SREM', KEYS[3], unpack(out)) end
   drop_timers(KEYS[4], groups, order)
 end
-for _, id in ipairs(moved) do rcall('HDEL', item_key(id), 'r', 'c', 'd') end
+local now_s = fmt(now_ms())
+for _, id in ipairs(moved) do
+  local ik = item_key(id)
+  rcall('HDEL', ik, 'r', 'c', 'd', 'x')
+  rcall('HSET', ik, 't', now_s)
+end
 if #moved > 0 then
   rcall('RPUSH', KEYS[1], unpack(moved))
   rcall('SADD', KEYS[2], unpack(moved))

@@ -1,5 +1,6 @@
-"""SQS queues as keyqueue queues: names, URLs and ARNs, queue attributes (VisibilityTimeout
-and MaximumMessageSize are the keyqueue settings, maxReceiveCount is max_receives, the rest
+"""SQS queues as keyqueue queues: names, URLs and ARNs, queue attributes (VisibilityTimeout,
+MaximumMessageSize and MessageRetentionPeriod are the keyqueue settings visibility_timeout,
+max_body_bytes and retention, maxReceiveCount is max_receives, the rest
 lives in the queue's metadata hash ``P:{NAME}:meta``), and a short-lived cache of the
 queues a server has seen, so a request costs no lookups beyond its own operation."""
 
@@ -34,7 +35,6 @@ _NAMESPACE = MESSAGE_IDS.bytes
 #: Attributes kept in the metadata hash (field ``attr:<Name>``), with their defaults.
 STORED = {
     "DelaySeconds": "0",
-    "MessageRetentionPeriod": "345600",
     "ReceiveMessageWaitTimeSeconds": "0",
     "RedrivePolicy": None,
     "RedriveAllowPolicy": None,
@@ -44,7 +44,9 @@ STORED = {
     "SqsManagedSseEnabled": "false",
 }
 #: Attributes that are keyqueue settings.
-SETTINGS = ("VisibilityTimeout", "MaximumMessageSize")
+SETTINGS = ("VisibilityTimeout", "MaximumMessageSize", "MessageRetentionPeriod")
+#: SQS's default MessageRetentionPeriod (4 days): a queue CreateQueue makes without one gets it.
+DEFAULT_RETENTION = 345_600
 READ_ONLY = (
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
@@ -141,10 +143,17 @@ def settings_for(attributes: Mapping[str, str]) -> dict[str, Any]:
         out["visibility_timeout"] = int(attributes["VisibilityTimeout"]) or ZERO_VISIBILITY
     if "MaximumMessageSize" in attributes:
         out["max_body_bytes"] = int(attributes["MaximumMessageSize"])
+    if "MessageRetentionPeriod" in attributes:
+        out["retention"] = int(attributes["MessageRetentionPeriod"])
     if "RedrivePolicy" in attributes:
         policy = attributes["RedrivePolicy"]
         out["max_receives"] = json.loads(policy)["maxReceiveCount"] if policy else None
     return out
+
+
+def seconds_text(seconds: float) -> str:
+    """A setting in seconds as an attribute value: whole seconds as SQS writes them."""
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
 
 
 def meta_for(attributes: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -278,7 +287,12 @@ class Directory:
                         f"A queue already exists with the same name and a different value for attribute {k}",
                     )
             return known
-        settings = {"visibility_timeout": 30.0, "max_body_bytes": MAX_MESSAGE_BYTES, **settings_for(attributes)}
+        settings = {
+            "visibility_timeout": 30.0,
+            "max_body_bytes": MAX_MESSAGE_BYTES,
+            "retention": DEFAULT_RETENTION,
+            **settings_for(attributes),
+        }
         q = self.queue(name, **settings)
         await q.load()  # writes the settings and registers the name, as SQS's CreateQueue makes it
         now = str(int(time.time()))
@@ -320,6 +334,8 @@ class Directory:
             CreatedTimestamp=known.meta.get("created", "0"),
             LastModifiedTimestamp=known.meta.get("modified", known.meta.get("created", "0")),
         )
+        if s.retention is not None:  # (a queue the library made without one keeps messages for ever)
+            out["MessageRetentionPeriod"] = seconds_text(s.retention)
         for name in STORED:
             value = known.attribute(name)
             if value is not None:

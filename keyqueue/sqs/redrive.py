@@ -110,7 +110,7 @@ class Redriver:
                     )
                 return moved
             self.warned.discard(source.name)
-            attributes = []
+            attributes, first = [], []
             for m in letters:
                 stored = Stored.load(m.attributes)
                 stored.message_id = source.message_id(m.id, stored)
@@ -119,8 +119,12 @@ class Redriver:
                 stored.receives = m.receives  # the dead-letter queue's receives count on from these
                 stored.first_ms = round(m.first_claimed_at * 1000) if m.first_claimed_at else None
                 attributes.append(stored.dump())
+                first.append(stored.sent_ms / 1000)
             keys = [f"sqs-redrive:{source.name}:{m.id}:{round(m.enqueued_at * 1000)}" for m in letters]
-            await target.queue.enqueue_many([m.body for m in letters], dedup_keys=keys, attributes=attributes)
+            # (the first enqueue time goes along: the dead-letter queue's retention counts from it, as SQS's)
+            await target.queue.enqueue_many(
+                [m.body for m in letters], dedup_keys=keys, attributes=attributes, enqueued_at=first
+            )
             moved += await source.queue.purge(source="dead", ids=[m.id for m in letters])
 
 

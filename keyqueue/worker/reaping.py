@@ -36,10 +36,11 @@ def log_reap(name: str, outcome: ReapResult | Exception, logger: logging.Logger)
         return None
     if outcome.total:
         logger.info(
-            "reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d",
+            "reaped queue=%s requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
             name,
             outcome.requeued,
             outcome.dead_lettered,
             outcome.delayed_released,
+            outcome.expired,
         )
     return outcome

@@ -270,6 +270,18 @@ def test_stray_receipt_and_timer_fields_are_removed(cq: Queue, clock: FakeClock,
     assert drain(cq, clock, r) == ["1"]
 
 
+@pytest.mark.parametrize("state", ["waiting", "delayed"])
+def test_a_dead_lettering_time_on_a_live_message_is_removed(
+    cq: Queue, clock: FakeClock, r: redis.Redis, state: str
+) -> None:
+    """x (when it was dead-lettered) belongs to dead letters: dead_retention counts from it."""
+    cq.enqueue("a", delay=5 if state == "delayed" else 0)
+    r.hset(item("1"), "x", "123")
+    repairs(cq, {STRAY_FIELDS: ["1"]})
+    assert r.hget(item("1"), "x") is None
+    assert drain(cq, clock, r) == ["1"]
+
+
 def test_keys_of_the_wrong_type_are_reported_never_deleted(cq: Queue, clock: FakeClock, r: redis.Redis) -> None:
     cq.enqueue_many(["a", "b"])
     r.set(item("77"), "not a hash")

@@ -15,7 +15,8 @@ The model (verified against keyqueue/lua/*.lua):
   that receipt); otherwise they return False and change nothing.
 - reap: in-flight messages with deadline <= now go back to the tail, or to dead letters when
   receives >= max_receives; delayed messages with visible_at <= now go to the tail.
-- requeue resets receives to 0 and puts the ids at the tail; purge deletes messages for good.
+- requeue resets receives to 0, restarts the age (t) and puts the ids at the tail; purge deletes
+  messages for good. A dead letter records when it died (x).
 - a dedup_key seen before (within the window, here one hour of real time) returns the first
   id and enqueues nothing, even after that message was acked or purged.
 
@@ -95,6 +96,7 @@ class Model:
     timer: int | None = None  # deadline while in flight, visible-at while delayed
     error: Any = None  # None, a str, or AUTO
     receipts: set[str] = field(default_factory=set)
+    died: int | None = None  # the item's 'x' field: when it was dead-lettered
 
 
 def make_machine(
@@ -209,7 +211,7 @@ def make_machine(
             self.waiting.append(m.id)
 
         def _to_dead(self, m: Model, error: Any = None) -> None:
-            m.state, m.receipt, m.timer = DEAD, None, None
+            m.state, m.receipt, m.timer, m.died = DEAD, None, None, self.now
             self.counts["dead_lettered"] += 1
             if error is not None:
                 m.error = error
@@ -443,6 +445,8 @@ def make_machine(
                     to_waiting.add(m.id)
                 m.state = DEAD if m.id in to_dead else WAITING
                 m.receipt, m.timer = None, None
+                if m.id in to_dead:
+                    m.died = self.now
             self.note(f"reap: moved {min(res.total, 3)}{'+' if res.total >= 3 else ''}")
             assert (res.requeued, res.dead_lettered, res.delayed_released) == (
                 len(to_waiting) - released,
@@ -471,7 +475,7 @@ def make_machine(
                     continue
                 if source == DEAD:
                     self.dead.remove(mid)
-                m.receives = 0
+                m.receives, m.t, m.died = 0, self.now, None  # the age restarts
                 self._to_waiting(m)
                 want += 1
             self.note(f"requeue {source} by ids: {'some' if want else 'none'} requeued")
@@ -485,13 +489,14 @@ def make_machine(
                 ids = list(self.dead)
                 self.dead.clear()
                 for mid in ids:
-                    self.msgs[mid].receives = 0
-                    self._to_waiting(self.msgs[mid])
+                    m = self.msgs[mid]
+                    m.receives, m.t, m.died = 0, self.now, None
+                    self._to_waiting(m)
             else:
                 ids = self.ids_in(PROCESSING)
                 for mid in ids:
                     m = self.msgs[mid]
-                    m.state, m.receipt, m.timer, m.receives = WAITING, None, None, 0
+                    m.state, m.receipt, m.timer, m.receives, m.t = WAITING, None, None, 0, self.now
                 self._adopt_tail(BASE + "queue", self.waiting, set(ids))
             assert n == len(ids)
 
@@ -608,10 +613,11 @@ def make_machine(
                 parts = sorted(int(f[1:]) for f in fields if f[0] == "b" and f != "b")
                 assert parts == list(range(1, len(parts) + 1)), fields.keys()  # b, b1, b2, ...
                 others = set(fields) - {f"b{i}" for i in parts}
-                assert others <= {"b", "t", "r", "n", "c", "d", "e", "f"}, others
+                assert others <= {"b", "t", "r", "n", "c", "d", "e", "f", "x"}, others
                 body = fields["b"] + b"".join(fields[f"b{i}"] for i in parts)
                 assert body == m.body
                 assert int(fields["t"]) == m.t
+                assert (int(fields["x"]) if "x" in fields else None) == m.died
                 assert int(fields.get("r", b"0")) == m.receives
                 assert int(fields.get("n", b"0")) == m.deliveries
                 assert (int(fields["f"]) if "f" in fields else None) == m.first
@@ -648,7 +654,7 @@ def make_machine(
             counters = {k.decode(): int(v) for k, v in self.r.hgetall(BASE + "counters").items()}
             assert counters == {k: v for k, v in self.counts.items() if v}
             assert self.q is not None and self.q.counters() == {
-                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered")
+                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
             }
 
             # Nothing but the documented keys.

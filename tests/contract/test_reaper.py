@@ -157,9 +157,9 @@ def test_an_idle_reaper_is_quiet_and_logs_what_passes_move(
         wait_until(lambda: len(lines()) >= 2)
     finally:
         reaper.shutdown()
-    assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0"
+    assert lines()[0] == "reaped queue=q requeued=1 dead_lettered=0 delayed_released=0 expired=0"
     assert lines()[1].startswith("reaper: ") and "passes in the last" in lines()[1]
-    assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0")
+    assert lines()[1].endswith("requeued=1 dead_lettered=0 delayed_released=0 expired=0")
 
 
 def test_a_pass_longer_than_the_interval_is_coalesced_without_a_warning(

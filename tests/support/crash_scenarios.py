@@ -47,6 +47,40 @@ def _mixed(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+#: Long enough that nothing the recovery does (it moves time on by about 1,100 s) expires.
+RETENTION = 2000.0
+
+
+def _retained(q: Queue, **settings: float) -> None:
+    """Write retention settings for the dying client to read (the setup's own queue loaded before)."""
+    Queue(q.name, client=q.client, scripting=q.scripting, clock=q._ops.clock, **settings)
+
+
+def _expired_heads(q: Queue) -> dict[str, Any]:
+    """Waiting messages past retention ahead of a young one."""
+    old = q.enqueue_many(["o1", "o2", "o3"])
+    q._ops.clock.advance(RETENTION + 1)
+    q.enqueue("young")
+    _retained(q, retention=RETENTION)
+    return {"old": set(old)}
+
+
+def _expiring(q: Queue) -> dict[str, Any]:
+    """One of each state past retention (in flight past its deadline, waiting, delayed, a
+    dead letter past dead_retention), and young ones."""
+    held = q.enqueue("held")
+    assert q.claim() is not None
+    dead = q.enqueue("dead")
+    m = q.claim()
+    assert m is not None and m.dead_letter("bad")
+    old = [held, dead, q.enqueue("waiting"), q.enqueue("delayed", delay=RETENTION * 2)]
+    q._ops.clock.advance(RETENTION + 1)
+    q.enqueue_many(["y1", "y2"])
+    q.enqueue("y3", delay=10)
+    _retained(q, retention=RETENTION, dead_retention=RETENTION)
+    return {"old": set(old)}
+
+
 def _held_ctx(ctx: dict[str, Any]) -> Any:
     return ctx["held"][0]
 
@@ -80,4 +114,9 @@ SCENARIOS: dict[str, Scenario] = {
     "purge_dead": Scenario(_mixed, lambda q, c: q.purge(source="dead"), lambda c: {c["ids"][2]}),
     "purge_delayed": Scenario(_mixed, lambda q, c: q.purge(source="delayed"), lambda c: {"*delayed"}),
     "purge_all": Scenario(_mixed, lambda q, c: q.purge(source="all"), lambda c: {"*"}),
+    # (claim-time reaping off: the claim itself meets the expired heads, not a sweep before it)
+    "claim_expiring": Scenario(
+        _expired_heads, lambda q, c: (setattr(q._core, "claim_reaping", False), q.claim()), lambda c: c["old"]
+    ),
+    "reap_expiring": Scenario(_expiring, lambda q, c: q.reap(), lambda c: c["old"]),
 }

@@ -400,6 +400,10 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
         "1000",
         "dedup_window",
         "300",
+        "retention",
+        "none",
+        "dead_retention",
+        "none",
     ]
     assert json.loads(as_json.stdout) == {
         "visibility_timeout": 30,
@@ -407,6 +411,8 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
         "bucket_seconds": 60,
         "max_body_bytes": 1000,
         "dedup_window": 300,
+        "retention": None,
+        "dead_retention": None,
     }
     res = kq("config", "jobs", "--set", "visibility_timeout=60", "--set", "max_receives=5", "--json", url=url)
     assert res.returncode == 0 and json.loads(res.stdout)["max_receives"] == 5
@@ -443,6 +449,34 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
     res = kq("config", "jobs", "--set", "max_receives=none", url=url)
     assert res.returncode == 0 and "max_receives none" in " ".join(res.stdout.split())
     assert Queue("jobs", client=r).settings.max_receives is None
+
+
+def test_config_sets_and_removes_a_retention(redis_server, r: redis.Redis) -> None:
+    url = redis_server.url
+    Queue("jobs", client=r).enqueue("x")
+    res = kq("config", "jobs", "--set", "retention=3600", "--set", "dead_retention=86400.5", "--json", url=url)
+    assert res.returncode == 0
+    shown = json.loads(res.stdout)
+    assert (shown["retention"], shown["dead_retention"]) == (3600, 86400.5)
+    assert r.hmget("kq:{jobs}:config", "retention", "dead_retention") == [b"3600.0", b"86400.5"]
+    assert Queue("jobs", client=r).settings.retention == 3600
+    before = snapshot(r)
+    cases = {
+        "retention=soon": "Error: retention must be a number of seconds",
+        "retention=0": "Error: retention must be",
+        "retention=-5": "Error: retention must be",
+        "dead_retention=inf": "Error: dead_retention must be",
+        "retention=nan": "Error: retention must be",
+        "retention=400000000": "Error: retention must be",  # more than 10 years
+    }
+    bad = kq_all(*[["config", "jobs", "--set", "visibility_timeout=5", "--set", arg] for arg in cases], url=url)
+    for res, start_ in zip(bad, cases.values()):
+        assert one_error_line(res, 2, start_), res.stderr
+    assert snapshot(r) == before  # nothing written, not even the good visibility_timeout
+    res = kq("config", "jobs", "--set", "retention=", url=url)  # empty: kept for ever again
+    assert res.returncode == 0 and "retention none" in " ".join(res.stdout.split())
+    assert r.hget("kq:{jobs}:config", "retention") == b""
+    assert Queue("jobs", client=r).settings.retention is None
 
 
 # -- the decorator and the CLI agree ----------------------------------------------------

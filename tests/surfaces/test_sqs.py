@@ -601,9 +601,35 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Server) ->
     assert c.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src]
 
 
+def test_message_retention_period(sqs: Server) -> None:
+    c = sqs.sqs
+    url = sqs.queue()
+    got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+    assert got == {"MessageRetentionPeriod": "345600"}  # 4 days when CreateQueue was given none
+    c.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})
+    got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert got["MessageRetentionPeriod"] == "60"
+    longest = sqs.queue(MessageRetentionPeriod="1209600")
+    got = c.get_queue_attributes(QueueUrl=longest, AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+    assert got == {"MessageRetentionPeriod": "1209600"}
+
+
 # -- keyqueue only -------------------------------------------------------------------------
 # (moto 5 has no StartMessageMoveTask, accepts bodies and attributes that SQS refuses, and
 # does not check signatures: those tests run against keyqueue alone.)
+
+
+def test_message_retention_period_out_of_range(kq: Server) -> None:
+    """SQS's range, 60 s to 14 days (moto 5 takes any value)."""
+    c = kq.sqs
+    url = kq.queue()
+    for bad in ("59", "1209601", "0", "4 days"):
+        err = error_of(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": bad}))
+        assert err["Error"]["Code"] == "InvalidAttributeValue"
+        err = error_of(lambda: kq.queue(MessageRetentionPeriod=bad))
+        assert err["Error"]["Code"] == "InvalidAttributeValue"
+    got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+    assert got == {"MessageRetentionPeriod": "345600"}
 
 
 def test_start_message_move_task_moves_dead_letters_back(kq: Server) -> None:
@@ -965,6 +991,49 @@ def test_sqs_queues_are_keyqueue_queues_both_ways(kq: Server, rc: redis.Redis) -
     assert lib.refresh_settings().visibility_timeout == 13
     c.delete_queue(QueueUrl=lib_url)
     assert not lib.exists() and rc.keys(f"{PREFIX}:{{{lib.name}}}:*") == []
+
+
+def test_message_retention_period_is_the_queues_retention(kq: Server, rc: redis.Redis) -> None:
+    c = kq.sqs
+    url = kq.queue()
+    name = name_of(url)
+    assert rc.hget(f"{PREFIX}:{{{name}}}:config", "retention") == b"345600"
+    c.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "7200"})
+    assert Queue(name, client=rc, prefix=PREFIX).settings.retention == 7200
+    # a retention set through the library, even under SQS's 60 s, is what receives apply
+    q = Queue(name, client=rc, prefix=PREFIX, retention=1)
+    wait_until(
+        lambda: (
+            c.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+            == {"MessageRetentionPeriod": "1"}
+        ),
+        10,
+    )
+    c.send_message(QueueUrl=url, MessageBody="short-lived")
+    sent = q.peek(1)[0].enqueued_at
+    wait_until(lambda: rc.time()[0] + rc.time()[1] / 1e6 >= sent + 1.1, 10, 0.1)  # its age passed 1 s
+    assert "Messages" not in c.receive_message(QueueUrl=url)  # the receive deleted it instead
+    assert q.counters()["expired"] == 1
+    # a library queue made without one keeps messages for ever: no MessageRetentionPeriod
+    lib = Queue(f"lib-{uuid.uuid4().hex[:8]}", client=rc, prefix=PREFIX, visibility_timeout=5)
+    lib_url = c.get_queue_url(QueueName=lib.name)["QueueUrl"]
+    assert (
+        "MessageRetentionPeriod" not in c.get_queue_attributes(QueueUrl=lib_url, AttributeNames=["All"])["Attributes"]
+    )
+
+
+def test_a_message_moved_to_the_dead_letter_queue_keeps_its_first_enqueue_time(kq: Server, rc: redis.Redis) -> None:
+    c = kq.sqs
+    dlq = kq.queue()
+    src = kq.queue(RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": 1}))
+    c.send_message(QueueUrl=src, MessageBody="poison")
+    first = c.receive_message(QueueUrl=src, VisibilityTimeout=1, AttributeNames=["All"])["Messages"][0]
+    dead_queue = Queue(name_of(dlq), client=rc, prefix=PREFIX)
+    # the next receive after its visibility timeout finds it out of receives: it moves
+    moved = wait_until(
+        lambda: c.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages") is None and dead_queue.peek(1), 30
+    )[0]
+    assert round(moved.enqueued_at * 1000) == int(first["Attributes"]["SentTimestamp"])  # its retention counts from it
 
 
 def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:

@@ -238,6 +238,15 @@ def test_counters_move_by_exactly_what_happened(web: httpx.Client, r: redis.Redi
     assert after[("keyqueue_messages", (("queue", "jobs"), ("state", "processing")))] == 1
 
 
+def test_expired_messages_are_counted(web: httpx.Client, r: redis.Redis) -> None:
+    q = Queue("short", client=r, retention=0.05)
+    assert scrape(web)[("keyqueue_expired_total", (("queue", "short"),))] == 0
+    q.enqueue_many(["a", "b"])
+    wait_until(lambda: q.reap() and q.counters()["expired"] == 2, timeout=10)
+    assert scrape(web)[("keyqueue_expired_total", (("queue", "short"),))] == 2
+    assert '<span data-k="expired">2</span> expired' in web.get("/queues/short").text
+
+
 # -- actions ----------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .base import PURGE_VISIBILITY_MS
 from .consume import Consume
+from .expire import Expire
 from .inspect import Inspect
 from .maintain import Maintain
 from .produce import Produce
@@ -27,5 +28,5 @@ from .settle import Settle
 __all__ = ["CommandOps", "PURGE_VISIBILITY_MS"]
 
 
-class CommandOps(Produce, Maintain, Consume, Settle, Inspect):
+class CommandOps(Produce, Expire, Maintain, Consume, Settle, Inspect):
     """The operations of one queue with plain commands (the same methods as ScriptOps)."""

@@ -38,6 +38,7 @@ class _Claim:
     def __init__(self) -> None:
         self.messages: list[Fields] = []
         self.dead = 0
+        self.expired = 0
         self.missing = False
         self.next_timer: int | None = None
 

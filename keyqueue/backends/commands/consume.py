@@ -17,7 +17,9 @@ from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal
 
 
 class Consume(CommandBase):
-    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+    def claim(
+        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
+    ) -> Op[Claimed]:
         """Up to ``count`` messages. When every head entry it tried was held by another
         claimer, it looks again (a few times), so a claim does not come back empty while
         messages wait behind a contested head."""
@@ -25,10 +27,12 @@ class Consume(CommandBase):
         offset = 0
         wanted = count
         for attempt in range(CLAIM_ATTEMPTS):
-            dead_before = out.dead
-            got, _, busy = yield from self._claim_once(wanted, visibility_ms, bucket_ms, max_receives, out, offset)
+            dead_before = out.dead + out.expired
+            got, _, busy = yield from self._claim_once(
+                wanted, visibility_ms, bucket_ms, max_receives, out, offset, retention_ms
+            )
             wanted -= len(got)
-            if not wanted or not (busy or out.dead > dead_before):
+            if not wanted or not (busy or out.dead + out.expired > dead_before):
                 break
             # Dead letters do not count towards ``count`` (as in the script): go on.
             # Other claimers are taking some: look behind them, a little apart from
@@ -38,7 +42,14 @@ class Consume(CommandBase):
         return Claimed(out.messages, out.dead, out.missing, out.next_timer)
 
     def _claim_once(
-        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, out: _Claim, offset: int = 0
+        self,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        out: _Claim,
+        offset: int = 0,
+        retention_ms: int | None = None,
     ) -> Op[tuple[list[str], int, int]]:
         """One pass of the thread's protocol over the list from ``offset``. Adds the
         delivered messages and dead letters to ``out``; returns their ids, their deadline, and
@@ -102,13 +113,19 @@ class Consume(CommandBase):
         now_s, deadline_s = str(now), str(deadline)
         tx: list[Command] = []
         delivered: list[str] = []
-        dead = 0
+        dead = expired = 0
+        cutoff = None if retention_ms is None else now - retention_ms
         for i in owned:
             f = fields[i]
+            if cutoff is not None and b"t" in f and _int(f[b"t"]) <= cutoff:
+                # Its age reached the retention: deleted as an ack would, by its owner.
+                tx += [("DEL", k.item(i)), ("SREM", k.processing, i), ("SREM", tk, i), ("LREM", k.queue, 1, i)]
+                expired += 1
+                continue
             r = _int(f.get(b"r"))
             if limit is not None and r >= limit:
-                if b"e" not in f:
-                    tx.append(("HSET", k.item(i), "e", f"exceeded max_receives ({max_receives})"))
+                error = () if b"e" in f else ("e", f"exceeded max_receives ({max_receives})")
+                tx.append(("HSET", k.item(i), "x", now_s, *error))
                 tx += [("RPUSH", k.dead, i), ("SREM", k.processing, i), ("SREM", tk, i), ("LREM", k.queue, 1, i)]
                 dead += 1
                 continue
@@ -124,6 +141,8 @@ class Consume(CommandBase):
             out.messages.append(fields_of(i, f))
         if dead:
             tx.append(("HINCRBY", k.counters, "dead_lettered", dead))
+        if expired:
+            tx.append(("HINCRBY", k.counters, "expired", expired))
         drops: list[Command] = []
         for i in stale:
             if i in won:
@@ -141,6 +160,7 @@ class Consume(CommandBase):
         elif (yield from self._commit([*tx, *drops])) is None and tx:
             yield from self._commit(tx)
         out.dead += dead
+        out.expired += expired
         return delivered, deadline, busy
 
     def wait_then_claim(
@@ -151,6 +171,7 @@ class Consume(CommandBase):
         visibility_ms: int,
         bucket_ms: int,
         max_receives: int | None,
+        retention_ms: int | None = None,
     ) -> Op[Claimed]:
         woken = yield from one(
             (
@@ -161,4 +182,4 @@ class Consume(CommandBase):
         )
         if isinstance(woken, ResponseError):
             raise error_for(woken, signals[0])
-        return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives))
+        return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives, retention_ms))

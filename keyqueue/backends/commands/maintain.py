@@ -17,11 +17,18 @@ from .consume import Consume
 
 
 class Maintain(Consume):
-    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition) -> Op[ReapStep]:
+    def reap_step(
+        self,
+        bucket_ms: int,
+        max_receives: int | None,
+        limit: int,
+        position: ReapPosition,
+        retention_ms: int | None = None,
+    ) -> Op[ReapStep]:
         """One due bucket (or one chunk of a large one), by the rules of core/states.py."""
         k = self.keys
         bucket, cursor, skip = position
-        res = [0, 0, 0]
+        res = [0, 0, 0, 0]
         broken: list[str] = []
         now, (config,) = yield from self._open((*self.waking_keys, k.counters), [("EXISTS", k.config)])
         missing = config == 0
@@ -52,7 +59,7 @@ class Maintain(Consume):
         else:
             cursor, ids = _text(scan[0]), [_text(x) for x in scan[1]]
         end = (int(bucket) + 1) * bucket_ms
-        earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken)
+        earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken, retention_ms)
         if whole or cursor == "0":
             # Rescore a bucket examined whole; a large one stays due until it shrinks.
             if not (yield from self._rescore(tk, bucket, earliest if whole else None, kept if whole else -1, now)):
@@ -70,6 +77,7 @@ class Maintain(Consume):
         max_receives: int | None,
         res: list[int],
         broken: list[str],
+        retention_ms: int | None = None,
     ) -> Op[tuple[int | None, int]]:
         """Decide and apply each id's rule in one WATCHed transaction. Returns the earliest
         time to look at this bucket again (None when nothing stays) and how many ids stay."""
@@ -83,7 +91,7 @@ class Maintain(Consume):
             item_keys = [k.item(i) for i in ids]
             got = yield [
                 ("WATCH", *item_keys),
-                *(("HMGET", key, "c", "d", "r", "e") for key in item_keys),
+                *(("HMGET", key, "c", "d", "r", "e", "t") for key in item_keys),
                 ("SMISMEMBER", k.processing, *ids),
                 ("SMISMEMBER", k.items, *ids),
                 *(("EXISTS", key) for key in item_keys),
@@ -112,7 +120,8 @@ class Maintain(Consume):
                     seen = replace(plan[i][1], dead=pos is not None)
                     plan[i] = (decide(seen, now, end), seen, plan[i][2])
             tx: list[Command] = []
-            counts = [0, 0, 0]
+            counts = [0, 0, 0, 0]
+            cutoff = None if retention_ms is None else now - retention_ms
             earliest: int | None = None
             kept = len(ids) - len(plan)  # broken items stay
             moved = False
@@ -130,13 +139,23 @@ class Maintain(Consume):
                     tx.append(("SREM", self.keys.timer(seen.timer // bucket_ms), i))
                 if dec.act is Act.FORGET:
                     tx += [("SREM", k.processing, i), ("SREM", k.items, i)]
+                elif (
+                    cutoff is not None
+                    and h[4] is not None
+                    and int(h[4]) <= cutoff
+                    and (dec.act is Act.EXPIRE or dec.act is Act.RELEASE and seen.timer is not None and not dec.unclaim)
+                ):
+                    # Past its retention at its deadline (or at the end of its delay): deleted.
+                    tx += [("SREM", k.processing, i), ("DEL", ik)]
+                    counts[3] += 1
                 elif dec.act is Act.EXPIRE:
                     tx += [("SREM", k.processing, i), ("HDEL", ik, "c", "d")]
                     r = _int(h[2])
                     if limit is not None and r >= limit:
-                        if h[3] is None:
-                            tx.append(("HSET", ik, "e", f"visibility timeout expired on receive {r} of {limit}"))
-                        tx.append(("RPUSH", k.dead, i))
+                        error = (
+                            () if h[3] is not None else ("e", f"visibility timeout expired on receive {r} of {limit}")
+                        )
+                        tx += [("HSET", ik, "x", now, *error), ("RPUSH", k.dead, i)]
                         counts[1] += 1
                     else:
                         tx += [("RPUSH", k.queue, i), ("SADD", k.items, i)]
@@ -154,7 +173,7 @@ class Maintain(Consume):
                 tx += _signal(k.signal)
             tx += [
                 ("HINCRBY", k.counters, field, n)
-                for field, n in (("redelivered", counts[0]), ("dead_lettered", counts[1]))
+                for field, n in (("redelivered", counts[0]), ("dead_lettered", counts[1]), ("expired", counts[3]))
                 if n
             ]
             if broken and earliest is None:
@@ -163,7 +182,7 @@ class Maintain(Consume):
                 (yield from one(("UNWATCH",)))
                 return earliest, kept
             if (yield from self._commit(tx)) is not None:
-                for j in range(3):
+                for j in range(4):
                     res[j] += counts[j]
                 return earliest, kept
         return now, -1  # kept changing under us: look again on the next pass
@@ -181,7 +200,7 @@ class Maintain(Consume):
                     if source == "dead"
                     else ("SSCAN", k.processing, cursor, "COUNT", limit)
                 )
-            _, got = yield from self._open(self.waking_keys, reads, watch=watch)
+            now, got = yield from self._open(self.waking_keys, reads, watch=watch)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))
@@ -217,7 +236,8 @@ class Maintain(Consume):
                     tx += self._drop_timer(i, _int(f[1]), bucket_ms)
                 if f[0] is not None and i not in moved:
                     moved.append(i)
-                    tx.append(("HDEL", k.item(i), "r", "c", "d"))
+                    # receives reset and the age restarted: retention counts from the requeue
+                    tx += [("HDEL", k.item(i), "r", "c", "d", "x"), ("HSET", k.item(i), "t", now)]
             if source == "dead" and not ids:
                 tx.insert(0, ("LTRIM", k.dead, len(todo), -1))
             if moved:

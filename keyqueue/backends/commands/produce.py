@@ -44,12 +44,14 @@ class Produce(CommandBase):
         bucket_ms: int,
         dedup_ms: int,
         attributes: Attributes = None,
+        enqueued_ms: Sequence[int | None] | None = None,
     ) -> Op[Enqueued]:
         """Messages with their own delay and dedup key: one enqueue each."""
         ids: list[str] = []
         missing = False
-        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies))):
-            one_ = yield from self._enqueue([body], delay, bucket_ms, key, dedup_ms, [a])
+        since = enqueued_ms or [None] * len(bodies)
+        for body, delay, key, a, t in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies)), since):
+            one_ = yield from self._enqueue([body], delay, bucket_ms, key, dedup_ms, [a], t)
             ids += one_.ids
             missing = one_.config_missing
         return Enqueued(ids, missing)
@@ -62,7 +64,9 @@ class Produce(CommandBase):
         dedup_key: str | None,
         dedup_ms: int,
         attributes: Attributes = None,
+        since: int | None = None,
     ) -> Op[Enqueued]:
+        """``since``: the enqueue time to record (a moved message's first), at most now."""
         k = self.keys
         typed = [k.seq, k.queue, k.items, k.signal, k.counters, *([k.timers] if delay_ms else [])]
         dedup = None if dedup_key is None else k.dedup(dedup_key)
@@ -91,7 +95,7 @@ class Produce(CommandBase):
             raise CorruptQueue(k.seq)
         first = int(last) - len(bodies) + 1
         ids = [str(first + i) for i in range(len(bodies))]
-        now_s = str(now)
+        now_s = str(now if since is None else min(since, now))
         tx: list[Command] = []
         if dedup is not None:
             tx.append(("SET", dedup, ids[0], "PX", dedup_ms))

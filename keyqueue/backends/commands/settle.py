@@ -67,7 +67,7 @@ class Settle(CommandBase):
                 ("RPUSH", k.dead, msg_id),
                 ("HINCRBY", k.counters, "dead_lettered", 1),
             ]
-            return [*tx, ("HSET", ik, "e", reason)] if reason else tx
+            return [*tx, ("HSET", ik, "x", now, *(("e", reason) if reason else ()))]
             yield  # a generator, as change() must be
 
         return (

@@ -13,9 +13,13 @@ from .scripts import ScriptBase, _max_receives, claimed
 
 
 class Consume(ScriptBase):
-    def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
+    def claim(
+        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
+    ) -> Op[Claimed]:
         reply = yield from self.call(
-            "claim", self.claim_keys, (count, visibility_ms, bucket_ms, _max_receives(max_receives))
+            "claim",
+            self.claim_keys,
+            (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
         )
         return claimed(reply)
 
@@ -27,10 +31,15 @@ class Consume(ScriptBase):
         visibility_ms: int,
         bucket_ms: int,
         max_receives: int | None,
+        retention_ms: int | None = None,
     ) -> Op[Claimed]:
         """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
-        claim = self._evalsha("claim", self.claim_keys, (count, visibility_ms, bucket_ms, _max_receives(max_receives)))
+        claim = self._evalsha(
+            "claim",
+            self.claim_keys,
+            (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
+        )
         tail = self.replication.tail()
         woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]
         if isinstance(woken, ResponseError):

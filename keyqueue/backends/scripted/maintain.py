@@ -5,21 +5,47 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...core.replies import text
-from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
+from ...core.results import ExpirePosition, ExpireStep, Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Op
 from .scripts import ScriptBase, _max_receives
 
 
 class Maintain(ScriptBase):
-    def reap_step(self, bucket_ms: int, max_receives: int | None, limit: int, position: ReapPosition) -> Op[ReapStep]:
-        r = yield from self.call("reap", self.claim_keys, [bucket_ms, _max_receives(max_receives), limit, *position])
+    def reap_step(
+        self,
+        bucket_ms: int,
+        max_receives: int | None,
+        limit: int,
+        position: ReapPosition,
+        retention_ms: int | None = None,
+    ) -> Op[ReapStep]:
+        r = yield from self.call(
+            "reap",
+            self.claim_keys,
+            [bucket_ms, _max_receives(max_receives), limit, *position, _max_receives(retention_ms)],
+        )
         return ReapStep(
-            ReapResult(int(r[0]), int(r[1]), int(r[2])),
+            ReapResult(int(r[0]), int(r[1]), int(r[2]), int(r[8])),
             (text(r[3]), text(r[4]), int(r[5])),
             bool(int(r[6])),
             r[7] == 1,
-            [text(key) for key in r[8:]],
+            [text(key) for key in r[9:]],
         )
+
+    def expire_step(
+        self,
+        retention_ms: int | None,
+        dead_retention_ms: int | None,
+        bucket_ms: int,
+        limit: int,
+        position: ExpirePosition,
+    ) -> Op[ExpireStep]:
+        n, phase, cursor, rank, done = yield from self.call(
+            "expire",
+            self.claim_keys,
+            [_max_receives(retention_ms), _max_receives(dead_retention_ms), bucket_ms, limit, *position],
+        )
+        return ExpireStep(int(n), (text(phase), text(cursor), int(rank)), bool(done))
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
         requeued, examined, cursor = yield from self.call(

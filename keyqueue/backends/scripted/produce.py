@@ -11,9 +11,14 @@ from ...core.roundtrip import Op
 from .scripts import CHUNK, ScriptBase
 
 
-def _values(bodies: Sequence[bytes], attributes: Attributes) -> tuple[str, list[bytes]]:
+def _values(
+    bodies: Sequence[bytes], attributes: Attributes, since: Sequence[int | None] | None = None
+) -> tuple[str, list[bytes | str]]:
     """enqueue.lua's ARGV[7] and the bodies after it: each followed by its attributes when
-    any message has them."""
+    any message has them, and by its enqueue time when one is given."""
+    if since is not None:
+        a_ = per_message(attributes, len(bodies))
+        return "2", [x for body, a, t in zip(bodies, a_, since) for x in (body, a or b"", "" if t is None else str(t))]
     if attributes is None:
         return "", list(bodies)
     return "1", [x for body, a in zip(bodies, attributes) for x in (body, a or b"")]
@@ -57,12 +62,14 @@ class Produce(ScriptBase):
         bucket_ms: int,
         dedup_ms: int,
         attributes: Attributes = None,
+        enqueued_ms: Sequence[int | None] | None = None,
     ) -> Op[Enqueued]:
         """One script call per message (each its own delay and dedup key), all pipelined."""
         base = self.enqueue_keys
         calls = []
-        for body, delay, key, a in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies))):
-            paired, values = _values([body], None if a is None else [a])
+        since = enqueued_ms or [None] * len(bodies)
+        for body, delay, key, a, t in zip(bodies, delays_ms, dedup_keys, per_message(attributes, len(bodies)), since):
+            paired, values = _values([body], None if a is None else [a], None if enqueued_ms is None else [t])
             calls.append(
                 (
                     base if key is None else (*base, self.keys.dedup(key)),

@@ -25,6 +25,7 @@ SCRIPT_NAMES = (
     "release",
     "dead_letter",
     "reap",
+    "expire",
     "requeue",
     "purge",
     "peek",
