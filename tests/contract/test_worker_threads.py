@@ -217,13 +217,13 @@ def test_a_stuck_thread_gives_back_what_was_claimed_ahead_for_it(
         if m.text == "stuck":
             late.wait(60)
 
-    w = Worker(q, handler, timeout=1, retry_backoff=60)
+    w = Worker(q, handler, timeout=3, retry_backoff=60)  # (time for the claim ahead to land first)
     q.enqueue_many(["warm"] * 20)
     thread, raised = run_in_thread(w)
     try:
         wait_until(lambda: w.processed == 20)
         q.enqueue_many(["a", "stuck"] + ["x"] * (MAX_BATCH + 50))  # two batches' worth
-        wait_until(lambda: q.stats().processing > MAX_BATCH)  # the second claimed ahead
+        wait_until(lambda: q.stats().processing > MAX_BATCH or not thread.is_alive(), timeout=30)
         thread.join(20)
         assert not thread.is_alive()
     finally:
