@@ -23,12 +23,9 @@ app = FastAPI(lifespan=lifespan)
 
 @app.post("/signup")
 async def signup(address: str) -> dict:
-    message_id = await emails.enqueue(
-        json.dumps({"to": address}), dedup_key=f"welcome:{address}"
-    )  # a retried request enqueues once
+    message_id = await emails.enqueue(json.dumps({"to": address}),
+                                      dedup_key=f"welcome:{address}")  # a retried request enqueues once
     return {"queued": message_id}
-
-
 # --8<-- [end:app]
 
 

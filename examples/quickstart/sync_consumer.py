@@ -11,11 +11,11 @@ def send(email: dict) -> None:
     print("sending to", email["to"])
 
 
-while (msg := q.claim(wait=1)) is not None:  # long-poll up to 1 s; None: nothing came
+while (msg := q.claim(wait=1)) is not None:       # long-poll up to 1 s; None: nothing came
     try:
         send(msg.json())
     except Exception as exc:
-        msg.release(delay=10, error=repr(exc))  # try again in 10 s; the reason is kept
+        msg.release(delay=10, error=repr(exc))     # try again in 10 s; the reason is kept
     else:
-        msg.ack()  # done: the message is deleted
+        msg.ack()                                  # done: the message is deleted
 print(q.stats())

@@ -23,12 +23,5 @@ def handle(message: Message) -> None:
         raise ValueError("an order without items")  # retried after a backoff, or dead-lettered
 
 
-print(
-    run_workers(
-        spark,
-        Queue("orders", url=URL),
-        handle,
-        num_workers=2,  # tasks at once
-        concurrency=4,
-    )
-)  # handler threads per task
+print(run_workers(spark, Queue("orders", url=URL), handle, num_workers=2,  # tasks at once
+                  concurrency=4))                                       # handler threads per task

@@ -10,23 +10,15 @@ import boto3
 
 from keyqueue import Queue
 
-sqs = boto3.client(
-    "sqs",
-    endpoint_url=os.environ.get("SQS_ENDPOINT", "http://127.0.0.1:9324"),
-    region_name="us-east-1",
-    aws_access_key_id=os.environ["KEYQUEUE_SQS_ACCESS_KEY_ID"],
-    aws_secret_access_key=os.environ["KEYQUEUE_SQS_SECRET_ACCESS_KEY"],
-)
+sqs = boto3.client("sqs", endpoint_url=os.environ.get("SQS_ENDPOINT", "http://127.0.0.1:9324"),
+                   region_name="us-east-1", aws_access_key_id=os.environ["KEYQUEUE_SQS_ACCESS_KEY_ID"],
+                   aws_secret_access_key=os.environ["KEYQUEUE_SQS_SECRET_ACCESS_KEY"])
 url = sqs.create_queue(QueueName="emails", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
 print(url)  # http://HOST:PORT/000000000000/emails
-sqs.send_message(
-    QueueUrl=url,
-    MessageBody='{"to": "a@example.com"}',
-    MessageAttributes={"kind": {"DataType": "String", "StringValue": "welcome"}},
-)
-for m in sqs.receive_message(
-    QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=20, MessageAttributeNames=["All"]
-).get("Messages", []):
+sqs.send_message(QueueUrl=url, MessageBody='{"to": "a@example.com"}',
+                 MessageAttributes={"kind": {"DataType": "String", "StringValue": "welcome"}})
+for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=20,
+                             MessageAttributeNames=["All"]).get("Messages", []):
     print(m["Body"], m["MessageAttributes"]["kind"]["StringValue"])
     sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 

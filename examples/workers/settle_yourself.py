@@ -19,13 +19,8 @@ def handle(message):
 
 
 if __name__ == "__main__":
-    jobs.enqueue_many(
-        [
-            '{"kind": "resize", "file": "a.png"}',
-            '{"kind": "transcode", "file": "b.mov"}',
-            '{"kind": "shred", "file": "c.txt"}',
-        ]
-    )
+    jobs.enqueue_many(['{"kind": "resize", "file": "a.png"}', '{"kind": "transcode", "file": "b.mov"}',
+                       '{"kind": "shred", "file": "c.txt"}'])
     handle.run(burst=True)
     for dead in jobs.peek(source="dead"):
         print("dead letter", dead.id, dead.last_error)
