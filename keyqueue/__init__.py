@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from .core.results import QueueStats, ReapResult
+from .core.schedules import Schedule, next_fires
 from .errors import (
     ConfigurationError,
     CorruptQueue,
     InvalidArgument,
     InvalidQueueName,
+    InvalidSchedule,
     KeyQueueError,
     MessageNotJSON,
     MessageTooLarge,
@@ -28,6 +30,8 @@ __all__ = [
     "Message",
     "QueueStats",
     "ReapResult",
+    "Schedule",
+    "next_fires",
     # running it
     "Worker",
     "Reaper",
@@ -37,6 +41,7 @@ __all__ = [
     "MessageTooLarge",
     "MessageNotJSON",
     "InvalidArgument",
+    "InvalidSchedule",
     "ConfigurationError",
     "CorruptQueue",
     "MissingDependency",
