@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from .replication import Replication
-from .results import Claimed, Counts, Enqueued, Fields, Purged, ReapPosition, ReapStep, Requeued
+from .results import Claimed, Counts, Enqueued, Fields, Fired, Purged, ReapPosition, ReapStep, Requeued
 from .roundtrip import Op
 
 #: Per-message attributes (item field a) of a batch, or None for a batch without any.
@@ -83,3 +83,29 @@ class Backend(Protocol):
     def peek(self, source: str, count: int) -> Op[list[Fields]]: ...
 
     def stats(self) -> Op[Counts]: ...
+
+    # -- schedules: read, then a compare-and-set on the version read ------------------------
+
+    def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
+        """The server time (ms) and the schedule's hash ({} when absent); the script-free
+        mode WATCHes it until the put or fire that follows, or ``schedule_done``."""
+        ...
+
+    def schedule_done(self) -> Op[None]:
+        """Nothing more after a ``schedule_get``."""
+        ...
+
+    def schedule_put(
+        self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
+    ) -> Op[bool]: ...
+
+    def schedule_fire(
+        self,
+        schedule_id: str,
+        read: dict[bytes, bytes],
+        next_ms: int | None,
+        score: str,
+        missed: int,
+        messages: Sequence[tuple[int, int]],
+        bucket_ms: int,
+    ) -> Op[Fired]: ...

@@ -314,3 +314,41 @@ def plan_fire(schedule_id: str, d: Definition, anchor_ms: int, next_ms: int, now
     skipped += len(due) - len(keep)
     messages = [(f, f + jitter_ms(schedule_id, f, d.jitter_ms)) for f in keep]
     return Fire(messages, t, skipped)
+
+
+# -- stored schedules ---------------------------------------------------------------------
+
+#: The index score of a schedule with nothing to fire (paused, or past its end).
+NEVER = "inf"
+
+
+def score(next_ms: int | None, paused: bool) -> str:
+    return NEVER if paused or next_ms is None else str(next_ms)
+
+
+def _opt_int(raw: dict[bytes, bytes], field: bytes) -> int | None:
+    v = raw.get(field)
+    return None if v is None else int(v)
+
+
+def stored(schedule_id: str, raw: dict[bytes, bytes]) -> Schedule:
+    """A schedule's hash (fields d, b, a, n, l, f, m, p, v) as a Schedule."""
+    d = Definition.load(raw[b"d"])
+    n, last = _opt_int(raw, b"n"), _opt_int(raw, b"l")
+    return Schedule(
+        schedule_id,
+        d.cron,
+        None if d.every_ms is None else d.every_ms / 1000,
+        d.tz,
+        raw.get(b"b", b""),
+        None if n is None else n / 1000,
+        None if last is None else last / 1000,
+        int(raw.get(b"f", 0)),
+        int(raw.get(b"m", 0)),
+        raw.get(b"p") == b"1",
+        None if d.start_ms is None else d.start_ms / 1000,
+        None if d.end_ms is None else d.end_ms / 1000,
+        d.jitter_ms / 1000,
+        d.catch_up,
+        None if d.grace_ms is None else d.grace_ms / 1000,
+    )
