@@ -662,17 +662,19 @@ class QueueCore:
         total = 0
         soonest = math.inf  # ms from now to the earliest fire time known
         for _ in range(looks):
-            head: list[Command] = [] if clock is not None else [("TIME",)]
-            replies = yield [*head, ("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
-            raw = replies[-1]
+            # A queue without schedules costs this one read; the clock is read only when
+            # the index holds something that may be due.
+            (raw,) = yield [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
             if isinstance(raw, Exception):
                 raise error_for(raw, k.schedules)
+            pairs = [(text(m), sc) for m, sc in scored(raw)]
+            if not pairs or pairs[0][1] == math.inf:
+                break
             if clock is not None:
                 now = round(clock() * 1000)
             else:
-                sec, usec = replies[0]
+                ((sec, usec),) = yield [("TIME",)]
                 now = int(sec) * 1000 + int(usec) // 1000
-            pairs = [(text(m), sc) for m, sc in scored(raw)]
             due = [sid for sid, sc in pairs if sc <= now]
             later = [sc for sid, sc in pairs if sc > now]
             if later:
