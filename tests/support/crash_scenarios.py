@@ -47,6 +47,16 @@ def _mixed(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+def _scheduled(q: Queue) -> dict[str, Any]:
+    """Waiting messages and a schedule two fire times behind (catch_up all: a fire enqueues two)."""
+    ctx = _waiting(q)
+    q.schedule("s", every=10, catch_up="all", body="tick")
+    clock = q._ops.clock
+    assert clock is not None
+    clock.advance(25)  # type: ignore[attr-defined]
+    return ctx
+
+
 def _held_ctx(ctx: dict[str, Any]) -> Any:
     return ctx["held"][0]
 
@@ -80,4 +90,9 @@ SCENARIOS: dict[str, Scenario] = {
     "purge_dead": Scenario(_mixed, lambda q, c: q.purge(source="dead"), lambda c: {c["ids"][2]}),
     "purge_delayed": Scenario(_mixed, lambda q, c: q.purge(source="delayed"), lambda c: {"*delayed"}),
     "purge_all": Scenario(_mixed, lambda q, c: q.purge(source="all"), lambda c: {"*"}),
+    "schedule": Scenario(_waiting, lambda q, c: q.schedule("s", every=10, body="tick")),
+    "schedule_change": Scenario(_scheduled, lambda q, c: q.schedule("s", every=5, body="tock")),
+    "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
+    "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
+    "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
 }
