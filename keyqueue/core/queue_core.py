@@ -545,21 +545,26 @@ class QueueCore:
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
-        return (yield from self.put_schedule(sid, d, data, None))
+        made = yield from self.put_schedule(sid, d, data, None)
+        assert made is not None
+        return made
 
     def put_schedule(
         self, sid: str, d: Definition, data: bytes, anchor: int | None, absent_only: bool = False
-    ) -> Op[Schedule]:
+    ) -> Op[Schedule | None]:
         """Write a schedule unless it is already so (``absent_only``: unless it exists), as a
         compare-and-set on the version read, so upserts at once never mix."""
         dump = d.dump()
         for _ in range(SCHEDULE_ATTEMPTS):
             now, raw = yield from self.ops.schedule_get(sid)
-            if raw and (absent_only or raw.get(b"d") == dump.encode() and raw.get(b"b", b"") == data):
+            if raw and absent_only:
                 yield from self.ops.schedule_done()
-                if not absent_only:
-                    self.upserted[sid] = (d, data, int(raw.get(b"a", now)))
-                return stored(sid, raw)
+                return None
+            if raw and raw.get(b"d") == dump.encode() and raw.get(b"b", b"") == data:
+                yield from self.ops.schedule_done()
+                made = self.decoded(sid, raw)
+                self.upserted[sid] = (d, data, int(raw[b"a"]))
+                return made
             a = int(raw[b"a"]) if b"a" in raw else now if anchor is None else anchor
             nxt = next_fire_ms(d, a, now)
             version = text(raw.get(b"v", b""))
@@ -577,7 +582,7 @@ class QueueCore:
                 merged = {**raw, **fresh}
                 if nxt is None:
                     merged.pop(b"n", None)
-                return stored(sid, merged)
+                return self.decoded(sid, merged)
         raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing while it was written; try again")
 
     def unschedule(self, schedule_id: object) -> Op[bool]:

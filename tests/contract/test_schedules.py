@@ -259,3 +259,28 @@ def test_many_queues_upserting_and_firing_give_one_message_per_fire_time(make_qu
     assert all(t is not None for t in times)
     steps = {round(b - a, 3) for a, b in zip(sorted(times), sorted(times)[1:])}  # type: ignore[operator]
     assert steps == {1.0}  # every fire time once, none skipped
+
+
+def test_check_finds_and_repairs_the_schedule_index(q: Queue, r: redis.Redis) -> None:
+    q.schedule("a", every=60)
+    q.schedule("b", every=60)
+    assert q.pause_schedule("b")
+    sound = q.check(settle=0)
+    assert sound.consistent and sound.problems == []
+    r.zadd("kq:{q}:schedules", {"a": 5, "b": 7, "gone": 9})
+    found = q.check(settle=0)
+    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "gone"])]
+    assert q.check(repair=True, settle=0).consistent
+    assert q.check(settle=0).problems == []
+    assert r.zscore("kq:{q}:schedules", "b") == float("inf") and r.zscore("kq:{q}:schedules", "gone") is None
+    assert r.zscore("kq:{q}:schedules", "a") == int(r.hget(key(r, "a"), "n"))
+
+
+def test_check_reports_an_unreadable_schedule(q: Queue, r: redis.Redis) -> None:
+    q.schedule("a", every=60)
+    r.hset(key(r, "a"), "d", "not json")
+    found = q.check(settle=0)
+    assert [(p.kind, p.ids) for p in found.problems] == [("bad-schedule", ["a"])]
+    with pytest.raises(KeyQueueError):
+        q.schedules()
+    q.reap()  # firing skips it, reaping goes on
