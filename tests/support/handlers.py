@@ -36,3 +36,10 @@ def exits(m: Message) -> None:
     if m.text == "exit":
         raise SystemExit(3)
     slow(m)
+
+
+SCHEDULED = "test:scheduled"  # list of the fire times (epoch s) of the messages handled
+
+
+def scheduled(m: Message) -> None:
+    _client(m).rpush(SCHEDULED, repr(m.scheduled_for))
