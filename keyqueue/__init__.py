@@ -16,6 +16,7 @@ from .errors import (
     MissingDependency,
     NotReplicated,
     PoolExhausted,
+    UnknownSchedule,
 )
 from .message import Message
 from .queue import Queue
@@ -47,5 +48,6 @@ __all__ = [
     "MissingDependency",
     "NotReplicated",
     "PoolExhausted",
+    "UnknownSchedule",
     "__version__",
 ]
