@@ -22,7 +22,7 @@ from .schedules import Definition, Schedule, check_id, definition, next_fire_ms,
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
-COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered")
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "scheduled")
 
 log = logging.getLogger("keyqueue.queue")
 

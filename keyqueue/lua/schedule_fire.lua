@@ -47,6 +47,7 @@ for j = 1, n do
 end
 if n > 0 then
   rcall('HINCRBY', KEYS[9], 'enqueued', n)
+  rcall('HINCRBY', KEYS[9], 'scheduled', n)
   rcall('HINCRBY', KEYS[1], 'f', n)
   rcall('HSET', KEYS[1], 'l', ARGV[#ARGV - 1])
 end

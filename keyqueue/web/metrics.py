@@ -22,6 +22,7 @@ COUNTERS = {
     "acked": ("keyqueue_acked", "Deliveries acknowledged."),
     "redelivered": ("keyqueue_redelivered", "Messages made visible again after their visibility timeout."),
     "dead_lettered": ("keyqueue_dead_lettered", "Messages moved to the dead letters."),
+    "scheduled": ("keyqueue_scheduled", "Messages schedules enqueued (also counted as enqueued)."),
 }
 
 

@@ -284,3 +284,31 @@ def test_check_reports_an_unreadable_schedule(q: Queue, r: redis.Redis) -> None:
     with pytest.raises(KeyQueueError):
         q.schedules()
     q.reap()  # firing skips it, reaping goes on
+
+
+def test_a_worker_fires_and_handles_and_a_flushall_does_not_stop_it(q: Queue, r: redis.Redis, workers: Any) -> None:
+    """The Worker's Queue upserted the schedule; Redis loses everything under it."""
+    seen: list[float] = []
+    lock = threading.Lock()
+
+    def handler(m: Any) -> None:
+        with lock:
+            seen.append(m.scheduled_for)
+
+    q.schedule("tick", every=1, body="tick")
+    with workers.running(workers.make(q, handler)):
+        wait_until(lambda: len(seen) >= 2, timeout=30, interval=0.1)
+        r.flushall()
+        after = len(seen)
+        wait_until(lambda: len(seen) >= after + 2, timeout=30, interval=0.1)
+    assert len(seen) == len(set(seen)) and all(t is not None for t in seen)
+    assert [s.id for s in q.schedules()] == ["tick"]
+
+
+def test_counters_count_scheduled_messages(q: Queue) -> None:
+    q.schedule("s", every=3600)
+    q.fire_schedule("s")
+    q.fire_schedule("s")
+    q.enqueue("plain")
+    c = q.counters()
+    assert (c["scheduled"], c["enqueued"]) == (2, 3)

@@ -72,6 +72,7 @@ class Schedules(CommandBase):
         if ids:
             tx += [
                 ("HINCRBY", k.counters, "enqueued", len(ids)),
+                ("HINCRBY", k.counters, "scheduled", len(ids)),
                 ("HINCRBY", key, "f", len(ids)),
                 ("HSET", key, "l", messages[-1][0]),
             ]
