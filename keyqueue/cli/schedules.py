@@ -93,36 +93,21 @@ def ls(cfg: Config, queue: str, as_json: bool) -> None:
             )
 
 
-def changed(done: bool, queue: str, schedule_id: str) -> None:
-    if not done:
-        raise click.ClickException(f"queue {queue!r} has no schedule {schedule_id!r}")
+def edit(name: str, method: str, doc: str) -> None:
+    """``schedule NAME QUEUE ID``: the Queue method of that name, False as one Error line, exit 1."""
+
+    @schedule.command(name, help=doc)
+    @click.argument("queue")
+    @click.argument("schedule_id", metavar="ID")
+    @pass_config
+    def command(cfg: Config, queue: str, schedule_id: str) -> None:
+        if not getattr(cfg.existing(queue), method)(schedule_id):
+            raise click.ClickException(f"queue {queue!r} has no schedule {schedule_id!r}")
 
 
-@schedule.command("rm")
-@click.argument("queue")
-@click.argument("schedule_id", metavar="ID")
-@pass_config
-def rm(cfg: Config, queue: str, schedule_id: str) -> None:
-    """Remove a schedule (the messages it made stay)."""
-    changed(cfg.existing(queue).unschedule(schedule_id), queue, schedule_id)
-
-
-@schedule.command("pause")
-@click.argument("queue")
-@click.argument("schedule_id", metavar="ID")
-@pass_config
-def pause(cfg: Config, queue: str, schedule_id: str) -> None:
-    """Pause a schedule: nothing fires until it is resumed."""
-    changed(cfg.existing(queue).pause_schedule(schedule_id), queue, schedule_id)
-
-
-@schedule.command("resume")
-@click.argument("queue")
-@click.argument("schedule_id", metavar="ID")
-@pass_config
-def resume(cfg: Config, queue: str, schedule_id: str) -> None:
-    """Resume a paused schedule from its next fire time after now."""
-    changed(cfg.existing(queue).resume_schedule(schedule_id), queue, schedule_id)
+edit("rm", "unschedule", "Remove a schedule (the messages it made stay).")
+edit("pause", "pause_schedule", "Pause a schedule: nothing fires until it is resumed.")
+edit("resume", "resume_schedule", "Resume a paused schedule from its next fire time after now.")
 
 
 @schedule.command("fire")

@@ -312,3 +312,11 @@ def test_counters_count_scheduled_messages(q: Queue) -> None:
     q.enqueue("plain")
     c = q.counters()
     assert (c["scheduled"], c["enqueued"]) == (2, 3)
+
+
+def test_a_six_field_cron_fires_on_its_seconds(q: Queue) -> None:
+    q.schedule("s", cron="* * * * * *", tz="Asia/Kolkata", body="second")
+    msg = wait_until(lambda: q.claim(wait=0.5), timeout=20)
+    assert msg.body == b"second" and msg.scheduled_for is not None
+    assert msg.scheduled_for == int(msg.scheduled_for)  # a whole second
+    assert msg.enqueued_at >= msg.scheduled_for - 0.001

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 import redis
@@ -17,18 +15,11 @@ from keyqueue.server import RedisServer
 from ..support.handlers import SCHEDULED
 from ..support.helpers import wait_until
 from ..support.processes import Procs
+from .test_processes import procs
+
+__all__ = ["procs"]  # the process fixture of the worker process tests
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
-    ps = Procs(tmp_path, scripting)
-    yield ps
-    for p in ps.started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 def test_reapers_and_workers_fire_each_fire_time_once(

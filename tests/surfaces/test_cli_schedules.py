@@ -84,3 +84,12 @@ def test_bad_values_are_one_line_and_exit_2(redis_server, r: redis.Redis) -> Non
     for res in results:
         assert one_error_line(res, 2, "Error: "), (res.args, res.stderr)
     assert snapshot(r) == before
+
+
+def test_ten_processes_adding_one_schedule_at_once_write_it_once(redis_server, r: redis.Redis) -> None:
+    add = ["schedule", "add", "jobs", "tick", "--every", "60", "--jitter", "1", "hello"]
+    results = kq_all(*([*add] for _ in range(10)), url=redis_server.url)
+    assert [res.returncode for res in results] == [0] * 10, [res.stderr for res in results]
+    assert len({res.stdout for res in results}) == 1  # one next fire, whoever wrote it
+    stored = r.hgetall("kq:{jobs}:schedule:tick")
+    assert stored[b"v"] == b"1" and stored[b"b"] == b"hello"  # written once
