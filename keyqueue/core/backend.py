@@ -13,6 +13,11 @@ from .roundtrip import Op
 Attributes = Sequence[bytes | None] | None
 
 
+#: One fire of ``schedule_fire_many``: the id, the hash read, the next fire ms, the index
+#: score, the missed count and the (fire ms, due ms) of each message.
+FireCall = tuple[str, dict[bytes, bytes], int | None, str, int, Sequence[tuple[int, int]]]
+
+
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
     """The attributes of each of ``n`` messages (None for each when the batch has none)."""
     return [None] * n if attributes is None else attributes
@@ -98,6 +103,14 @@ class Backend(Protocol):
     def schedule_put(
         self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
     ) -> Op[bool]: ...
+
+    #: Whether fires go in batches (``schedule_get_many``, ``schedule_fire_many``): a
+    #: compare-and-set that needs no WATCH per schedule.
+    batched_fires: bool
+
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]: ...
+
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]: ...
 
     def schedule_fire(
         self,

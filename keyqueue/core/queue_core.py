@@ -18,7 +18,7 @@ from .backend import Backend
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, scored, text
 from .results import START, Claimed, Enqueued, Fields, QueueStats, ReapPosition, ReapResult
 from .roundtrip import Command, Op, transaction
-from .schedules import Definition, Schedule, check_id, definition, next_fire_ms, plan_fire, score, stored
+from .schedules import Definition, Fire, Schedule, check_id, definition, next_fire_ms, plan_fire, score, stored
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
@@ -684,8 +684,13 @@ class QueueCore:
             later = [sc for sid, sc in pairs if sc > now]
             if later:
                 soonest = min(soonest, later[0] - now)
-            for sid in due:
-                n, nxt = yield from self.fire_one(sid, s.bucket_ms)
+            if self.ops.batched_fires:
+                fired = yield from self.fire_many(due, s.bucket_ms)
+            else:
+                fired = []
+                for sid in due:
+                    fired.append((yield from self.fire_one(sid, s.bucket_ms)))
+            for n, nxt in fired:
                 total += n
                 if nxt is not None:
                     soonest = min(soonest, nxt - now)
@@ -696,25 +701,29 @@ class QueueCore:
         self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
         return total
 
+    def plan_of(self, sid: str, raw: dict[bytes, bytes], now: int) -> tuple[Fire | None, int | None]:
+        """What firing a schedule read at ``now`` does (None: nothing: it is gone, paused,
+        not due, or unreadable), and its next fire (ms) as far as known."""
+        nxt = None if b"n" not in raw else int(raw[b"n"])
+        if not raw or raw.get(b"p") == b"1" or nxt is None or nxt > now:
+            return None, None if raw.get(b"p") == b"1" else nxt
+        try:
+            d, anchor = Definition.load(raw[b"d"]), int(raw[b"a"])
+            return plan_fire(sid, d, anchor, nxt, now), None
+        except (KeyError, ValueError, TypeError, InvalidSchedule):
+            log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
+            return None, None
+
     def fire_one(self, sid: str, bucket_ms: int) -> Op[tuple[int, int | None]]:
         """One due schedule's fire: the messages it enqueued and its next fire (ms)."""
         for _ in range(SCHEDULE_ATTEMPTS):
             now, raw = yield from self.ops.schedule_get(sid)
-            nxt = None if b"n" not in raw else int(raw[b"n"])
-            if not raw:
+            plan, nxt = self.plan_of(sid, raw, now)
+            if plan is None:
                 yield from self.ops.schedule_done()
-                yield from self.drop_stale(sid)
-                return 0, None
-            if raw.get(b"p") == b"1" or nxt is None or nxt > now:
-                yield from self.ops.schedule_done()
-                return 0, None if raw.get(b"p") == b"1" else nxt
-            try:
-                d, anchor = Definition.load(raw[b"d"]), int(raw[b"a"])
-                plan = plan_fire(sid, d, anchor, nxt, now)
-            except (KeyError, ValueError, TypeError, InvalidSchedule):
-                yield from self.ops.schedule_done()
-                log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
-                return 0, None
+                if not raw:
+                    yield from self.drop_stale(sid)
+                return 0, nxt
             fired = yield from self.ops.schedule_fire(
                 sid, raw, plan.next_ms, score(plan.next_ms, False), plan.missed, plan.messages, bucket_ms
             )
@@ -722,6 +731,32 @@ class QueueCore:
                 yield from self._after(fired.config_missing)
                 return len(fired.ids), plan.next_ms
         return 0, None
+
+    def fire_many(self, ids: Sequence[str], bucket_ms: int) -> Op[list[tuple[int, int | None]]]:
+        """The fires of due schedules in two round trips (their reads, then their scripts),
+        for a backend whose compare-and-set needs no WATCH; one lost to another firer is
+        tried again alone."""
+        now, raws = yield from self.ops.schedule_get_many(ids)
+        out: list[tuple[int, int | None]] = []
+        calls: list[tuple[int, str, dict[bytes, bytes], Fire]] = []
+        for sid, raw in zip(ids, raws):
+            plan, nxt = self.plan_of(sid, raw, now)
+            out.append((0, nxt))
+            if plan is not None:
+                calls.append((len(out) - 1, sid, raw, plan))
+            elif not raw:
+                yield from self.drop_stale(sid)
+        fired = yield from self.ops.schedule_fire_many(
+            [(sid, raw, p.next_ms, score(p.next_ms, False), p.missed, p.messages) for _, sid, raw, p in calls],
+            bucket_ms,
+        )
+        for (j, sid, _, plan), done in zip(calls, fired):
+            if done.done:
+                out[j] = (len(done.ids), plan.next_ms)
+            else:
+                out[j] = yield from self.fire_one(sid, bucket_ms)
+        yield from self._after(any(f.config_missing for f in fired))
+        return out
 
     def drop_stale(self, sid: str) -> Op[None]:
         """Take an id whose schedule is gone out of the index, unless it came back meanwhile."""

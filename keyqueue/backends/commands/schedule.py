@@ -6,6 +6,7 @@ from typing import Sequence
 
 from redis.exceptions import ResponseError
 
+from ...core.backend import FireCall
 from ...core.replies import body_fields, hash_reply, text
 from ...core.results import Fired
 from ...core.roundtrip import Command, Op, one
@@ -14,6 +15,17 @@ from .base import CommandBase, _signal
 
 
 class Schedules(CommandBase):
+    #: One schedule at a time: each compare-and-set is a WATCH of its own schedule.
+    batched_fires = False
+
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]:
+        raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_get)")
+        yield
+
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]:
+        raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_fire)")
+        yield
+
     def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
         key = self.keys.schedule(schedule_id)
         now, (raw,) = yield from self._open([self.keys.schedules, key], [("HGETALL", key)], watch=[key])
