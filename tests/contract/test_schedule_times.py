@@ -171,3 +171,28 @@ def test_jitter_is_a_function_of_id_and_fire_time() -> None:
     assert jitter_ms("s", 5000, 10_000) != jitter_ms("t", 5000, 10_000)
     fire = plan_fire("s", every(10, jitter=3), 0, 10_000, 10_500)  # type: ignore[arg-type]
     assert fire.messages == [(10_000, 10_000 + jitter_ms("s", 10_000, 3000))]
+
+
+def test_start_and_end_take_aware_datetimes_or_epoch_seconds() -> None:
+    aware = definition(
+        cron=None,
+        every=5,
+        tz="UTC",
+        start=datetime(2026, 1, 1, 1, tzinfo=BERLIN),
+        end=1767225600.5,
+        jitter=0,
+        catch_up="one",
+        misfire_grace=None,
+    )
+    assert (aware.start_ms, aware.end_ms) == (1767225600000, 1767225600500)
+    with pytest.raises(InvalidSchedule):
+        definition(
+            cron=None,
+            every=5,
+            tz="UTC",
+            start=datetime(2026, 1, 1),
+            end=None,
+            jitter=0,
+            catch_up="one",
+            misfire_grace=None,
+        )
