@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from .core.results import QueueStats, ReapResult
+from .core.schedules import Schedule, next_fires
 from .errors import (
     ConfigurationError,
     CorruptQueue,
     HandlerTimeout,
     InvalidArgument,
     InvalidQueueName,
+    InvalidSchedule,
     KeyQueueError,
     MessageNotJSON,
     MessageTooLarge,
     MissingDependency,
     NotReplicated,
     PoolExhausted,
+    UnknownSchedule,
 )
 from .message import Message
 from .queue import Queue
@@ -29,6 +32,8 @@ __all__ = [
     "Message",
     "QueueStats",
     "ReapResult",
+    "Schedule",
+    "next_fires",
     # running it
     "Worker",
     "Reaper",
@@ -38,11 +43,13 @@ __all__ = [
     "MessageTooLarge",
     "MessageNotJSON",
     "InvalidArgument",
+    "InvalidSchedule",
     "ConfigurationError",
     "CorruptQueue",
     "HandlerTimeout",
     "MissingDependency",
     "NotReplicated",
     "PoolExhausted",
+    "UnknownSchedule",
     "__version__",
 ]

@@ -69,3 +69,12 @@ class PoolExhausted(KeyQueueError, redis.exceptions.ConnectionError):
             f"no free Redis connection for {timeout:g} s (all {max_connections} in use): raise "
             f"max_connections= or pool_timeout= in the Redis URL, or run fewer operations at once"
         )
+
+
+class InvalidSchedule(KeyQueueError, ValueError):
+    """A schedule (or a fire-time question) keyqueue cannot use: both or neither of cron and
+    every, an unparsable cron or zone, every < 1, end <= start, a bad id or catch_up."""
+
+
+class UnknownSchedule(KeyQueueError, LookupError):
+    """``fire_schedule`` of an id the queue has no schedule for."""

@@ -60,8 +60,9 @@ FIXED_TYPES = {
     "config": "hash",
     "counters": "hash",
     "meta": "hash",
+    "schedules": "zset",
 }
-FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash"}
+FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash", "schedule:": "hash"}
 
 
 def registry_key(prefix: str) -> str:
@@ -128,6 +129,16 @@ class QueueKeys:
     def meta(self) -> str:
         """A surface's own data about the queue (the SQS API's attributes and tags)."""
         return self.base + "meta"
+
+    @property
+    def schedules(self) -> str:
+        """Index of the queue's schedules: each id scored by its next fire (ms; inf when
+        paused or ended), so a firer reads the due ones from its head."""
+        return self.base + "schedules"
+
+    def schedule(self, schedule_id: str) -> str:
+        """One schedule: its definition, body, next and last fire, counts and version."""
+        return f"{self.base}schedule:{schedule_id}"
 
     @property
     def registry(self) -> str:

@@ -5,6 +5,7 @@ module only binds results to Message objects."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import redis
@@ -13,6 +14,7 @@ from .connection import TRANSIENT
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
 from .core.results import QueueStats, ReapResult
 from .core.roundtrip import Op, T
+from .core.schedules import Schedule
 from .core.sources import PeekSource, PurgeSource, RequeueSource
 from .face import QueueFace, claim_any_plan
 from .message import Message
@@ -189,6 +191,42 @@ class Queue(QueueFace):
     def set_metadata(self, values: dict[str, str], *, remove: Iterable[str] = ()) -> None:
         """Write ``values`` and delete the fields ``remove`` of the metadata hash, atomically."""
         self._run(self._core.set_metadata(values, remove))
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        id: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        body: bytes | str = b"",
+        tz: str = "UTC",
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        jitter: float = 0.0,
+        catch_up: str = "one",
+        misfire_grace: float | None = None,
+    ) -> Schedule:
+        """Upsert a schedule (exactly one of ``cron`` and ``every``): an identical one changes
+        nothing, a changed one takes effect at once. Reapers, Workers and claims fire it."""
+        return self._run(self._core.schedule(id, cron, every, body, tz, start, end, jitter, catch_up, misfire_grace))
+
+    def unschedule(self, id: str) -> bool:
+        return self._run(self._core.unschedule(id))
+
+    def pause_schedule(self, id: str) -> bool:
+        return self._run(self._core.set_paused(id, True))
+
+    def resume_schedule(self, id: str) -> bool:
+        return self._run(self._core.set_paused(id, False))
+
+    def schedules(self) -> list[Schedule]:
+        return self._run(self._core.schedules())
+
+    def fire_schedule(self, id: str) -> str:
+        """Enqueue one message of the schedule now (its id); the schedule stays as it is."""
+        return self._run(self._core.fire_schedule(id))
 
     def destroy(self) -> None:
         """Delete every key of the queue and forget its name."""

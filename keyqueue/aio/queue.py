@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
 
 import redis.asyncio
@@ -11,6 +12,7 @@ from ..connection import sentinels_of
 from ..core.queue_core import list_queues_op
 from ..core.results import QueueStats, ReapResult
 from ..core.roundtrip import Op, T
+from ..core.schedules import Schedule
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
 from ..errors import InvalidArgument
 from ..face import QueueFace, claim_any_plan
@@ -164,6 +166,44 @@ class Queue(QueueFace):
 
     async def set_metadata(self, values: dict[str, str], *, remove: Iterable[str] = ()) -> None:
         await self._run(self._core.set_metadata(values, remove))
+
+    # -- schedules ------------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        id: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        body: bytes | str = b"",
+        tz: str = "UTC",
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        jitter: float = 0.0,
+        catch_up: str = "one",
+        misfire_grace: float | None = None,
+    ) -> Schedule:
+        """Upsert a schedule (exactly one of ``cron`` and ``every``): an identical one changes
+        nothing, a changed one takes effect at once. Reapers, Workers and claims fire it."""
+        return await self._run(
+            self._core.schedule(id, cron, every, body, tz, start, end, jitter, catch_up, misfire_grace)
+        )
+
+    async def unschedule(self, id: str) -> bool:
+        return await self._run(self._core.unschedule(id))
+
+    async def pause_schedule(self, id: str) -> bool:
+        return await self._run(self._core.set_paused(id, True))
+
+    async def resume_schedule(self, id: str) -> bool:
+        return await self._run(self._core.set_paused(id, False))
+
+    async def schedules(self) -> list[Schedule]:
+        return await self._run(self._core.schedules())
+
+    async def fire_schedule(self, id: str) -> str:
+        """Enqueue one message of the schedule now (its id); the schedule stays as it is."""
+        return await self._run(self._core.fire_schedule(id))
 
     async def destroy(self) -> None:
         await self._run(self._core.destroy())

@@ -13,6 +13,7 @@ from .results import (
     ExpirePosition,
     ExpireStep,
     Fields,
+    Fired,
     Purged,
     ReapPosition,
     ReapStep,
@@ -22,6 +23,11 @@ from .roundtrip import Op
 
 #: Per-message attributes (item field a) of a batch, or None for a batch without any.
 Attributes = Sequence[bytes | None] | None
+
+
+#: One fire of ``schedule_fire_many``: the id, the hash read, the next fire ms, the index
+#: score, the missed count and the (fire ms, due ms) of each message.
+FireCall = tuple[str, dict[bytes, bytes], int | None, str, int, Sequence[tuple[int, int]]]
 
 
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
@@ -112,3 +118,37 @@ class Backend(Protocol):
     def peek(self, source: str, count: int) -> Op[list[Fields]]: ...
 
     def stats(self) -> Op[Counts]: ...
+
+    # -- schedules: read, then a compare-and-set on the version read ------------------------
+
+    def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
+        """The server time (ms) and the schedule's hash ({} when absent); the script-free
+        mode WATCHes it until the put or fire that follows, or ``schedule_done``."""
+        ...
+
+    def schedule_done(self) -> Op[None]:
+        """Nothing more after a ``schedule_get``."""
+        ...
+
+    def schedule_put(
+        self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
+    ) -> Op[bool]: ...
+
+    #: Whether fires go in batches (``schedule_get_many``, ``schedule_fire_many``): a
+    #: compare-and-set that needs no WATCH per schedule.
+    batched_fires: bool
+
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]: ...
+
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]: ...
+
+    def schedule_fire(
+        self,
+        schedule_id: str,
+        read: dict[bytes, bytes],
+        next_ms: int | None,
+        score: str,
+        missed: int,
+        messages: Sequence[tuple[int, int]],
+        bucket_ms: int,
+    ) -> Op[Fired]: ...

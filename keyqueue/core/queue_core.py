@@ -11,11 +11,11 @@ import math
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import CorruptQueue, InvalidArgument, MessageTooLarge
+from ..errors import CorruptQueue, InvalidArgument, InvalidSchedule, KeyQueueError, MessageTooLarge, UnknownSchedule
 from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
-from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, text
+from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, scored, text
 from .results import (
     EXPIRE_START,
     START,
@@ -27,10 +27,11 @@ from .results import (
     ReapResult,
 )
 from .roundtrip import Command, Op, transaction
+from .schedules import Definition, Fire, Schedule, check_id, definition, next_fire_ms, plan_fire, score, stored
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
-COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired", "scheduled")
 
 log = logging.getLogger("keyqueue.queue")
 
@@ -49,6 +50,16 @@ CLAIM_REAP_LIMIT = 500
 MAX_ERROR_BYTES = 4096
 #: Ends a cut last_error.
 CUT = "\u2026"
+#: Schedules read per look at the head of the schedule index.
+FIRE_BATCH = 100
+#: Looks a reap takes at the schedule index (claim-time reaping takes one).
+FIRE_LOOKS = 20
+#: Seconds between the looks a claiming Queue takes at the schedule index while it knows no
+#: schedule to fall due sooner (a schedule another process adds is found this late): one
+#: small read per period, a long-poll's slice, for a queue without schedules.
+SCHEDULE_POLL = WAIT_SLICE
+#: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
+SCHEDULE_ATTEMPTS = 10
 
 
 def not_one(values: object, what: str, instead: str) -> None:
@@ -141,6 +152,13 @@ class QueueCore:
         self.reap_position: ReapPosition = START
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
+        #: Schedules (monotonic times): the next look at the schedule index a claim takes,
+        #: and the earliest fire time known (a long-poll wakes for it).
+        self.fire_at = 0.0
+        self.fire_wake = math.inf
+        #: The schedules this Queue upserted (definition, body, anchor ms), written again
+        #: when Redis lost them.
+        self.upserted: dict[str, tuple[Definition, bytes, int]] = {}
 
     # -- settings and registration ------------------------------------------------------
 
@@ -237,6 +255,8 @@ class QueueCore:
                 raise error_for(reply, k.config)
         added = replies[-1] if self.registry_ok(replies[-1]) else 0
         self.registered = True
+        for sid, (d, data, anchor) in list(self.upserted.items()):
+            yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
         restored = [name for name, n in zip(self.held, replies) if n == 1]
         if added == 1 or restored:
             log.warning(
@@ -360,7 +380,7 @@ class QueueCore:
             if (yield from self.reap_if_due()):
                 got = yield from self.claim_now(count, vis_ms)
                 continue
-            wake = max(self.next_reap() - now, 0.01)
+            wake = max(min(self.next_reap(), self.fire_wake) - now, 0.01)
             got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count, visibility_timeout)
         return got
 
@@ -403,8 +423,11 @@ class QueueCore:
         that only claims gets expired and due delayed messages back without a Reaper; it
         costs nothing while no timer is due. True when it moved a message."""
         now = time.monotonic()
-        if not self.claim_reaping or now < self.next_reap():
+        if not self.claim_reaping:
             return False
+        fired = (yield from self.fire_due(1)) > 0 if now >= self.fire_at else False
+        if now < self.next_reap():
+            return fired
         s = yield from self.ready()
         # (No expiry sweep here: with retention set a claim costs no more round trips. The claim
         # deletes the expired messages it meets, this step those it finds at their timer.)
@@ -417,7 +440,7 @@ class QueueCore:
         else:
             self.reap_position = step.position
         yield from self._after(step.config_missing)
-        return step.moved.total > 0
+        return step.moved.total > 0 or fired
 
     def own(self, message_queue_keys: QueueKeys | None, message_id: str, queue_name: str | None) -> None:
         if message_queue_keys is not None and message_queue_keys != self.keys:
@@ -472,6 +495,7 @@ class QueueCore:
         if s.retention_ms or s.dead_retention_ms:
             total = total + ReapResult(expired=(yield from self.expire(s)))
         yield from self._after(missing)
+        yield from self.fire_due(FIRE_LOOKS)
         if broken:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
@@ -554,6 +578,259 @@ class QueueCore:
             if progress and n:
                 progress(n)
         return total
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        schedule_id: object,
+        cron: object,
+        every: object,
+        body: object,
+        tz: object,
+        start: object,
+        end: object,
+        jitter: object,
+        catch_up: object,
+        misfire_grace: object,
+    ) -> Op[Schedule]:
+        """Upsert: an identical schedule changes nothing; a changed one takes effect now."""
+        sid = check_id(schedule_id)
+        d = definition(
+            cron=cron,
+            every=every,
+            tz=tz,
+            start=start,
+            end=end,
+            jitter=jitter,
+            catch_up=catch_up,
+            misfire_grace=misfire_grace,
+        )
+        data = to_bytes(body)
+        s = yield from self.ready()
+        self.fits(data, s)
+        yield from self.register()
+        made = yield from self.put_schedule(sid, d, data, None)
+        assert made is not None
+        return made
+
+    def put_schedule(
+        self, sid: str, d: Definition, data: bytes, anchor: int | None, absent_only: bool = False
+    ) -> Op[Schedule | None]:
+        """Write a schedule unless it is already so (``absent_only``: unless it exists), as a
+        compare-and-set on the version read, so upserts at once never mix."""
+        dump = d.dump()
+        for _ in range(SCHEDULE_ATTEMPTS):
+            now, raw = yield from self.ops.schedule_get(sid)
+            if raw and absent_only:
+                yield from self.ops.schedule_done()
+                return None
+            if raw and raw.get(b"d") == dump.encode() and raw.get(b"b", b"") == data:
+                yield from self.ops.schedule_done()
+                made = self.decoded(sid, raw)
+                self.upserted[sid] = (d, data, int(raw[b"a"]))
+                return made
+            a = int(raw[b"a"]) if b"a" in raw else now if anchor is None else anchor
+            nxt = next_fire_ms(d, a, now)
+            version = text(raw.get(b"v", b""))
+            fresh = {b"d": dump.encode(), b"b": data, b"a": str(a).encode(), b"v": str(int(version or 0) + 1).encode()}
+            if not raw:
+                fresh.update({b"f": b"0", b"m": b"0", b"p": b"0"})
+            drop = ["n"] if nxt is None and b"n" in raw else []
+            if nxt is not None:
+                fresh[b"n"] = str(nxt).encode()
+            paused = raw.get(b"p") == b"1"
+            fields = [x for pair in fresh.items() for x in pair]
+            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), drop, fields)):
+                self.upserted[sid] = (d, data, a)
+                self.fire_at = 0.0
+                merged = {**raw, **fresh}
+                if nxt is None:
+                    merged.pop(b"n", None)
+                return self.decoded(sid, merged)
+        raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing while it was written; try again")
+
+    def unschedule(self, schedule_id: object) -> Op[bool]:
+        sid = check_id(schedule_id)
+        self.upserted.pop(sid, None)
+        commands: list[Command] = [("DEL", self.keys.schedule(sid)), ("ZREM", self.keys.schedules, sid)]
+        replies = yield from transaction(commands, self.replication)
+        raise_errors(commands, replies or [], self.keys.schedules)
+        return bool(replies and replies[0])
+
+    def set_paused(self, schedule_id: object, paused: bool) -> Op[bool]:
+        """Pause or resume: False for an unknown id. A resumed schedule fires next at its first
+        fire time after now (what passed while it was paused is not caught up)."""
+        sid = check_id(schedule_id)
+        for _ in range(SCHEDULE_ATTEMPTS):
+            now, raw = yield from self.ops.schedule_get(sid)
+            if not raw or (raw.get(b"p") == b"1") == paused:
+                yield from self.ops.schedule_done()
+                return bool(raw)
+            version = text(raw.get(b"v", b""))
+            fields: list[str | bytes] = ["p", "1" if paused else "0", "v", str(int(version or 0) + 1)]
+            drop: list[str] = []
+            nxt = None if b"n" not in raw else int(raw[b"n"])
+            if not paused:
+                nxt = next_fire_ms(Definition.load(raw[b"d"]), int(raw[b"a"]), now)
+                if nxt is None:
+                    drop = ["n"]
+                else:
+                    fields += ["n", str(nxt)]
+            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), drop, fields)):
+                self.fire_at = 0.0
+                return True
+        raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing; try again")
+
+    def schedules(self) -> Op[list[Schedule]]:
+        k = self.keys
+        (ids,) = yield [("ZRANGE", k.schedules, 0, -1)]
+        if isinstance(ids, Exception):
+            raise error_for(ids, k.schedules)
+        names = sorted(text(i) for i in ids)
+        if not names:
+            return []
+        replies = yield [("HGETALL", k.schedule(i)) for i in names]
+        out = []
+        for sid, raw in zip(names, replies):
+            if isinstance(raw, Exception):
+                raise error_for(raw, k.schedule(sid))
+            if raw:
+                out.append(self.decoded(sid, hash_reply(raw)))
+        return out
+
+    def decoded(self, sid: str, raw: dict[bytes, bytes]) -> Schedule:
+        try:
+            return stored(sid, raw)
+        except (KeyError, ValueError, TypeError):
+            raise CorruptQueue(self.keys.schedule(sid), "holds a schedule keyqueue cannot read") from None
+
+    def fire_schedule(self, schedule_id: object) -> Op[str]:
+        """One message now; the schedule's next fire, interval and pause stay as they are."""
+        sid = check_id(schedule_id)
+        s = yield from self.ready()
+        for _ in range(SCHEDULE_ATTEMPTS):
+            now, raw = yield from self.ops.schedule_get(sid)
+            if not raw:
+                yield from self.ops.schedule_done()
+                raise UnknownSchedule(f"queue {self.name!r} has no schedule {sid!r}")
+            nxt = None if b"n" not in raw else int(raw[b"n"])
+            fired = yield from self.ops.schedule_fire(
+                sid, raw, nxt, score(nxt, raw.get(b"p") == b"1"), 0, [(now, now)], s.bucket_ms
+            )
+            if fired.done:
+                yield from self._after(fired.config_missing)
+                return fired.ids[0]
+        raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing; try again")
+
+    def fire_due(self, looks: int) -> Op[int]:
+        """Fire every due schedule (at most ``looks`` batches of the index): the messages
+        enqueued. Each fire is a compare-and-set, so any number of processes may do this."""
+        s = yield from self.ready()
+        k = self.keys
+        clock = getattr(self.ops, "clock", None)
+        total = 0
+        soonest = math.inf  # ms from now to the earliest fire time known
+        for _ in range(looks):
+            # A queue without schedules costs this one read; the clock is read only when
+            # the index holds something that may be due.
+            (raw,) = yield [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
+            if isinstance(raw, Exception):
+                raise error_for(raw, k.schedules)
+            pairs = [(text(m), sc) for m, sc in scored(raw)]
+            if not pairs or pairs[0][1] == math.inf:
+                break
+            if clock is not None:
+                now = round(clock() * 1000)
+            else:
+                ((sec, usec),) = yield [("TIME",)]
+                now = int(sec) * 1000 + int(usec) // 1000
+            due = [sid for sid, sc in pairs if sc <= now]
+            later = [sc for sid, sc in pairs if sc > now]
+            if later:
+                soonest = min(soonest, later[0] - now)
+            if self.ops.batched_fires:
+                fired = yield from self.fire_many(due, s.bucket_ms)
+            else:
+                fired = []
+                for sid in due:
+                    fired.append((yield from self.fire_one(sid, s.bucket_ms)))
+            for n, nxt in fired:
+                total += n
+                if nxt is not None:
+                    soonest = min(soonest, nxt - now)
+            if len(due) < FIRE_BATCH:
+                break
+        mono = time.monotonic()
+        self.fire_wake = mono + max(soonest, 0) / 1000.0
+        self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
+        return total
+
+    def plan_of(self, sid: str, raw: dict[bytes, bytes], now: int) -> tuple[Fire | None, int | None]:
+        """What firing a schedule read at ``now`` does (None: nothing: it is gone, paused,
+        not due, or unreadable), and its next fire (ms) as far as known."""
+        nxt = None if b"n" not in raw else int(raw[b"n"])
+        if not raw or raw.get(b"p") == b"1" or nxt is None or nxt > now:
+            return None, None if raw.get(b"p") == b"1" else nxt
+        try:
+            d, anchor = Definition.load(raw[b"d"]), int(raw[b"a"])
+            return plan_fire(sid, d, anchor, nxt, now), None
+        except (KeyError, ValueError, TypeError, InvalidSchedule):
+            log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
+            return None, None
+
+    def fire_one(self, sid: str, bucket_ms: int) -> Op[tuple[int, int | None]]:
+        """One due schedule's fire: the messages it enqueued and its next fire (ms)."""
+        for _ in range(SCHEDULE_ATTEMPTS):
+            now, raw = yield from self.ops.schedule_get(sid)
+            plan, nxt = self.plan_of(sid, raw, now)
+            if plan is None:
+                yield from self.ops.schedule_done()
+                if not raw:
+                    yield from self.drop_stale(sid)
+                return 0, nxt
+            fired = yield from self.ops.schedule_fire(
+                sid, raw, plan.next_ms, score(plan.next_ms, False), plan.missed, plan.messages, bucket_ms
+            )
+            if fired.done:
+                yield from self._after(fired.config_missing)
+                return len(fired.ids), plan.next_ms
+        return 0, None
+
+    def fire_many(self, ids: Sequence[str], bucket_ms: int) -> Op[list[tuple[int, int | None]]]:
+        """The fires of due schedules in two round trips (their reads, then their scripts),
+        for a backend whose compare-and-set needs no WATCH; one lost to another firer is
+        tried again alone."""
+        now, raws = yield from self.ops.schedule_get_many(ids)
+        out: list[tuple[int, int | None]] = []
+        calls: list[tuple[int, str, dict[bytes, bytes], Fire]] = []
+        for sid, raw in zip(ids, raws):
+            plan, nxt = self.plan_of(sid, raw, now)
+            out.append((0, nxt))
+            if plan is not None:
+                calls.append((len(out) - 1, sid, raw, plan))
+            elif not raw:
+                yield from self.drop_stale(sid)
+        fired = yield from self.ops.schedule_fire_many(
+            [(sid, raw, p.next_ms, score(p.next_ms, False), p.missed, p.messages) for _, sid, raw, p in calls],
+            bucket_ms,
+        )
+        for (j, sid, _, plan), done in zip(calls, fired):
+            if done.done:
+                out[j] = (len(done.ids), plan.next_ms)
+            else:
+                out[j] = yield from self.fire_one(sid, bucket_ms)
+        yield from self._after(any(f.config_missing for f in fired))
+        return out
+
+    def drop_stale(self, sid: str) -> Op[None]:
+        """Take an id whose schedule is gone out of the index, unless it came back meanwhile."""
+        key = self.keys.schedule(sid)
+        exists = (yield [("WATCH", key), ("EXISTS", key)])[1]
+        if exists:
+            yield [("UNWATCH",)]
+            return
+        yield from transaction([("ZREM", self.keys.schedules, sid)])
 
     # -- a surface's own data about the queue ----------------------------------------------
 

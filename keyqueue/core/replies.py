@@ -83,6 +83,7 @@ def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
     d = f.get(b"d")
     c = f.get(b"c")
     first = f.get(b"f")
+    s = f.get(b"s")
     return Fields(
         msg_id,
         f.get(b"b", b""),
@@ -93,14 +94,15 @@ def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
         maybe_text(f.get(b"e")),
         f.get(b"a"),
         None if first is None else int(first),
+        None if s is None else int(s),
     )
 
 
 def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
-    """A script's flat reply, 9 values a message (id, b, t, r, d, c, e, a, f), as Fields."""
+    """A script's flat reply, 10 values a message (id, b, t, r, d, c, e, a, f, s), as Fields."""
     out = []
-    for i in range(start, len(reply), 9):
-        mid, body, t, r, d, c, e, a, f = reply[i : i + 9]
+    for i in range(start, len(reply), 10):
+        mid, body, t, r, d, c, e, a, f, s = reply[i : i + 10]
         # ids and receipts are ASCII the scripts wrote: decoded inline (a claim reads 100 at once)
         out.append(
             Fields(
@@ -113,6 +115,7 @@ def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
                 None if e is None else text(e, "replace"),
                 a,
                 None if f is None else int(f),
+                None if s is None else int(s),
             )
         )
     return out

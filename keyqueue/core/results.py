@@ -50,6 +50,7 @@ class Fields(NamedTuple):
     error: str | None
     attributes: bytes | None = None  # field a: opaque to the core, written by a surface (SQS)
     first_ms: int | None = None  # field f: when the first delivery was made
+    scheduled_ms: int | None = None  # field s: the fire time a schedule made the message for
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,16 @@ class ReapStep:
     done: bool
     config_missing: bool = False
     broken: list[str] = field(default_factory=list)  # keys of the wrong type, left as they are
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One fire of a schedule: done (False: the schedule changed since it was read, nothing
+    was done), the ids it enqueued, and whether the config hash is gone."""
+
+    done: bool
+    ids: list[str]
+    config_missing: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..core.replies import int_or
 from ..core.roundtrip import Command
+from ..core.schedules import score, stored
 from ..core.states import Seen, owed
 from ..keys import QueueKeys
 from .scan import IdView, Snapshot
@@ -34,6 +35,8 @@ TIMER_INDEX = "timer-index"
 DEAD_DUPLICATE = "dead-duplicate"
 WRONG_TYPE = "wrong-type"
 STRAY_FIELDS = "stray-fields"
+SCHEDULE_INDEX = "schedule-index"
+BAD_SCHEDULE = "bad-schedule"
 # Notes: states claimers and the reaper settle on their own; harmless. Repair removes the
 # leftovers (the first three) and leaves claims in progress to their claimer.
 STALE_LIST = "stale-list-entry"
@@ -53,6 +56,9 @@ KINDS: dict[str, str] = {
     STRAY_FIELDS: "waiting, delayed or dead ids with a receipt or timer field left over, or live ones with a "
     "dead-lettering time (x)",
     TIMER_INDEX: "timer buckets missing from the index or indexed after their earliest timer",
+    SCHEDULE_INDEX: "schedules missing from the schedule index or scored unlike their next fire, "
+    "and index entries without a schedule",
+    BAD_SCHEDULE: "schedule hashes keyqueue cannot read (never changed by repair: upsert them again)",
     STALE_LIST: "queue list entries of ids not in items (claims drop them)",
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
     EMPTY_INDEX: "index entries of buckets without a timer set (the reaper drops them)",
@@ -228,7 +234,33 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
         if earliest is not None and (score is None or score > earliest):
             found.append(Finding(TIMER_INDEX, bucket))
     found.extend(Finding(EMPTY_INDEX, b) for b in sorted(s.index, key=_natural) if k.timer(b) not in s.types)
+    found += schedule_findings(s, k)
     return found, states
+
+
+def schedule_score(raw: dict[bytes, bytes]) -> float | None:
+    """The index score a schedule's hash calls for; None when the hash cannot be read."""
+    try:
+        stored("", raw)
+        return float(score(None if b"n" not in raw else int(raw[b"n"]), raw.get(b"p") == b"1"))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def schedule_findings(s: Snapshot, k: QueueKeys) -> list[Finding]:
+    out = []
+    for sid in sorted(set(s.schedules) | set(s.schedule_index)):
+        raw = s.schedules.get(sid)
+        if raw is None:
+            if k.schedule(sid) not in s.broken:
+                out.append(Finding(SCHEDULE_INDEX, sid))
+            continue
+        want = schedule_score(raw)
+        if want is None:
+            out.append(Finding(BAD_SCHEDULE, sid))
+        elif s.schedule_index.get(sid) != want:
+            out.append(Finding(SCHEDULE_INDEX, sid))
+    return out
 
 
 def _ends_after(bucket: str, bucket_ms: int, now: int) -> bool:

@@ -9,10 +9,21 @@ from typing import Callable, Sequence
 
 from redis.exceptions import ResponseError
 
-from ..core.replies import int_or, ok
+from ..core.replies import hash_reply, int_or, ok
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
 from ..keys import QueueKeys
-from .analyse import EMPTY_INDEX, ID_KINDS, STALE_LIST, STALE_TIMER, TIMER_INDEX, Finding, keeps_timer, plan
+from .analyse import (
+    EMPTY_INDEX,
+    ID_KINDS,
+    SCHEDULE_INDEX,
+    STALE_LIST,
+    STALE_TIMER,
+    TIMER_INDEX,
+    Finding,
+    keeps_timer,
+    plan,
+    schedule_score,
+)
 from .scan import batched, read_sets, read_view
 
 ATTEMPTS = 8  # tries of one repair when a watched key keeps changing
@@ -39,6 +50,7 @@ class Repairer:
             STALE_TIMER: self.drop_timer_entry,
             STALE_LIST: self.drop_list_entries,
             EMPTY_INDEX: self.drop_index_entry,
+            SCHEDULE_INDEX: self.reindex_schedule,
         }
         for kind, fix in entry_fixes.items():
             for f in findings:
@@ -114,6 +126,21 @@ class Repairer:
             return [] if ok(exists) else [("ZREM", self.k.timers, f.subject)]
 
         return (yield from _transact([tk], decide))
+
+    def reindex_schedule(self, f: Finding) -> Op[bool]:
+        """Score a schedule's index entry as its hash says (or drop the entry of a schedule
+        that is gone); the WATCH on the hash keeps a fire or upsert meanwhile whole."""
+        key = self.k.schedule(f.subject)
+
+        def decide() -> Op[list[Command] | None]:
+            (raw,) = yield [("HGETALL", key)]
+            fields = hash_reply(ok(raw))
+            if not fields:
+                return [("ZREM", self.k.schedules, f.subject)]
+            want = schedule_score(fields)
+            return None if want is None else [("ZADD", self.k.schedules, str(want), f.subject)]
+
+        return (yield from _transact([key, self.k.schedules], decide))
 
 
 def _transact(watch: Sequence[str], decide: Callable[[], Op[list[Command] | None]]) -> Op[bool]:

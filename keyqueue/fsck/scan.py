@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..core.replies import int_or, name, ok, scored, text
+from ..core.replies import hash_reply, int_or, name, ok, scored, text
 from ..core.roundtrip import Command, Op
 from ..keys import QueueKeys
 
@@ -50,6 +50,8 @@ class Snapshot:
     hashes: dict[str, tuple[bool, int | None, bool]] = field(default_factory=dict)  # id -> (c?, d, x?)
     broken: set[str] = field(default_factory=set)  # keys of the wrong type
     now: int = 0  # server time, ms
+    schedule_index: dict[str, float] = field(default_factory=dict)  # id -> score
+    schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)  # id -> its hash
 
     def broken_ids(self, k: QueueKeys) -> set[str]:
         """Ids whose item key has the wrong type: left alone, reported as that key."""
@@ -90,6 +92,16 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     sets = yield from read_sets([k.items, k.processing, *timer_keys])
     s.waiting, s.processing = sets[0], sets[1]
     s.timers = {n[len(timer_base) :]: members for n, members in zip(timer_keys, sets[2:])}
+    if k.schedules not in s.broken:
+        (index,) = yield [("ZRANGE", k.schedules, 0, -1, "WITHSCORES")]
+        s.schedule_index = {name(m): sc for m, sc in scored(ok(index))}
+    schedule_base = k.schedule("")
+    sids = sorted(n[len(schedule_base) :] for n in types if n.startswith(schedule_base) and n not in s.broken)
+    for sid, raw in zip(sids, (yield from batched([("HGETALL", k.schedule(i)) for i in sids]))):
+        if isinstance(raw, Exception):
+            s.broken.add(k.schedule(sid))
+        elif raw:
+            s.schedules[sid] = hash_reply(raw)
     item_base = k.base + "item:"
     ids = {n[len(item_base) :] for n in types if n.startswith(item_base) and n not in s.broken}
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)

@@ -6,7 +6,8 @@
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
     c current receipt, d timer ms (visibility deadline while processing, visible-at while
     delayed; absent while waiting or dead), e last error, a attributes (opaque bytes a
-    surface such as the SQS API writes at enqueue), f first delivery ms (set by the first claim).
+    surface such as the SQS API writes at enqueue), f first delivery ms (set by the first claim),
+    s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it).
   Errors: redis.error_reply('KQCORRUPT <key>') when a key holds the wrong type; raised before
     any write, so a failing call changes nothing.
 ]]
@@ -117,7 +118,7 @@ local function read_item(ik)
   return f
 end
 
--- Append the reply shape of one message: id, b, t, r, d, c, e, a, f.
+-- Append the reply shape of one message: id, b, t, r, d, c, e, a, f, s.
 local function push_message(out, id, f)
   out[#out + 1] = id
   out[#out + 1] = f.b or ''
@@ -128,6 +129,7 @@ local function push_message(out, id, f)
   out[#out + 1] = f.e or false
   out[#out + 1] = f.a or false
   out[#out + 1] = f.f or false
+  out[#out + 1] = f.s or false
 end
 
 -- The current timer of `id` when `receipt` is its current delivery and it is still owned, else nil.

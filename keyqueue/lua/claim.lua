@@ -13,7 +13,7 @@
   (nil: none), so the client knows when a reap may find something, at no extra round trip.
   Each message is four values: its id, its body (in b and b1) and enqueue time; for a message
   that is not a first delivery without error or attributes (receives 1, the first receipt,
-  first delivered now), the id is {id, r, c, e, a, f} instead. The deadline is the call's.
+  first delivered now), the id is {id, r, c, e, a, f, s} instead. The deadline is the call's.
   (Every value of the reply costs Redis time: most messages take 4 instead of 9.)
 ]]
 -- An item read whole (a body of more than two fields, or no t or b) as the fields a claim needs,
@@ -21,7 +21,7 @@
 local function read_whole(ik)
   local f = read_item(ik)
   return f and {f.b or '', false, f.t or false, f.a or false, f.n or false, f.r or false, f.e or false,
-                f.f or false}
+                f.f or false, f.s or false}
 end
 
 local count = tonumber(ARGV[3])
@@ -102,12 +102,13 @@ while claimed < count and dropped < LAPSED_LIMIT do
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
   -- Read every item of this round before the first write; a wrong type fails the read. The
-  -- fields a claim needs, {b, b1, t, a, n, r, e, f}: by one HMGET of b, b1, t, a and n for a
+  -- fields a claim needs, {b, b1, t, a, n, r, e, f, s}: by one HMGET of b, b1, t, a and n for a
   -- body of up to two fields (no table of every field, no concatenation of many), and only
-  -- when n is there, a second one of r, e and f. n (deliveries) is written by every delivery,
-  -- with r and f, and never deleted, and e is only ever written after a delivery: a message
-  -- without n has none of them, and most claims are first deliveries (every field looked up
-  -- costs, more than the second call for the few others).
+  -- when n is there, a second one of r, e, f and s. n (deliveries) is written by every delivery,
+  -- with r and f, and never deleted, and e is only ever written after a delivery; a schedule's
+  -- message is written with n = 0 beside its s: a message without n has none of them, and
+  -- most claims are first deliveries (every field looked up costs, more than the second call
+  -- for the few others).
   local keys, items = {}, {}
   for i = 1, #heads do
     local ik = item .. heads[i]
@@ -121,8 +122,8 @@ while claimed < count and dropped < LAPSED_LIMIT do
     local b, b1 = v[1], v[2]
     if v[3] and b and not (b1 and #b1 == #b) then
       if v[5] then
-        local more = rcall('HMGET', ik, 'r', 'e', 'f')
-        v[6], v[7], v[8] = more[1], more[2], more[3]
+        local more = rcall('HMGET', ik, 'r', 'e', 'f', 's')
+        v[6], v[7], v[8], v[9] = more[1], more[2], more[3], more[4]
       end
     else  -- maybe b2, b3, ...; or no t or b (not written by an enqueue, or no hash at all)
       v = read_whole(ik)
@@ -180,7 +181,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
         f = now_s
         rcall('HSET', tkeys[j], 'r', r, 'n', n, 'c', receipt, 'd', deadline_s, 'f', now_s)
       end
-      out[n_out + 1] = {taken[j], r, receipt, e or false, a, f}  -- (no nil: it would end the list)
+      out[n_out + 1] = {taken[j], r, receipt, e or false, a, f, v[9] or false}  -- (no nil: it would end the list)
     end
     out[n_out + 2], out[n_out + 3], out[n_out + 4] = v[1], v[2], v[3]
     n_out = n_out + 4

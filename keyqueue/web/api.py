@@ -55,6 +55,11 @@ async def messages(request: Request) -> Response:
     return JSONResponse([api_message(m) for m in await store.peek(q.name, count, source)])
 
 
+async def schedules(request: Request) -> Response:
+    """The queue's schedules, as objects with the fields of keyqueue.Schedule."""
+    return JSONResponse([s.to_json() for s in await store_of(request).schedules(request.path_params["name"])])
+
+
 async def overview(request: Request) -> Response:
     """What the overview shows, with counters and rates (beyond the /api/queues objects: the
     dashboard's own, documented in docs/dashboard.md)."""
@@ -75,4 +80,5 @@ routes = [
     Route("/api/overview", overview),
     Route("/api/queues/{name}", queue),
     Route("/api/queues/{name}/messages", messages),
+    Route("/api/queues/{name}/schedules", schedules),
 ]

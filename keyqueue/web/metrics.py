@@ -23,6 +23,7 @@ COUNTERS = {
     "redelivered": ("keyqueue_redelivered", "Messages made visible again after their visibility timeout."),
     "dead_lettered": ("keyqueue_dead_lettered", "Messages moved to the dead letters."),
     "expired": ("keyqueue_expired", "Messages and dead letters deleted by retention or dead_retention."),
+    "scheduled": ("keyqueue_scheduled", "Messages schedules enqueued (also counted as enqueued)."),
 }
 
 

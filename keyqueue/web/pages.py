@@ -17,7 +17,8 @@ from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
 from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, purge_source
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, UnknownSchedule
+from ..keys import NAME_RE
 from .api import MAX_COUNT, BadRequest, source_and_count, store_of
 from .auth import Session, Sessions, form_csrf, set_cookie_header
 from .present import body_view
@@ -30,7 +31,13 @@ NOTICES = {
     "purge-all": "Purged {n} message{s} (every state).",
     "deleted": "Deleted dead letter {id}.",
     "missing": "Message {id} is not a dead letter (any more): nothing was changed.",
+    "paused": "Paused schedule {schedule}.",
+    "resumed": "Resumed schedule {schedule}.",
+    "fired": "Fired schedule {schedule}: message {id}.",
+    "no-schedule": "There is no schedule {schedule} (any more): nothing was changed.",
 }
+#: What a schedule action calls, by the last part of its path.
+SCHEDULE_ACTIONS = ("pause", "resume", "fire")
 
 
 def templates(request: Request) -> Jinja2Templates:
@@ -86,6 +93,7 @@ async def queue_page(request: Request) -> Response:
         request,
         "queue.html",
         view=view,
+        schedules=await store.schedules(view.name),
         source=source,
         count=count,
         sources=PEEK_SOURCES,
@@ -105,8 +113,9 @@ def notice_text(request: Request) -> str | None:
         notice = "purge-all"
     if notice not in NOTICES:
         return None
-    n, one = q.get("n", "0"), q.get("id", "")
+    n, one, sid = q.get("n", "0"), q.get("id", ""), q.get("schedule", "")
     return NOTICES[notice].format(
+        schedule=sid if NAME_RE.fullmatch(sid) else "?",
         n=n if re.fullmatch("[0-9]{1,20}", n) else "?",
         s="" if n == "1" else "s",
         source=src if src in PURGE_SOURCES else "",
@@ -218,6 +227,27 @@ async def purge(request: Request) -> Response:
     )
 
 
+async def schedule_action(request: Request) -> Response:
+    """Pause, resume or fire a schedule now: no confirmation (nothing is lost by any of them)."""
+    got = await checked(request)
+    if isinstance(got, Response):
+        return got
+    q, _ = got
+    sid, action = request.path_params["schedule"], request.path_params["action"]
+    if action not in SCHEDULE_ACTIONS:
+        raise BadRequest(f"a schedule action is one of {', '.join(SCHEDULE_ACTIONS)}, not {action[:20]!r}")
+    if not NAME_RE.fullmatch(sid):
+        return back(request, q.name, notice="no-schedule")
+    if action == "fire":
+        try:
+            mid = await q.fire_schedule(sid)
+        except UnknownSchedule:
+            return back(request, q.name, notice="no-schedule", schedule=sid)
+        return back(request, q.name, notice="fired", schedule=sid, id=mid)
+    done = await (q.pause_schedule(sid) if action == "pause" else q.resume_schedule(sid))
+    return back(request, q.name, notice=f"{action}d" if done else "no-schedule", schedule=sid)
+
+
 # -- login ------------------------------------------------------------------------------
 
 
@@ -269,6 +299,7 @@ routes = [
     Route("/partials/queues/{name}", queue_live),
     Route("/queues/{name}/requeue", requeue, methods=["POST"]),
     Route("/queues/{name}/purge", purge, methods=["POST"]),
+    Route("/queues/{name}/schedules/{schedule}/{action}", schedule_action, methods=["POST"]),
     Route("/login", login, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
 ]

@@ -15,6 +15,7 @@ from ..aio.message import Message
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
 from ..core.results import QueueStats
+from ..core.schedules import Schedule
 from ..core.sources import PeekSource
 from ..errors import CorruptQueue, InvalidQueueName
 from ..keys import validate_prefix
@@ -196,3 +197,7 @@ class Store:
     async def peek(self, name: str, count: int, source: PeekSource) -> list[Message]:
         q = self.queue(name)
         return await read(lambda: q.peek(count, source=source))
+
+    async def schedules(self, name: str) -> list[Schedule]:
+        q = await self.existing(name)
+        return await read(q.schedules)

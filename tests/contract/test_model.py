@@ -654,7 +654,10 @@ def make_machine(
             counters = {k.decode(): int(v) for k, v in self.r.hgetall(BASE + "counters").items()}
             assert counters == {k: v for k, v in self.counts.items() if v}
             assert self.q is not None and self.q.counters() == {
-                name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
+                **{
+                    name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
+                },
+                "scheduled": 0,
             }
 
             # Nothing but the documented keys.

@@ -140,3 +140,23 @@ def test_the_async_queue_on_a_cluster(cluster: RedisCluster) -> None:
 
     asyncio.run(main())
     assert len({cluster.keyslot(f"kq:{{aq{i}}}:seq") for i in range(6)}) == 6
+
+
+def test_schedules_on_a_cluster(cluster: RedisCluster) -> None:
+    """Upsert, fire by claims and by a reap, fire now, pause, check and unschedule, on queues
+    in different slots."""
+    queues = [Queue(f"sq{i}", client=cluster) for i in range(3)]
+    for q in queues:
+        q.schedule("tick", every=1, body=q.name)
+    for q in queues:
+        end = time.monotonic() + 30
+        msg = None
+        while msg is None:
+            assert time.monotonic() < end, f"{q.name} never fired"
+            msg = q.claim(wait=0.5)
+        assert msg.text == q.name and msg.scheduled_for is not None and msg.ack()
+        q.reap()
+        assert q.fire_schedule("tick")
+        assert q.pause_schedule("tick") and q.schedules()[0].paused
+        assert q.check(settle=0).consistent
+        assert q.unschedule("tick") and q.schedules() == []

@@ -11,7 +11,9 @@ reaper runs, and the test checks:
 - a healthy consumer then receives every message exactly once with its body intact, except
   those the operation may have deleted (an ack or a purge that got that far), and messages
   the operation was enqueueing arrive at most once (exactly once if it finished);
-- afterwards no key is left but seq, config, the signal, dead letters and dedup keys.
+- a schedule fired each fire time once (no two messages with one fire time), its count and
+  index agree with its messages and its hash;
+- afterwards no key is left but seq, config, the signal, dead letters, dedup keys and schedules.
 
 ``BOUNDARIES`` (tests/data/crash_boundaries.json) lists the commands of every operation by
 name, as sent, in both modes; a test checks the operations still send exactly these, so every
@@ -185,6 +187,14 @@ def test_a_client_dying_here_loses_nothing(
     healthy = _queue(r, scripted_recovery, clock)
     healthy.reap()
     states = check_states(r)
+    fire_times = [h[b"s"] for h in map(r.hgetall, r.scan_iter(match=BASE + "item:*")) if b"s" in h]
+    assert len(fire_times) == len(set(fire_times)), f"a fire time fired twice: {sorted(fire_times)}"
+    if r.exists(BASE + "schedule:s"):
+        stored = r.hgetall(BASE + "schedule:s")
+        assert int(stored[b"f"]) == len(fire_times), "the fired count is not the messages a schedule made"
+        paused = stored.get(b"p") == b"1"
+        assert r.zscore(BASE + "schedules", "s") == (float("inf") if paused else int(stored[b"n"]))
+        healthy.unschedule("s")  # what it fired is drained below; it fires no more
     dead = {mid for mid, s in states.items() if s == "dead"}
     got = drain(healthy, clock)
     assert max(got.values(), default=1) == 1, f"delivered twice: {got}"
@@ -208,8 +218,8 @@ def test_a_client_dying_here_loses_nothing(
     leftover = {
         k
         for k in keys
-        if k not in ("seq", "config", "signal", "dead", "counters")
-        and not k.startswith("dedup:")
+        if k not in ("seq", "config", "signal", "dead", "counters", "schedules")
+        and not k.startswith(("dedup:", "schedule:"))
         and not (k.startswith("item:") and k[5:] in dead)
     }
     assert not leftover, f"orphaned keys: {sorted(leftover)}"

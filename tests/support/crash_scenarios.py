@@ -81,6 +81,16 @@ def _expiring(q: Queue) -> dict[str, Any]:
     return {"old": set(old)}
 
 
+def _scheduled(q: Queue) -> dict[str, Any]:
+    """Waiting messages and a schedule two fire times behind (catch_up all: a fire enqueues two)."""
+    ctx = _waiting(q)
+    q.schedule("s", every=10, catch_up="all", body="tick")
+    clock = q._ops.clock
+    assert clock is not None
+    clock.advance(25)  # type: ignore[attr-defined]
+    return ctx
+
+
 def _held_ctx(ctx: dict[str, Any]) -> Any:
     return ctx["held"][0]
 
@@ -119,4 +129,9 @@ SCENARIOS: dict[str, Scenario] = {
         _expired_heads, lambda q, c: (setattr(q._core, "claim_reaping", False), q.claim()), lambda c: c["old"]
     ),
     "reap_expiring": Scenario(_expiring, lambda q, c: q.reap(), lambda c: c["old"]),
+    "schedule": Scenario(_waiting, lambda q, c: q.schedule("s", every=10, body="tick")),
+    "schedule_change": Scenario(_scheduled, lambda q, c: q.schedule("s", every=5, body="tock")),
+    "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
+    "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
+    "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
 }

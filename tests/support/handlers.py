@@ -44,3 +44,10 @@ def in_process(m: Message) -> None:
     """Records its process's pid, then sleeps as slow."""
     _client(m).hset(PIDS, m.id, os.getpid())
     slow(m)
+
+
+SCHEDULED = "test:scheduled"  # list of the fire times (epoch s) of the messages handled
+
+
+def scheduled(m: Message) -> None:
+    _client(m).rpush(SCHEDULED, repr(m.scheduled_for))

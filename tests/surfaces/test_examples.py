@@ -72,6 +72,22 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
         )
     ],
     "async-signals": [("workers/async_signals.py", [r"^sent one$", r"^sent two$"])],
+    "schedules": [
+        (
+            "schedules/periodic.py",
+            [
+                r"\Aheartbeat every 1s UTC active\nnightly 0 3 \* \* \* Europe/Berlin active\n",
+                r"^ping made for a fire time\nTrue nightly report\n\Z",
+            ],
+        ),
+        (
+            "schedules/fire_times.py",
+            [
+                r"\A2026-03-29T03:00:00\+02:00\n2026-03-30T02:30:00\+02:00\n"
+                r"2026-10-25T02:00:00\+02:00\n2026-10-25T02:30:00\+02:00\n2026-10-26T02:00:00\+01:00\n\Z"
+            ],
+        ),
+    ],
     "reaper": [("workers/reaper.py", [r"^QueueStats\(waiting=1, processing=0, delayed=0, dead=0, "])],
     "shared-pool": [("deployment/shared_pool.py", [r"^500 messages enqueued by 500 tasks over 20 connections$"])],
     "dashboard-mount": [("dashboard/mount.py", [r"\A\{'redis': 'ok'\}\n401\n\[\]\n\Z"])],

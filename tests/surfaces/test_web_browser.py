@@ -279,6 +279,27 @@ def test_requeue_by_clicking_through_the_ui(page: Any, site: Served, r: redis.Re
     assert emails.stats().dead == 0 and emails.stats().waiting == 6
 
 
+def test_schedules_pause_resume_and_fire_by_clicking(page: Any, site: Served, r: redis.Redis) -> None:
+    """The schedule buttons are plain forms: no dialog, the page reloads with a notice."""
+    q = Queue("reports", client=r)
+    q.schedule("nightly", cron="0 3 * * *", tz="Europe/Berlin", body="report")
+    page.get(f"{site.url}/queues/reports")
+    row = '#schedules tr[data-schedule="nightly"]'
+    assert read_all(page, f"{row} td")[:3] == ["nightly", "0 3 * * *", "Europe/Berlin"]
+    with new_document(page):
+        click(page, f"{row} form[action$='/pause'] button")
+    assert text_of(page, "#notice") == "Paused schedule nightly." and q.schedules()[0].paused
+    assert "paused" in text_of(page, f"{row} td:nth-child(8)")
+    with new_document(page):
+        click(page, f"{row} form[action$='/resume'] button")
+    assert text_of(page, "#notice") == "Resumed schedule nightly." and not q.schedules()[0].paused
+    with new_document(page):
+        click(page, f"{row} form[action$='/fire'] button")
+    (msg,) = q.peek(5)
+    assert text_of(page, "#notice") == f"Fired schedule nightly: message {msg.id}."
+    assert msg.body == b"report" and q.schedules()[0].fired == 1
+
+
 def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: redis.Redis) -> None:
     """800 px wide, a 200-character queue name (the longest allowed) and a 5,000-character
     error: every count stays in view, nothing scrolls sideways, the error is cut."""

@@ -23,10 +23,11 @@ from .expire import Expire
 from .inspect import Inspect
 from .maintain import Maintain
 from .produce import Produce
+from .schedule import Schedules
 from .settle import Settle
 
 __all__ = ["CommandOps", "PURGE_VISIBILITY_MS"]
 
 
-class CommandOps(Produce, Expire, Maintain, Consume, Settle, Inspect):
+class CommandOps(Produce, Expire, Maintain, Consume, Settle, Inspect, Schedules):
     """The operations of one queue with plain commands (the same methods as ScriptOps)."""

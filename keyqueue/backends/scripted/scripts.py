@@ -30,6 +30,8 @@ SCRIPT_NAMES = (
     "purge",
     "peek",
     "stats",
+    "schedule_put",
+    "schedule_fire",
 )
 #: Scripts that never write: no WAIT after them.
 READ_ONLY = frozenset({"peek", "stats"})
@@ -93,7 +95,7 @@ def _max_receives(limit: int | None) -> str:
 
 def claimed(reply: Sequence[Any]) -> Claimed:
     """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
-    receipt, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f} unless the message is a
+    receipt, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s} unless the message is a
     first delivery without error or attributes (receives 1, the first receipt, first
     delivered now)."""
     now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
@@ -117,7 +119,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                 )
             )
         else:
-            mid, r, c, e, a, f = mid
+            mid, r, c, e, a, f, s = mid
             messages.append(
                 Fields(
                     text(mid),
@@ -129,6 +131,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     None if e is None else text(e, "replace"),
                     a,
                     int(f),
+                    None if s is None else int(s),
                 )
             )
     return Claimed(messages, int(reply[0]), reply[1] == 1, None if reply[2] is None else int(reply[2]))

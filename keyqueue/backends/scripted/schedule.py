@@ -1,0 +1,99 @@
+"""Schedules: a read, then a script that writes only if the schedule is still the version read."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ...core.backend import FireCall
+from ...core.replies import error_for, hash_reply, text
+from ...core.results import Fired
+from ...core.roundtrip import Command, Op
+from .scripts import ScriptBase
+
+
+class Schedules(ScriptBase):
+    batched_fires = True
+
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]:
+        keys = [self.keys.schedule(i) for i in schedule_ids]
+        head: list[Command] = [] if self.clock is not None else [("TIME",)]
+        replies = yield [*head, *(("HGETALL", key) for key in keys)]
+        if self.clock is not None:
+            now = round(self.clock() * 1000)
+        else:
+            sec, usec = replies[0]
+            now = int(sec) * 1000 + int(usec) // 1000
+        out = []
+        for key, raw in zip(keys, replies[len(head) :]):
+            if isinstance(raw, Exception):
+                raise error_for(raw, key)
+            out.append(hash_reply(raw))
+        return now, out
+
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]:
+        if not fires:
+            return []
+        replies = yield from self.call_many(
+            "schedule_fire", [self._fire_call(*fire, bucket_ms=bucket_ms) for fire in fires]
+        )
+        return [self._fired(reply) for reply in replies]
+
+    def _fire_call(
+        self,
+        schedule_id: str,
+        read: dict[bytes, bytes],
+        next_ms: int | None,
+        score: str,
+        missed: int,
+        messages: Sequence[tuple[int, int]],
+        bucket_ms: int,
+    ) -> tuple[Sequence[str], list[Any]]:
+        k = self.keys
+        keys = (k.schedule(schedule_id), k.schedules, k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
+        args: list[Any] = [text(read[b"v"]), "" if next_ms is None else next_ms, score, missed, bucket_ms]
+        args += [self.field_bytes, *(x for pair in messages for x in pair)]
+        return keys, args
+
+    @staticmethod
+    def _fired(reply: Any) -> Fired:
+        done, first, n, missing = reply
+        if done != 1:
+            return Fired(False, [])
+        start = int(first)
+        return Fired(True, [str(start + i) for i in range(int(n))], missing == 1)
+
+    def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
+        key = self.keys.schedule(schedule_id)
+        if self.clock is not None:
+            (raw,) = yield [("HGETALL", key)]
+            now = round(self.clock() * 1000)
+        else:
+            (sec, usec), raw = yield [("TIME",), ("HGETALL", key)]
+            now = int(sec) * 1000 + int(usec) // 1000
+        if isinstance(raw, Exception):
+            raise error_for(raw, key)
+        return now, hash_reply(raw)
+
+    def schedule_done(self) -> Op[None]:
+        return
+        yield
+
+    def schedule_put(
+        self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
+    ) -> Op[bool]:
+        keys = (self.keys.schedule(schedule_id), self.keys.schedules)
+        reply = yield from self.call("schedule_put", keys, (version, score, len(drop), *drop, *fields))
+        return int(reply) == 1
+
+    def schedule_fire(
+        self,
+        schedule_id: str,
+        read: dict[bytes, bytes],
+        next_ms: int | None,
+        score: str,
+        missed: int,
+        messages: Sequence[tuple[int, int]],
+        bucket_ms: int,
+    ) -> Op[Fired]:
+        keys, args = self._fire_call(schedule_id, read, next_ms, score, missed, messages, bucket_ms)
+        return self._fired((yield from self.call("schedule_fire", keys, args)))

@@ -1,0 +1,322 @@
+"""Schedules on both faces and in both modes: upsert, pause, resume, fire now, and firing by
+reaps and claims, one message per fire time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+import redis
+
+from keyqueue import InvalidSchedule, KeyQueueError, Queue
+from keyqueue.core.schedules import jitter_ms
+
+from ..support.helpers import wait_until
+
+MakeQueue = Callable[..., Queue]
+
+
+def key(r: redis.Redis, sid: str, q: str = "q") -> str:
+    return f"kq:{{{q}}}:schedule:{sid}"
+
+
+def snapshot(r: redis.Redis) -> dict[bytes, Any]:
+    return {k: r.dump(k) for k in sorted(r.keys("*"))}
+
+
+def test_upsert_lists_and_reads_back(q: Queue) -> None:
+    made = q.schedule("nightly", cron="0 3 * * *", tz="Europe/Berlin", body="report")
+    assert made.id == "nightly" and made.cron == "0 3 * * *" and made.every is None
+    assert made.tz == "Europe/Berlin" and made.body == b"report" and not made.paused
+    assert made.fired == 0 and made.missed == 0 and made.last_fire is None
+    assert made.next_fire is not None and made.next_fire > time.time()
+    assert [s.id for s in q.schedules()] == ["nightly"]
+    assert q.schedules()[0] == made
+
+
+def test_identical_upsert_changes_no_key(q: Queue, r: redis.Redis) -> None:
+    q.schedule("s", every=60, body=b"x", jitter=2)
+    before = snapshot(r)
+    again = q.schedule("s", every=60, body=b"x", jitter=2)
+    assert snapshot(r) == before
+    assert again.every == 60
+
+
+def test_changed_upsert_takes_effect_at_once(q: Queue) -> None:
+    q.schedule("s", every=3600)
+    changed = q.schedule("s", every=1, body="now")
+    assert changed.next_fire is not None and changed.next_fire <= time.time() + 1.5
+    msg = wait_until(lambda: q.claim(wait=0.5), timeout=20)
+    assert msg.body == b"now" and msg.scheduled_for is not None
+
+
+def test_a_consumer_alone_fires_on_time(q: Queue) -> None:
+    made = q.schedule("tick", every=1, body="tick")
+    assert made.next_fire is not None
+    msg = wait_until(lambda: q.claim(wait=0.5), timeout=20)
+    assert msg.body == b"tick"
+    assert msg.scheduled_for is not None and msg.scheduled_for >= made.next_fire
+    assert (msg.scheduled_for - made.next_fire) % 1 == pytest.approx(0, abs=1e-6)  # anchored
+    assert msg.enqueued_at >= msg.scheduled_for - 0.001  # never before its fire time
+    assert q.schedules()[0].fired >= 1
+
+
+def test_scheduled_for_on_peeked_messages(q: Queue) -> None:
+    q.schedule("s", every=1)
+    wait_until(lambda: q.reap() is not None and len(q) > 0, timeout=20)
+    (peeked,) = q.peek(1)
+    assert peeked.scheduled_for is not None
+    assert q.peek(1)[0].scheduled_for == peeked.scheduled_for
+    q.enqueue("plain")
+    assert [m.scheduled_for for m in q.peek(10)][-1] is None
+
+
+def test_fire_schedule_leaves_the_schedule_as_it_was(q: Queue) -> None:
+    made = q.schedule("s", every=3600, body="manual")
+    mid = q.fire_schedule("s")
+    (msg,) = q.peek(1)
+    assert msg.id == mid and msg.body == b"manual" and msg.scheduled_for is not None
+    after = q.schedules()[0]
+    assert after.next_fire == made.next_fire and after.every == 3600 and not after.paused
+    assert after.fired == 1 and after.last_fire == msg.scheduled_for
+    assert q.pause_schedule("s")
+    q.fire_schedule("s")
+    assert q.schedules()[0].paused and q.schedules()[0].next_fire == made.next_fire
+
+
+def test_unknown_ids(q: Queue) -> None:
+    with pytest.raises(KeyQueueError):
+        q.fire_schedule("nope")
+    assert q.unschedule("nope") is False
+    assert q.pause_schedule("nope") is False
+    assert q.resume_schedule("nope") is False
+
+
+def test_unschedule(q: Queue, r: redis.Redis) -> None:
+    q.schedule("s", every=60)
+    assert q.unschedule("s") is True
+    assert q.schedules() == []
+    assert not r.exists(key(r, "s"), "kq:{q}:schedules")
+
+
+def test_nothing_fires_while_paused(q: Queue) -> None:
+    q.schedule("s", every=1)
+    assert q.pause_schedule("s") is True
+    assert q.pause_schedule("s") is True
+    assert q.schedules()[0].paused
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        q.reap()
+        assert q.claim(wait=0.2) is None
+    assert q.resume_schedule("s") is True
+    assert not q.schedules()[0].paused
+    assert wait_until(lambda: q.claim(wait=0.5), timeout=20).scheduled_for is not None
+
+
+def set_behind(r: redis.Redis, sid: str, every_ms: int, late_ms: int, behind: int) -> int:
+    """Make the schedule look as if nothing ran for ``behind`` fire times, the latest of them
+    ``late_ms`` old; its fire times' anchor moved to match. The latest fire time (ms)."""
+    t = r.time()
+    now = t[0] * 1000 + t[1] // 1000
+    latest = now - late_ms
+    first = latest - (behind - 1) * every_ms
+    r.hset(key(r, sid), mapping={"a": first, "n": first})
+    r.zadd("kq:{q}:schedules", {sid: first})
+    return latest
+
+
+@pytest.mark.parametrize(("catch_up", "messages", "missed"), [("all", 5, 0), ("one", 1, 4), ("none", 0, 5)])
+def test_catch_up_after_five_missed_intervals(
+    q: Queue, r: redis.Redis, catch_up: str, messages: int, missed: int
+) -> None:
+    q.schedule("s", every=20, catch_up=catch_up)
+    latest = set_behind(r, "s", 20_000, 8_000, 5)
+    q.reap()
+    got = sorted(m.scheduled_for for m in q.peek(100) if m.scheduled_for is not None)
+    if catch_up == "all":
+        assert got == [(latest - k * 20_000) / 1000 for k in range(4, -1, -1)]
+    elif catch_up == "one":
+        assert got == [latest / 1000]
+    else:
+        assert got == []
+    s = q.schedules()[0]
+    assert (len(got), s.missed, s.fired) == (messages, missed, messages)
+    assert s.next_fire == (latest + 20_000) / 1000
+    q.reap()
+    assert len(q.peek(100)) == messages  # nothing fires twice
+
+
+def test_misfire_grace_skips_old_fire_times(q: Queue, r: redis.Redis) -> None:
+    q.schedule("s", every=20, catch_up="all", misfire_grace=50)
+    latest = set_behind(r, "s", 20_000, 8_000, 5)
+    q.reap()
+    got = sorted(m.scheduled_for for m in q.peek(100) if m.scheduled_for is not None)
+    assert got == [(latest - k * 20_000) / 1000 for k in (2, 1, 0)]
+    assert q.schedules()[0].missed == 2
+
+
+def test_jitter_delays_each_message_by_its_own_offset(q: Queue, r: redis.Redis) -> None:
+    q.schedule("s", every=20, catch_up="all", jitter=600)
+    set_behind(r, "s", 20_000, 8_000, 5)
+    q.reap()
+    delayed = q.peek(100, source="delayed")
+    assert delayed
+    for m in delayed:
+        assert m.scheduled_for is not None and m.deadline is not None
+        fire = round(m.scheduled_for * 1000)
+        assert round(m.deadline * 1000) == fire + jitter_ms("s", fire, 600_000)
+
+
+def test_end_stops_firing(q: Queue) -> None:
+    end = time.time() + 2.5
+    q.schedule("s", every=1, catch_up="all", end=end)
+    wait_until(lambda: q.reap() is not None and q.schedules()[0].next_fire is None, timeout=30)
+    s = q.schedules()[0]
+    times = sorted(m.scheduled_for for m in q.peek(100) if m.scheduled_for is not None)
+    assert times and times[-1] <= end and s.fired == len(times)
+
+
+def test_start_in_the_future(q: Queue) -> None:
+    start = int(time.time()) + 3600
+    s = q.schedule("s", every=60, start=start)
+    assert s.next_fire == start and s.start == start
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"cron": "* * * * *", "every": 5},
+        {"cron": "not cron"},
+        {"cron": "* * * * *", "tz": "Nowhere/Land"},
+        {"every": 0},
+        {"every": 5, "start": 100, "end": 50},
+        {"every": 5, "catch_up": "most"},
+        {"every": 5, "id": "bad id!"},
+        {"every": 5, "jitter": -1},
+    ],
+)
+def test_bad_input_writes_nothing(q: Queue, r: redis.Redis, kw: dict[str, Any]) -> None:
+    before = snapshot(r)
+    kw = dict(kw)
+    sid = kw.pop("id", "s")
+    with pytest.raises(InvalidSchedule) as info:
+        q.schedule(sid, **kw)
+    assert isinstance(info.value, ValueError)
+    assert snapshot(r) == before
+
+
+def test_a_body_over_the_limit_is_refused(make_queue: MakeQueue, r: redis.Redis) -> None:
+    q = make_queue("q", max_body_bytes=10)
+    before = snapshot(r)
+    with pytest.raises(ValueError):
+        q.schedule("s", every=5, body=b"x" * 11)
+    assert snapshot(r) == before
+
+
+def test_a_queue_writes_its_schedule_again_after_redis_lost_it(q: Queue, r: redis.Redis) -> None:
+    q.schedule("s", every=3600, body="kept")
+    r.flushall()
+    q.enqueue("after the loss")  # the write that finds the queue gone restores it
+
+    def back() -> bool:
+        q.reap()
+        return [s.body for s in q.schedules()] == [b"kept"]
+
+    wait_until(back, timeout=10, interval=0.3)
+
+
+def test_many_queues_upserting_and_firing_give_one_message_per_fire_time(make_queue: MakeQueue) -> None:
+    """Several Queue objects upsert the same schedule at once and reap in threads."""
+    queues = [make_queue("q") for _ in range(4)]
+    barrier = threading.Barrier(len(queues))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(q: Queue) -> None:
+        try:
+            barrier.wait()
+            q.schedule("s", every=1, catch_up="all", body="tick")
+            while not stop.is_set():
+                q.reap()
+                time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(q,)) for q in queues]
+    for t in threads:
+        t.start()
+    wait_until(lambda: queues[0].schedules() and queues[0].schedules()[0].fired >= 5, timeout=60, interval=0.2)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    s = queues[0].schedules()[0]
+    times = [m.scheduled_for for m in queues[0].peek(1000)]
+    assert len(times) == len(set(times)) == s.fired
+    assert all(t is not None for t in times)
+    steps = {round(b - a, 3) for a, b in zip(sorted(times), sorted(times)[1:])}  # type: ignore[operator]
+    assert steps == {1.0}  # every fire time once, none skipped
+
+
+def test_check_finds_and_repairs_the_schedule_index(q: Queue, r: redis.Redis) -> None:
+    q.schedule("a", every=60)
+    q.schedule("b", every=60)
+    assert q.pause_schedule("b")
+    sound = q.check(settle=0)
+    assert sound.consistent and sound.problems == []
+    r.zadd("kq:{q}:schedules", {"a": 5, "b": 7, "gone": 9})
+    found = q.check(settle=0)
+    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "gone"])]
+    assert q.check(repair=True, settle=0).consistent
+    assert q.check(settle=0).problems == []
+    assert r.zscore("kq:{q}:schedules", "b") == float("inf") and r.zscore("kq:{q}:schedules", "gone") is None
+    assert r.zscore("kq:{q}:schedules", "a") == int(r.hget(key(r, "a"), "n"))
+
+
+def test_check_reports_an_unreadable_schedule(q: Queue, r: redis.Redis) -> None:
+    q.schedule("a", every=60)
+    r.hset(key(r, "a"), "d", "not json")
+    found = q.check(settle=0)
+    assert [(p.kind, p.ids) for p in found.problems] == [("bad-schedule", ["a"])]
+    with pytest.raises(KeyQueueError):
+        q.schedules()
+    q.reap()  # firing skips it, reaping goes on
+
+
+def test_a_worker_fires_and_handles_and_a_flushall_does_not_stop_it(q: Queue, r: redis.Redis, workers: Any) -> None:
+    """The Worker's Queue upserted the schedule; Redis loses everything under it."""
+    seen: list[float] = []
+    lock = threading.Lock()
+
+    def handler(m: Any) -> None:
+        with lock:
+            seen.append(m.scheduled_for)
+
+    q.schedule("tick", every=1, body="tick")
+    with workers.running(workers.make(q, handler)):
+        wait_until(lambda: len(seen) >= 2, timeout=30, interval=0.1)
+        r.flushall()
+        after = len(seen)
+        wait_until(lambda: len(seen) >= after + 2, timeout=30, interval=0.1)
+    assert len(seen) == len(set(seen)) and all(t is not None for t in seen)
+    assert [s.id for s in q.schedules()] == ["tick"]
+
+
+def test_counters_count_scheduled_messages(q: Queue) -> None:
+    q.schedule("s", every=3600)
+    q.fire_schedule("s")
+    q.fire_schedule("s")
+    q.enqueue("plain")
+    c = q.counters()
+    assert (c["scheduled"], c["enqueued"]) == (2, 3)
+
+
+def test_a_six_field_cron_fires_on_its_seconds(q: Queue) -> None:
+    q.schedule("s", cron="* * * * * *", tz="Asia/Kolkata", body="second")
+    msg = wait_until(lambda: q.claim(wait=0.5), timeout=20)
+    assert msg.body == b"second" and msg.scheduled_for is not None
+    assert msg.scheduled_for == int(msg.scheduled_for)  # a whole second
+    assert msg.enqueued_at >= msg.scheduled_for - 0.001
