@@ -140,26 +140,26 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _get(base + "/healthz")[0] == 200, timeout=30)
-    with Running(Worker(worker_q, lambda m: handled.append(m.id))):
-        producer.start()
-        wait_until(lambda: len(handled) >= 200, timeout=30)
-        old = ha.primary.port
-        ha.primary.kill()  # SIGKILL: no goodbye to anyone
-        new = ha.wait_for_failover(old)
-        assert new != old
-        count = len(acked)
-        async_before = len(by_async)
-        # producing again on the new primary, and the asyncio worker taking part again (after
-        # its outage backoff)
-        wait_until(lambda: len(acked) >= count + 200 and len(by_async) > async_before, timeout=60)
-        stop.set()
-        producer.join(30)
-        wanted = set(acked)
-        wait_until(lambda: wanted <= set(handled), timeout=60)
-    # serve, never restarted, answers from the new primary: a queue made after the failover
-    Queue("after-failover", url=ha.url).enqueue("x")
-    try:
+    try:  # serve is stopped whatever fails
+        wait_until(lambda: _get(base + "/healthz")[0] == 200, timeout=30)
+        with Running(Worker(worker_q, lambda m: handled.append(m.id))):
+            producer.start()
+            wait_until(lambda: len(handled) >= 200, timeout=30)
+            old = ha.primary.port
+            ha.primary.kill()  # SIGKILL: no goodbye to anyone
+            new = ha.wait_for_failover(old)
+            assert new != old
+            count = len(acked)
+            async_before = len(by_async)
+            # producing again on the new primary, and the asyncio worker taking part again (after
+            # its outage backoff)
+            wait_until(lambda: len(acked) >= count + 200 and len(by_async) > async_before, timeout=60)
+            stop.set()
+            producer.join(30)
+            wanted = set(acked)
+            wait_until(lambda: wanted <= set(handled), timeout=60)
+        # serve, never restarted, answers from the new primary: a queue made after the failover
+        Queue("after-failover", url=ha.url).enqueue("x")
         wait_until(
             lambda: _get(base + "/api/queues/after-failover") == (200, {"name": "after-failover", "waiting": 1}),
             timeout=30,
