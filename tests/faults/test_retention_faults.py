@@ -33,7 +33,8 @@ def test_workers_sigkilled_every_second_lose_nothing_younger_than_retention(
 ) -> None:
     """A steady producer, a reaper sweeping, and every second the worker process that began
     the latest message SIGKILLed (its supervisor starts another). A message held past its
-    retention by a killed worker expires at its deadline; every other is handled. Each id
+    retention by a killed worker expires at its deadline, one left waiting that long (no
+    process up) at a claim or sweep; the rest is handled. Each id
     is watched: one gone without being handled must have gone at an age of retention or
     more (its enqueue time is taken before the call, so the bound never errs)."""
     q = Queue("q", client=r, scripting=scripting, retention=RETENTION, visibility_timeout=3, bucket_seconds=1)
