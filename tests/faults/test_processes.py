@@ -258,6 +258,30 @@ def test_processes_with_burst_exit_0_once_every_child_found_the_queues_empty(
     assert procs.log(p).count("finished (exit 0)") == 2
 
 
+@ONE_MODE
+def test_processes_replaces_a_stuck_child(redis_server, r: redis.Redis, procs, scripting: bool) -> None:
+    """A child whose every thread is stuck past --timeout exits 3; the supervisor starts
+    another in its place, which serves, and the whole still drains on SIGTERM."""
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60, max_receives=1)
+    p = procs.worker(redis_server.url, "in_process", "-c", "1", "--processes", "2", "--timeout", "1", "--grace", "20")
+    up(procs, p)
+    q.enqueue("30")  # its handler sleeps far past the timeout
+    wait_until(lambda: r.hget(PIDS, "1") is not None, timeout=20)
+    stuck = int(r.hget(PIDS, "1"))
+    wait_until(lambda: f"worker process {stuck} exited with 3: starting another" in procs.log(p), timeout=30)
+    assert "all 1 threads are stuck in handlers past their timeout" in procs.log(p)
+    now = up(procs, p, gone=(stuck,))
+    assert len(children(procs, p)) == 3 and stuck not in now and ended(stuck) and p.poll() is None
+    (m,) = q.peek(source="dead")  # its delivery failed (max_receives=1: dead at once)
+    assert m.id == "1" and (m.last_error or "").startswith("HandlerTimeout")
+    q.enqueue_many(["0.2"] * 6)
+    wait_until(lambda: all(r.hget(DONE, str(i)) == b"1" for i in range(2, 8)), timeout=30)
+    assert {int(r.hget(PIDS, str(i))) for i in range(2, 8)} <= set(now)  # served by the living children
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0, procs.log(p)
+    assert r.hget(DONE, "1") is None and q.stats().processing == q.stats().waiting == 0
+
+
 def ended(pid: int) -> bool:
     """The process is gone (or a zombie nobody reaps yet: it ended)."""
     try:

@@ -253,6 +253,8 @@ def test_the_systemd_unit_runs_a_worker_and_outwaits_its_grace(
     unit.read(EXAMPLES / "systemd" / "keyqueue-worker.service")
     service = unit["Service"]
     assert service["KillSignal"] == "SIGTERM" and service["Restart"] == "always" and float(service["RestartSec"]) > 0
+    # a supervisor of several processes, which alone gets the SIGTERM and passes it on once
+    assert "--processes" in shlex.split(service["ExecStart"]) and service["KillMode"] == "mixed"
     assert service["Environment"].startswith("KEYQUEUE_URL=redis://")
     argv = worker_command(service["ExecStart"], redis_server.url)
     assert float(service["TimeoutStopSec"]) > grace(argv)  # systemd must not SIGKILL a worker finishing
