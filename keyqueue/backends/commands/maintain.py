@@ -12,7 +12,7 @@ from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
 from ...core.states import Act, Decision, Seen, decide
-from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, WATCH_CHUNK, _Claim, _signal
 from .consume import Consume
 
 
@@ -71,8 +71,32 @@ class Maintain(Consume):
         res: list[int],
         broken: list[str],
     ) -> Op[tuple[int | None, int]]:
-        """Decide and apply each id's rule in one WATCHed transaction. Returns the earliest
-        time to look at this bucket again (None when nothing stays) and how many ids stay."""
+        """Decide and apply each id's rule, WATCH_CHUNK ids to a transaction. Returns the
+        earliest time to look at this bucket again (None when nothing stays) and how many
+        ids stay (-1 when some kept changing under us)."""
+        earliest: int | None = None
+        kept = 0
+        for i in range(0, len(ids), WATCH_CHUNK):
+            e, n = yield from self._settle_chunk(
+                tk, ids[i : i + WATCH_CHUNK], now, end, bucket_ms, max_receives, res, broken
+            )
+            if e is not None:
+                earliest = e if earliest is None else min(earliest, e)
+            kept = -1 if n < 0 or kept < 0 else kept + n
+        return earliest, kept
+
+    def _settle_chunk(
+        self,
+        tk: str,
+        ids: list[str],
+        now: int,
+        end: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        res: list[int],
+        broken: list[str],
+    ) -> Op[tuple[int | None, int]]:
+        """One WATCHed transaction over ``ids``: what ``_settle`` returns, for them."""
         k = self.keys
         if not ids:
             return None, 0
@@ -171,6 +195,18 @@ class Maintain(Consume):
     # -- requeue and purge ----------------------------------------------------------------------
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
+        """At most WATCH_CHUNK ids a transaction: given ids (each requeued on its own terms)
+        in chunks, the dead list's head at most WATCH_CHUNK at a time."""
+        if len(ids) <= WATCH_CHUNK:
+            return (yield from self._requeue(source, ids, min(limit, WATCH_CHUNK), bucket_ms, cursor))
+        unique = list(dict.fromkeys(ids))
+        moved = examined = 0
+        for i in range(0, len(unique), WATCH_CHUNK):
+            r = yield from self._requeue(source, unique[i : i + WATCH_CHUNK], limit, bucket_ms, "0")
+            moved, examined = moved + r.requeued, examined + r.examined
+        return Requeued(moved, examined, "0")
+
+    def _requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str) -> Op[Requeued]:
         k = self.keys
         for _ in range(ATTEMPTS):
             watch = [k.dead] if source == "dead" else []
@@ -189,6 +225,9 @@ class Maintain(Consume):
                 todo = [_text(x) for x in got[0]]
             else:
                 next_cursor, todo = _text(got[0][0]), [_text(x) for x in got[0][1]]
+                if len(todo) > WATCH_CHUNK:  # SSCAN returns a small set whole, whatever COUNT says
+                    r = yield from self.requeue(source, todo, limit, bucket_ms)
+                    return Requeued(r.requeued, r.examined, next_cursor)
             if not todo:
                 (yield from one(("UNWATCH",)))
                 return Requeued(0, 0, next_cursor)
@@ -230,6 +269,7 @@ class Maintain(Consume):
         return Requeued(0, 0, cursor)
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]:
+        limit = min(limit, WATCH_CHUNK)
         for _ in range(ATTEMPTS):
             result = yield from self._purge_once(source, limit, position, bucket_ms)
             if result is not None:
@@ -237,8 +277,15 @@ class Maintain(Consume):
         return Purged(0, position, False)
 
     def purge_dead(self, ids: Sequence[str]) -> Op[int]:
-        """Delete the dead letters among ``ids``: the hashes WATCHed, so one requeued meanwhile
-        (requeue writes its hash) makes the EXEC fail and the look is made again."""
+        """Delete the dead letters among ``ids``: the hashes WATCHed (WATCH_CHUNK at a time),
+        so one requeued meanwhile (requeue writes its hash) makes the EXEC fail and the look
+        is made again."""
+        deleted = 0
+        for i in range(0, len(ids), WATCH_CHUNK):
+            deleted += yield from self._purge_dead(ids[i : i + WATCH_CHUNK])
+        return deleted
+
+    def _purge_dead(self, ids: Sequence[str]) -> Op[int]:
         k = self.keys
         for _ in range(ATTEMPTS):
             _, found = yield from self._open(
@@ -311,22 +358,26 @@ class Maintain(Consume):
         )
         todo = [_text(i) for i in members]
         n = 0
-        if todo:
-            item_keys = [k.item(i) for i in todo]
+        # SSCAN returns a small set whole, whatever COUNT says: WATCH_CHUNK ids a transaction.
+        for start in range(0, len(todo), WATCH_CHUNK):
+            part = todo[start : start + WATCH_CHUNK]
+            item_keys = [k.item(i) for i in part]
             rep = yield [
                 ("WATCH", *item_keys),
                 *(("HEXISTS", key, "d") for key in item_keys),
-                ("SMISMEMBER", k.processing, *todo),
-                ("SMISMEMBER", k.items, *todo),
+                ("SMISMEMBER", k.processing, *part),
+                ("SMISMEMBER", k.items, *part),
             ]
-            has_d, held, waiting = rep[1 : len(todo) + 1], rep[-2], rep[-1]
-            gone = [mid for mid, flags in zip(todo, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
-            if gone:
-                if (yield from self._commit([("SREM", tk, *gone), ("DEL", *(k.item(i) for i in gone))])) is None:
-                    return None
-                n = len(gone)
-            else:
+            has_d, held, waiting = rep[1 : len(part) + 1], rep[-2], rep[-1]
+            gone = [mid for mid, flags in zip(part, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
+            if not gone:
                 (yield from one(("UNWATCH",)))
+            elif (yield from self._commit([("SREM", tk, *gone), ("DEL", *(k.item(i) for i in gone))])) is not None:
+                n += len(gone)
+            elif not n:
+                return None
+            else:  # what is done counts; the next step scans from the same cursor again
+                return Purged(n, (offset, cursor), False)
         cursor = _text(cur)
         if cursor == "0" and not (yield from self._rescore(tk, _text(z[0]), None, -1, 0)):
             offset += 1  # the bucket still holds timers of messages in flight
