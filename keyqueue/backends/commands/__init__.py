@@ -17,14 +17,14 @@ One module per group of operations, mirroring ``backends/scripted``.
 
 from __future__ import annotations
 
-from .base import PURGE_VISIBILITY_MS
+from .base import PURGE_VISIBILITY_MS, WATCH_CHUNK
 from .consume import Consume
 from .inspect import Inspect
 from .maintain import Maintain
 from .produce import Produce
 from .settle import Settle
 
-__all__ = ["CommandOps", "PURGE_VISIBILITY_MS"]
+__all__ = ["CommandOps", "PURGE_VISIBILITY_MS", "WATCH_CHUNK"]
 
 
 class CommandOps(Produce, Maintain, Consume, Settle, Inspect):

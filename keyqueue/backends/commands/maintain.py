@@ -269,7 +269,6 @@ class Maintain(Consume):
         return Requeued(0, 0, cursor)
 
     def purge_step(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged]:
-        limit = min(limit, WATCH_CHUNK)
         for _ in range(ATTEMPTS):
             result = yield from self._purge_once(source, limit, position, bucket_ms)
             if result is not None:
@@ -307,17 +306,23 @@ class Maintain(Consume):
         if source == "waiting":
             # Take the ids as a claim does (so no claimer gets a message being deleted), then
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
-            got, deadline, _ = yield from self._claim_once(limit, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
-            if got:
-                yield from self._commit(
-                    [
-                        ("SREM", k.processing, *got),
-                        ("SREM", k.timer(deadline // bucket_ms), *got),
-                        ("DEL", *(k.item(i) for i in got)),
-                    ]
-                )
-            done = not got or (len(got) < limit and int((yield from one(("SCARD", k.items)))) == 0)
-            return Purged(len(got), (0, "0"), done)
+            purged = 0
+            while purged < limit:
+                size = min(limit - purged, WATCH_CHUNK)
+                got, deadline, _ = yield from self._claim_once(size, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
+                if got:
+                    yield from self._commit(
+                        [
+                            ("SREM", k.processing, *got),
+                            ("SREM", k.timer(deadline // bucket_ms), *got),
+                            ("DEL", *(k.item(i) for i in got)),
+                        ]
+                    )
+                purged += len(got)
+                if len(got) < size:
+                    break
+            done = not purged or (purged < limit and int((yield from one(("SCARD", k.items)))) == 0)
+            return Purged(purged, (0, "0"), done)
         if source == "dead":
             _, (ids,) = yield from self._open(self.state_keys, [("LRANGE", k.dead, 0, limit - 1)], watch=[k.dead])
             if not ids:
@@ -332,14 +337,18 @@ class Maintain(Consume):
             todo = [_text(i) for i in ids]
             if not todo:
                 return Purged(0, (0, "0"), True)
-            item_keys = [k.item(i) for i in todo]
-            got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
-            tx = [("SREM", k.processing, *todo), ("DEL", *item_keys)]
-            for i, d in zip(todo, got[1:]):
-                tx += self._drop_timer(i, _int(d), bucket_ms)
-            if (yield from self._commit(tx)) is None:
-                return None
-            return Purged(len(todo), (0, "0"), len(todo) < limit)
+            purged = 0
+            for start in range(0, len(todo), WATCH_CHUNK):
+                part = todo[start : start + WATCH_CHUNK]
+                item_keys = [k.item(i) for i in part]
+                got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
+                tx = [("SREM", k.processing, *part), ("DEL", *item_keys)]
+                for i, d in zip(part, got[1:]):
+                    tx += self._drop_timer(i, _int(d), bucket_ms)
+                if (yield from self._commit(tx)) is None:
+                    return Purged(purged, (0, "0"), False) if purged else None
+                purged += len(part)
+            return Purged(purged, (0, "0"), len(todo) < limit)
         # delayed: ids in timer sets that are neither owned nor waiting, bucket by bucket
         offset, cursor = position
         _, (z,) = yield from self._open(self.state_keys, [("ZRANGE", k.timers, offset, offset)])
