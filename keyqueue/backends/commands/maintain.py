@@ -52,7 +52,14 @@ class Maintain(Consume):
         else:
             cursor, ids = _text(scan[0]), [_text(x) for x in scan[1]]
         end = (int(bucket) + 1) * bucket_ms
-        earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken)
+        # WATCH_CHUNK ids a transaction; kept is -1 when some kept changing under us.
+        earliest: int | None = None
+        kept = 0
+        for i in range(0, len(ids), WATCH_CHUNK):
+            part = ids[i : i + WATCH_CHUNK]
+            e, n = yield from self._settle(tk, part, now, end, bucket_ms, max_receives, res, broken)
+            earliest = min((t for t in (earliest, e) if t is not None), default=None)
+            kept = -1 if n < 0 or kept < 0 else kept + n
         if whole or cursor == "0":
             # Rescore a bucket examined whole; a large one stays due until it shrinks.
             if not (yield from self._rescore(tk, bucket, earliest if whole else None, kept if whole else -1, now)):
@@ -71,32 +78,8 @@ class Maintain(Consume):
         res: list[int],
         broken: list[str],
     ) -> Op[tuple[int | None, int]]:
-        """Decide and apply each id's rule, WATCH_CHUNK ids to a transaction. Returns the
-        earliest time to look at this bucket again (None when nothing stays) and how many
-        ids stay (-1 when some kept changing under us)."""
-        earliest: int | None = None
-        kept = 0
-        for i in range(0, len(ids), WATCH_CHUNK):
-            e, n = yield from self._settle_chunk(
-                tk, ids[i : i + WATCH_CHUNK], now, end, bucket_ms, max_receives, res, broken
-            )
-            if e is not None:
-                earliest = e if earliest is None else min(earliest, e)
-            kept = -1 if n < 0 or kept < 0 else kept + n
-        return earliest, kept
-
-    def _settle_chunk(
-        self,
-        tk: str,
-        ids: list[str],
-        now: int,
-        end: int,
-        bucket_ms: int,
-        max_receives: int | None,
-        res: list[int],
-        broken: list[str],
-    ) -> Op[tuple[int | None, int]]:
-        """One WATCHed transaction over ``ids``: what ``_settle`` returns, for them."""
+        """Decide and apply each id's rule in one WATCHed transaction. Returns the earliest
+        time to look at this bucket again (None when nothing stays) and how many ids stay."""
         k = self.keys
         if not ids:
             return None, 0
