@@ -58,6 +58,7 @@ class CommandBase:
         self.keys = keys
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
+        self.watch_chunk = WATCH_CHUNK  # item keys per WATCH (a small one crosses chunks with few ids)
         self.replication = replication
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)

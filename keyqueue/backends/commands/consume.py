@@ -13,12 +13,12 @@ from ...core.replies import text as _text
 from ...core.results import Claimed
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
-from .base import CLAIM_ATTEMPTS, WATCH_CHUNK, CommandBase, _Claim, _signal
+from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal
 
 
 class Consume(CommandBase):
     def claim(self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None) -> Op[Claimed]:
-        """Up to ``count`` messages, in passes of at most WATCH_CHUNK. When every head entry
+        """Up to ``count`` messages, in passes of at most watch_chunk. When every head entry
         it tried was held by another claimer, it looks again (a few times), so a claim does
         not come back empty while messages wait behind a contested head."""
         out = _Claim()
@@ -28,9 +28,9 @@ class Consume(CommandBase):
         # A pass over a full chunk that met no other claimer cleared its entries from the
         # list: the next chunk spends no attempt. (Bounded all the same: a stale entry is
         # kept when its hash changes meanwhile.)
-        free = 2 * -(-count // WATCH_CHUNK)
+        free = 2 * -(-count // self.watch_chunk)
         while wanted and attempt < CLAIM_ATTEMPTS:
-            chunk = min(wanted, WATCH_CHUNK)
+            chunk = min(wanted, self.watch_chunk)
             dead_before = out.dead
             got, _, busy = yield from self._claim_once(chunk, visibility_ms, bucket_ms, max_receives, out, offset)
             wanted -= len(got)

@@ -12,7 +12,7 @@ from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
 from ...core.states import Act, Decision, Seen, decide
-from .base import ATTEMPTS, PURGE_VISIBILITY_MS, WATCH_CHUNK, _Claim, _signal
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
 from .consume import Consume
 
 
@@ -52,11 +52,11 @@ class Maintain(Consume):
         else:
             cursor, ids = _text(scan[0]), [_text(x) for x in scan[1]]
         end = (int(bucket) + 1) * bucket_ms
-        # WATCH_CHUNK ids a transaction; kept is -1 when some kept changing under us.
+        # watch_chunk ids a transaction; kept is -1 when some kept changing under us.
         earliest: int | None = None
         kept = 0
-        for i in range(0, len(ids), WATCH_CHUNK):
-            part = ids[i : i + WATCH_CHUNK]
+        for i in range(0, len(ids), self.watch_chunk):
+            part = ids[i : i + self.watch_chunk]
             e, n = yield from self._settle(tk, part, now, end, bucket_ms, max_receives, res, broken)
             earliest = min((t for t in (earliest, e) if t is not None), default=None)
             kept = -1 if n < 0 or kept < 0 else kept + n
@@ -178,14 +178,14 @@ class Maintain(Consume):
     # -- requeue and purge ----------------------------------------------------------------------
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
-        """At most WATCH_CHUNK ids a transaction: given ids (each requeued on its own terms)
-        in chunks, the dead list's head at most WATCH_CHUNK at a time."""
-        if len(ids) <= WATCH_CHUNK:
-            return (yield from self._requeue(source, ids, min(limit, WATCH_CHUNK), bucket_ms, cursor))
+        """At most watch_chunk ids a transaction: given ids (each requeued on its own terms)
+        in chunks, the dead list's head at most watch_chunk at a time."""
+        if len(ids) <= self.watch_chunk:
+            return (yield from self._requeue(source, ids, min(limit, self.watch_chunk), bucket_ms, cursor))
         unique = list(dict.fromkeys(ids))
         moved = examined = 0
-        for i in range(0, len(unique), WATCH_CHUNK):
-            r = yield from self._requeue(source, unique[i : i + WATCH_CHUNK], limit, bucket_ms, "0")
+        for i in range(0, len(unique), self.watch_chunk):
+            r = yield from self._requeue(source, unique[i : i + self.watch_chunk], limit, bucket_ms, "0")
             moved, examined = moved + r.requeued, examined + r.examined
         return Requeued(moved, examined, "0")
 
@@ -208,7 +208,7 @@ class Maintain(Consume):
                 todo = [_text(x) for x in got[0]]
             else:
                 next_cursor, todo = _text(got[0][0]), [_text(x) for x in got[0][1]]
-                if len(todo) > WATCH_CHUNK:  # SSCAN returns a small set whole, whatever COUNT says
+                if len(todo) > self.watch_chunk:  # SSCAN returns a small set whole, whatever COUNT says
                     r = yield from self.requeue(source, todo, limit, bucket_ms)
                     return Requeued(r.requeued, r.examined, next_cursor)
             if not todo:
@@ -259,12 +259,12 @@ class Maintain(Consume):
         return Purged(0, position, False)
 
     def purge_dead(self, ids: Sequence[str]) -> Op[int]:
-        """Delete the dead letters among ``ids``: the hashes WATCHed (WATCH_CHUNK at a time),
+        """Delete the dead letters among ``ids``: the hashes WATCHed (watch_chunk at a time),
         so one requeued meanwhile (requeue writes its hash) makes the EXEC fail and the look
         is made again."""
         deleted = 0
-        for i in range(0, len(ids), WATCH_CHUNK):
-            deleted += yield from self._purge_dead(ids[i : i + WATCH_CHUNK])
+        for i in range(0, len(ids), self.watch_chunk):
+            deleted += yield from self._purge_dead(ids[i : i + self.watch_chunk])
         return deleted
 
     def _purge_dead(self, ids: Sequence[str]) -> Op[int]:
@@ -291,7 +291,7 @@ class Maintain(Consume):
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
             purged = 0
             while purged < limit:
-                size = min(limit - purged, WATCH_CHUNK)
+                size = min(limit - purged, self.watch_chunk)
                 got, deadline, _ = yield from self._claim_once(size, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
                 if got:
                     yield from self._commit(
@@ -321,8 +321,8 @@ class Maintain(Consume):
             if not todo:
                 return Purged(0, (0, "0"), True)
             purged = 0
-            for start in range(0, len(todo), WATCH_CHUNK):
-                part = todo[start : start + WATCH_CHUNK]
+            for start in range(0, len(todo), self.watch_chunk):
+                part = todo[start : start + self.watch_chunk]
                 item_keys = [k.item(i) for i in part]
                 got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
                 tx = [("SREM", k.processing, *part), ("DEL", *item_keys)]
@@ -350,9 +350,9 @@ class Maintain(Consume):
         )
         todo = [_text(i) for i in members]
         n = 0
-        # SSCAN returns a small set whole, whatever COUNT says: WATCH_CHUNK ids a transaction.
-        for start in range(0, len(todo), WATCH_CHUNK):
-            part = todo[start : start + WATCH_CHUNK]
+        # SSCAN returns a small set whole, whatever COUNT says: watch_chunk ids a transaction.
+        for start in range(0, len(todo), self.watch_chunk):
+            part = todo[start : start + self.watch_chunk]
             item_keys = [k.item(i) for i in part]
             rep = yield [
                 ("WATCH", *item_keys),

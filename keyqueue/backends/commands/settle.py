@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...core.roundtrip import Command, Op, one
-from .base import ATTEMPTS, WATCH_CHUNK, CommandBase, _signal
+from .base import ATTEMPTS, CommandBase, _signal
 
 
 class Settle(CommandBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
         """Each id is acked on its own terms, so chunks of them commit independently."""
         acked = 0
-        for i in range(0, len(pairs), WATCH_CHUNK):
-            acked += yield from self._ack(pairs[i : i + WATCH_CHUNK], bucket_ms)
+        for i in range(0, len(pairs), self.watch_chunk):
+            acked += yield from self._ack(pairs[i : i + self.watch_chunk], bucket_ms)
         return acked
 
     def _ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
