@@ -414,7 +414,8 @@ def test_operations_on_many_ids_watch_them_in_chunks(
         assert len(q.claim_many(held)) == held
         assert q.purge(source="all") == held  # the held ones: purge of processing
     assert r.keys("kq:{wq}:item:*") == []
-    assert max(map(len, seen), default=0) <= WATCH_CHUNK
+    sizes = [len(keys) for keys in seen]
+    assert max(sizes, default=0) <= WATCH_CHUNK, sizes
     assert bool(seen) != scripting  # (the scripted mode WATCHes nothing)
 
 
