@@ -8,8 +8,10 @@ import pytest
 import redis
 
 from keyqueue import InvalidArgument, Message, Queue, QueueStats
+from keyqueue.backends.commands import WATCH_CHUNK
+from keyqueue.server import RedisServer
 
-from ..support.helpers import FakeClock
+from ..support.helpers import FakeClock, watches
 
 
 def test_enqueue_writes_the_spec_layout(q: Queue, r: redis.Redis) -> None:
@@ -381,6 +383,40 @@ def test_large_batches_stay_under_lua_limits(make_queue, r: redis.Redis) -> None
     assert q.stats().delayed == 0 and q.length() == 10_000
     assert q.ack_many(q.claim_many(10_000)) == 10_000
     assert r.keys("kq:{q}:item:*") == []
+
+
+def test_operations_on_many_ids_watch_them_in_chunks(
+    make_queue, scripting: bool, redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """Redis checks each key a WATCH adds against those the client already watches, so one
+    WATCH of n keys costs O(n^2) (10,000 ids took seconds): every script-free operation on
+    more ids than WATCH_CHUNK works in chunks of at most that many, and its result is that
+    of the whole batch. 400 ids fit in one call of every core batch (and a set of 400 ids is
+    returned whole by SSCAN), so each step below would WATCH them at once without chunks."""
+    clock = FakeClock()
+    held = 400
+    n = held + WATCH_CHUNK + 1  # (so that more than WATCH_CHUNK are acked)
+    q = make_queue("wq", clock=clock, bucket_seconds=3600, max_receives=1)
+    with watches(redis_server.port, "kq:{wq}:") as seen:
+        q.enqueue_many([b"x"] * n)
+        got = q.claim_many(n)  # claim
+        assert len({m.id for m in got}) == n
+        assert q.ack_many(got[:-held] + got[:1]) == n - held  # ack, a stale copy counted once
+        assert q.requeue(source="processing") == held  # requeue of a whole (small) set
+        again = q.claim_many(n)
+        assert len(again) == held and all(m.receives == 1 for m in again)
+        clock.advance(31)
+        assert q.reap().dead_lettered == held  # reap of one bucket, examined whole
+        assert q.purge(ids=[m.id for m in again], source="dead") == held  # dead-letter deletion
+        q.enqueue_many([b"d"] * held, delay=60)
+        assert q.purge(source="delayed") == held
+        q.enqueue_many([b"p"] * held)
+        assert len(q.claim_many(held)) == held
+        assert q.purge(source="all") == held  # the held ones: purge of processing
+    assert r.keys("kq:{wq}:item:*") == []
+    sizes = [len(keys) for keys in seen]
+    assert max(sizes, default=0) <= WATCH_CHUNK, sizes
+    assert bool(seen) != scripting  # (the scripted mode WATCHes nothing)
 
 
 def test_enqueue_many_with_a_delay_and_a_dedup_key_each(q: Queue) -> None:

@@ -99,6 +99,18 @@ def _held_ids(ctx: dict[str, Any]) -> set[str]:
     return {m.id for m in ctx["held"]}
 
 
+def _chunked(run: Callable[[Queue, dict[str, Any]], Any]) -> Callable[[Queue, dict[str, Any]], Any]:
+    """``run`` with the script-free mode WATCHing one item key at a time, so that a few ids
+    cross chunk boundaries (the scripted mode has no chunks: it runs as is)."""
+
+    def chunked(q: Queue, ctx: dict[str, Any]) -> Any:
+        if hasattr(q._ops, "watch_chunk"):
+            q._ops.watch_chunk = 1
+        return run(q, ctx)
+
+    return chunked
+
+
 SCENARIOS: dict[str, Scenario] = {
     "enqueue": Scenario(_waiting, lambda q, c: q.enqueue("new")),
     "enqueue_dedup": Scenario(_waiting, lambda q, c: q.enqueue("new", dedup_key="k")),
@@ -134,4 +146,9 @@ SCENARIOS: dict[str, Scenario] = {
     "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
     "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
     "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
+    "claim_many_chunked": Scenario(_waiting, _chunked(lambda q, c: q.claim_many(3))),
+    "ack_many_chunked": Scenario(_held, _chunked(lambda q, c: q.ack_many(c["held"])), _held_ids),
+    "reap_chunked": Scenario(_mixed, _chunked(lambda q, c: q.reap())),
+    "requeue_processing_chunked": Scenario(_mixed, _chunked(lambda q, c: q.requeue(source="processing"))),
+    "purge_all_chunked": Scenario(_mixed, _chunked(lambda q, c: q.purge(source="all")), lambda c: {"*"}),
 }

@@ -1,12 +1,15 @@
 """Helpers every folder uses: the repository's root, polling with a deadline, calls in
-threads at once, a snapshot of the keyspace, and a clock the test moves by hand."""
+threads at once, a snapshot of the keyspace, a clock the test moves by hand, and the WATCH
+commands a server ran."""
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import redis
 
@@ -79,3 +82,24 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@contextmanager
+def watches(port: int, prefix: str) -> Iterator[list[list[str]]]:
+    """The keys of every WATCH the server at ``port`` runs on ``prefix``'s keys inside the
+    block, as the server saw them (MONITOR), filled in when the block ends."""
+    seen: list[list[str]] = []
+    client = redis.Redis(port=port, decode_responses=True)
+    marker = f"end-of-watches-{uuid.uuid4().hex}"
+    try:
+        with client.monitor() as monitor:
+            yield seen
+            client.echo(marker)  # (another connection of the pool: the monitor sees it)
+            while True:
+                words = monitor.next_command()["command"].split(" ")
+                if words[0].upper() == "ECHO" and words[1:] == [marker]:
+                    break
+                if words[0].upper() == "WATCH" and words[1].startswith(prefix):
+                    seen.append(words[1:])
+    finally:
+        client.close()

@@ -17,7 +17,7 @@ One module per group of operations, mirroring ``backends/scripted``.
 
 from __future__ import annotations
 
-from .base import PURGE_VISIBILITY_MS
+from .base import PURGE_VISIBILITY_MS, WATCH_CHUNK
 from .consume import Consume
 from .expire import Expire
 from .inspect import Inspect
@@ -26,7 +26,7 @@ from .produce import Produce
 from .schedule import Schedules
 from .settle import Settle
 
-__all__ = ["CommandOps", "PURGE_VISIBILITY_MS"]
+__all__ = ["CommandOps", "PURGE_VISIBILITY_MS", "WATCH_CHUNK"]
 
 
 class CommandOps(Produce, Expire, Maintain, Consume, Settle, Inspect, Schedules):

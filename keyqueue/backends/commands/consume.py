@@ -20,25 +20,35 @@ class Consume(CommandBase):
     def claim(
         self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
     ) -> Op[Claimed]:
-        """Up to ``count`` messages. When every head entry it tried was held by another
-        claimer, it looks again (a few times), so a claim does not come back empty while
-        messages wait behind a contested head."""
+        """Up to ``count`` messages, in passes of at most watch_chunk. When every head entry
+        it tried was held by another claimer, it looks again (a few times), so a claim does
+        not come back empty while messages wait behind a contested head."""
         out = _Claim()
         offset = 0
         wanted = count
-        for attempt in range(CLAIM_ATTEMPTS):
+        attempt = 0
+        # A pass over a full chunk that met no other claimer cleared its entries from the
+        # list: the next chunk spends no attempt. (Bounded all the same: a stale entry is
+        # kept when its hash changes meanwhile.)
+        free = 2 * -(-count // self.watch_chunk)
+        while wanted and attempt < CLAIM_ATTEMPTS:
+            chunk = min(wanted, self.watch_chunk)
             dead_before = out.dead + out.expired
             got, _, busy = yield from self._claim_once(
-                wanted, visibility_ms, bucket_ms, max_receives, out, offset, retention_ms
+                chunk, visibility_ms, bucket_ms, max_receives, out, offset, retention_ms
             )
             wanted -= len(got)
-            if not wanted or not (busy or out.dead + out.expired > dead_before):
+            if out.read == chunk and not busy and free:
+                free -= 1
+                continue
+            if not (busy or out.dead + out.expired > dead_before):
                 break
+            attempt += 1
             # Dead letters do not count towards ``count`` (as in the script): go on.
             # Other claimers are taking some: look behind them, a little apart from
             # each other so that a crowd of claimers does not meet on one entry again.
             if busy:
-                offset += busy + random.randrange(wanted * (attempt + 1))
+                offset += busy + random.randrange(wanted * attempt)
         return Claimed(out.messages, out.dead, out.missing, out.next_timer)
 
     def _claim_once(
@@ -66,6 +76,7 @@ class Consume(CommandBase):
             out.next_timer = int(score) - now
         if count == 1:
             heads = [] if heads is None else [heads]
+        out.read = len(heads)
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms
         if not ids:

@@ -59,7 +59,14 @@ class Maintain(Consume):
         else:
             cursor, ids = _text(scan[0]), [_text(x) for x in scan[1]]
         end = (int(bucket) + 1) * bucket_ms
-        earliest, kept = yield from self._settle(tk, ids, now, end, bucket_ms, max_receives, res, broken, retention_ms)
+        # watch_chunk ids a transaction; kept is -1 when some kept changing under us.
+        earliest: int | None = None
+        kept = 0
+        for i in range(0, len(ids), self.watch_chunk):
+            part = ids[i : i + self.watch_chunk]
+            e, n = yield from self._settle(tk, part, now, end, bucket_ms, max_receives, res, broken, retention_ms)
+            earliest = min((t for t in (earliest, e) if t is not None), default=None)
+            kept = -1 if n < 0 or kept < 0 else kept + n
         if whole or cursor == "0":
             # Rescore a bucket examined whole; a large one stays due until it shrinks.
             if not (yield from self._rescore(tk, bucket, earliest if whole else None, kept if whole else -1, now)):
@@ -190,6 +197,18 @@ class Maintain(Consume):
     # -- requeue and purge ----------------------------------------------------------------------
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:
+        """At most watch_chunk ids a transaction: given ids (each requeued on its own terms)
+        in chunks, the dead list's head at most watch_chunk at a time."""
+        if len(ids) <= self.watch_chunk:
+            return (yield from self._requeue(source, ids, min(limit, self.watch_chunk), bucket_ms, cursor))
+        unique = list(dict.fromkeys(ids))
+        moved = examined = 0
+        for i in range(0, len(unique), self.watch_chunk):
+            r = yield from self._requeue(source, unique[i : i + self.watch_chunk], limit, bucket_ms, "0")
+            moved, examined = moved + r.requeued, examined + r.examined
+        return Requeued(moved, examined, "0")
+
+    def _requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str) -> Op[Requeued]:
         k = self.keys
         for _ in range(ATTEMPTS):
             watch = [k.dead] if source == "dead" else []
@@ -208,6 +227,9 @@ class Maintain(Consume):
                 todo = [_text(x) for x in got[0]]
             else:
                 next_cursor, todo = _text(got[0][0]), [_text(x) for x in got[0][1]]
+                if len(todo) > self.watch_chunk:  # SSCAN returns a small set whole, whatever COUNT says
+                    r = yield from self.requeue(source, todo, limit, bucket_ms)
+                    return Requeued(r.requeued, r.examined, next_cursor)
             if not todo:
                 (yield from one(("UNWATCH",)))
                 return Requeued(0, 0, next_cursor)
@@ -257,8 +279,15 @@ class Maintain(Consume):
         return Purged(0, position, False)
 
     def purge_dead(self, ids: Sequence[str]) -> Op[int]:
-        """Delete the dead letters among ``ids``: the hashes WATCHed, so one requeued meanwhile
-        (requeue writes its hash) makes the EXEC fail and the look is made again."""
+        """Delete the dead letters among ``ids``: the hashes WATCHed (watch_chunk at a time),
+        so one requeued meanwhile (requeue writes its hash) makes the EXEC fail and the look
+        is made again."""
+        deleted = 0
+        for i in range(0, len(ids), self.watch_chunk):
+            deleted += yield from self._purge_dead(ids[i : i + self.watch_chunk])
+        return deleted
+
+    def _purge_dead(self, ids: Sequence[str]) -> Op[int]:
         k = self.keys
         for _ in range(ATTEMPTS):
             _, found = yield from self._open(
@@ -280,17 +309,23 @@ class Maintain(Consume):
         if source == "waiting":
             # Take the ids as a claim does (so no claimer gets a message being deleted), then
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
-            got, deadline, _ = yield from self._claim_once(limit, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
-            if got:
-                yield from self._commit(
-                    [
-                        ("SREM", k.processing, *got),
-                        ("SREM", k.timer(deadline // bucket_ms), *got),
-                        ("DEL", *(k.item(i) for i in got)),
-                    ]
-                )
-            done = not got or (len(got) < limit and int((yield from one(("SCARD", k.items)))) == 0)
-            return Purged(len(got), (0, "0"), done)
+            purged = 0
+            while purged < limit:
+                size = min(limit - purged, self.watch_chunk)
+                got, deadline, _ = yield from self._claim_once(size, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
+                if got:
+                    yield from self._commit(
+                        [
+                            ("SREM", k.processing, *got),
+                            ("SREM", k.timer(deadline // bucket_ms), *got),
+                            ("DEL", *(k.item(i) for i in got)),
+                        ]
+                    )
+                purged += len(got)
+                if len(got) < size:
+                    break
+            done = not purged or (purged < limit and int((yield from one(("SCARD", k.items)))) == 0)
+            return Purged(purged, (0, "0"), done)
         if source == "dead":
             _, (ids,) = yield from self._open(self.state_keys, [("LRANGE", k.dead, 0, limit - 1)], watch=[k.dead])
             if not ids:
@@ -305,14 +340,18 @@ class Maintain(Consume):
             todo = [_text(i) for i in ids]
             if not todo:
                 return Purged(0, (0, "0"), True)
-            item_keys = [k.item(i) for i in todo]
-            got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
-            tx = [("SREM", k.processing, *todo), ("DEL", *item_keys)]
-            for i, d in zip(todo, got[1:]):
-                tx += self._drop_timer(i, _int(d), bucket_ms)
-            if (yield from self._commit(tx)) is None:
-                return None
-            return Purged(len(todo), (0, "0"), len(todo) < limit)
+            purged = 0
+            for start in range(0, len(todo), self.watch_chunk):
+                part = todo[start : start + self.watch_chunk]
+                item_keys = [k.item(i) for i in part]
+                got = yield [("WATCH", *item_keys), *(("HGET", key, "d") for key in item_keys)]
+                tx = [("SREM", k.processing, *part), ("DEL", *item_keys)]
+                for i, d in zip(part, got[1:]):
+                    tx += self._drop_timer(i, _int(d), bucket_ms)
+                if (yield from self._commit(tx)) is None:
+                    return Purged(purged, (0, "0"), False) if purged else None
+                purged += len(part)
+            return Purged(purged, (0, "0"), len(todo) < limit)
         # delayed: ids in timer sets that are neither owned nor waiting, bucket by bucket
         offset, cursor = position
         _, (z,) = yield from self._open(self.state_keys, [("ZRANGE", k.timers, offset, offset)])
@@ -331,22 +370,26 @@ class Maintain(Consume):
         )
         todo = [_text(i) for i in members]
         n = 0
-        if todo:
-            item_keys = [k.item(i) for i in todo]
+        # SSCAN returns a small set whole, whatever COUNT says: watch_chunk ids a transaction.
+        for start in range(0, len(todo), self.watch_chunk):
+            part = todo[start : start + self.watch_chunk]
+            item_keys = [k.item(i) for i in part]
             rep = yield [
                 ("WATCH", *item_keys),
                 *(("HEXISTS", key, "d") for key in item_keys),
-                ("SMISMEMBER", k.processing, *todo),
-                ("SMISMEMBER", k.items, *todo),
+                ("SMISMEMBER", k.processing, *part),
+                ("SMISMEMBER", k.items, *part),
             ]
-            has_d, held, waiting = rep[1 : len(todo) + 1], rep[-2], rep[-1]
-            gone = [mid for mid, flags in zip(todo, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
-            if gone:
-                if (yield from self._commit([("SREM", tk, *gone), ("DEL", *(k.item(i) for i in gone))])) is None:
-                    return None
-                n = len(gone)
-            else:
+            has_d, held, waiting = rep[1 : len(part) + 1], rep[-2], rep[-1]
+            gone = [mid for mid, flags in zip(part, zip(has_d, held, waiting)) if flags == (1, 0, 0)]
+            if not gone:
                 (yield from one(("UNWATCH",)))
+            elif (yield from self._commit([("SREM", tk, *gone), ("DEL", *(k.item(i) for i in gone))])) is not None:
+                n += len(gone)
+            elif not n:
+                return None
+            else:  # what is done counts; the next step scans from the same cursor again
+                return Purged(n, (offset, cursor), False)
         cursor = _text(cur)
         if cursor == "0" and not (yield from self._rescore(tk, _text(z[0]), None, -1, 0)):
             offset += 1  # the bucket still holds timers of messages in flight

@@ -10,6 +10,13 @@ from .base import ATTEMPTS, CommandBase, _signal
 
 class Settle(CommandBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
+        """Each id is acked on its own terms, so chunks of them commit independently."""
+        acked = 0
+        for i in range(0, len(pairs), self.watch_chunk):
+            acked += yield from self._ack(pairs[i : i + self.watch_chunk], bucket_ms)
+        return acked
+
+    def _ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
         k = self.keys
         for _ in range(ATTEMPTS):
             _, current = yield from self._current([k.processing, k.timers, k.counters], pairs)
