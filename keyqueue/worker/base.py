@@ -342,10 +342,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
 
     # -- one batch: handle, ack -----------------------------------------------------------
 
-    def _work_steps(self, batch: list[Held], ack_now: bool = True) -> Steps[list[Held]]:
-        """Handle a claimed batch in order, then ack what succeeded in one call per queue
-        (or, ``ack_now`` False, return it for the caller to ack with its next claim); once
-        the worker stops, what was not started goes back to the queue at once."""
+    def _work_steps(self, batch: list[Held]) -> Steps[None]:
+        """Handle a claimed batch in order, then ack what succeeded in one call per queue;
+        once the worker stops, what was not started goes back to the queue at once."""
         done: list[Held] = []
         for i, h in enumerate(batch):
             if self.stopping:
@@ -357,22 +356,15 @@ class WorkerBase(Generic[QueueT, HandlerT]):
             outcome = yield functools.partial(self._invoke, h)
             if self.timeout is not None and not self._ended(h):  # failed for its timeout meanwhile
                 if self.gives_up_lanes:  # (the rest of the batch was taken over too)
-                    return []
+                    return
                 continue
             if outcome is None and not h.abandoned and h.message.settled is None and self.metrics is None:
                 self._took(time.monotonic() - h.started)  # the common case, without a generator
                 done.append(h)
             elif (yield from self._handled(h, outcome)):
                 done.append(h)
-        if ack_now or self.stopping:
-            yield from self._ack_steps(done)
-            return []
-        return done
-
-    def _ack_steps(self, done: list[Held]) -> Steps[None]:
         covered = yield from ack(done, lambda: self.stopping)
-        with self._lock:  # (the thread worker acks from its prefetch thread too)
-            self.processed += covered
+        self.processed += covered  # (not `+= yield from`: that reads processed before the ack)
         self._forget(done)
 
     def _handled(self, h: Held, outcome: BaseException | None) -> Steps[bool]:

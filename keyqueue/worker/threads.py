@@ -2,9 +2,7 @@
 
 Each of ``concurrency`` threads claims (queues in priority order), handles and acks its
 own batches: no hand-off between threads, so an idle worker starts on a new message one
-round trip after its long-poll wakes. While fast handlers run, a thread's next batch is
-claimed beside them (its prefetch thread), so Redis' share of the work overlaps the
-handlers'. How many messages a thread claims at once adapts to
+round trip after its long-poll wakes. How many messages a thread claims at once adapts to
 how long handlers take, so fast handlers are fed and acked in batches while slow ones
 never sit on work others could do; every ack still carries its own receipt. A heartbeat
 extends what is held, the worker reaps its queues every second, and Redis outages are
@@ -36,7 +34,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..core.queue_core import WAIT_SLICE, list_queues_op
@@ -177,28 +174,11 @@ class Worker(WorkerBase[QueueFace, Handler]):
         return t
 
     def _thread_loop(self, burst: bool) -> None:
-        with ThreadPoolExecutor(1, thread_name_prefix="keyqueue-prefetch") as prefetch:
-            self._claim_loop(burst, prefetch)
-
-    def _claim_loop(self, burst: bool, prefetch: ThreadPoolExecutor) -> None:
-        """Claim, handle, ack, until the worker stops. While a batch of fast handlers runs,
-        the next batch is claimed (and the last one acked) in ``prefetch``: Redis runs those
-        scripts meanwhile instead of between batches. Slow handlers (a batch of one) claim
-        only when they are done, so no message waits behind one."""
         failures = 0
         waited_empty = False
-        ahead: Future[list[Held]] | None = None  # the next batch, claimed during this one
-        unacked: list[Held] = []  # the last batch's successes, acked with the next claim
         while not self._stopping.is_set():
             try:
-                if ahead is not None:
-                    pending, ahead = ahead, None
-                    held, waited_empty = pending.result(), False
-                else:
-                    if unacked:  # nothing was claimed ahead: they are acked before waiting
-                        self._drive(self._ack_steps(unacked))
-                        unacked = []
-                    held, waited_empty = self._claim(burst, not waited_empty)
+                held, waited_empty = self._claim(burst, not waited_empty)
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1
@@ -207,26 +187,12 @@ class Worker(WorkerBase[QueueFace, Handler]):
             if held:
                 if self.timeout is not None:  # what a handler past its timeout leaves to settle
                     with self._lock:
-                        self._batches[threading.current_thread()] = list(held)
-                if self._batch_size() > 1 and not self._stopping.is_set():
-                    ahead = prefetch.submit(self._claim_ahead, unacked, threading.current_thread())
-                    unacked = []
-                elif unacked:
-                    self._drive(self._ack_steps(unacked))
-                unacked = self._drive(self._work_steps(held, ack_now=ahead is None))
+                        self._batches[threading.current_thread()] = held
+                self._drive(self._work_steps(held))
                 if self.timeout is not None and self._given_up():
                     return
             elif burst and not self._held_now():
                 return
-        if ahead is not None:  # stopped meanwhile: what it claimed goes back, unstarted
-            try:
-                for h in ahead.result():
-                    self._drive(give_back(h))
-                    self._forget([h])
-            except RECOVERABLE:
-                pass  # back by their deadline, as after any failed claim
-        if unacked:
-            self._drive(self._ack_steps(unacked))
 
     def _claim(self, burst: bool, poll_first: bool) -> tuple[list[Held], bool]:
         """Claim (a long-poll unless bursting): the messages held, and whether it waited in vain."""
@@ -241,31 +207,6 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, poll_first)
             )
             return (self._hold(q, msgs) if q is not None and msgs else []), not msgs and wait > 0
-        finally:
-            with self._lock:
-                self._claiming.discard(threading.get_ident())
-
-    def _claim_ahead(self, unacked: list[Held], owner: threading.Thread) -> list[Held]:
-        """In the prefetch thread: ack the last batch, then claim the next without waiting
-        (part of ``owner``'s batch from now on: given back should its handler get stuck)."""
-        if unacked:
-            self._drive(self._ack_steps(unacked))
-        with self._lock:
-            self._claiming.add(threading.get_ident())
-        try:
-            q, msgs = run_plan(claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, 0.0, True))
-            held = self._hold(q, msgs) if q is not None and msgs else []
-            if held and self.timeout is not None:
-                with self._lock:
-                    stuck = owner in self._stuck
-                    if not stuck:
-                        self._batches.setdefault(owner, []).extend(held)
-                if stuck:  # its thread was given up meanwhile: nobody will start them
-                    for h in held:
-                        self._drive(give_back(h))
-                        self._forget([h])
-                    return []
-            return held
         finally:
             with self._lock:
                 self._claiming.discard(threading.get_ident())

@@ -1,7 +1,6 @@
 """What only keyqueue.Worker (threads) does, or is held to: it refuses an ``async def``
 handler, run() in the main thread holds SIGINT/SIGTERM (a second one releases what is held
-at once), an idle worker sends about one command a second, and fast handlers get their next
-batch claimed while they run (given back unstarted when the worker stops). The rest of the worker
+at once), and an idle worker sends about one command a second. The rest of the worker
 contract runs on both faces: test_worker.py, test_worker_outcomes.py."""
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ import time
 import pytest
 import redis
 
-from keyqueue import InvalidArgument, Message, Queue, Worker
-from keyqueue.worker.rules import MAX_BATCH
+from keyqueue import InvalidArgument, Queue, Worker
 
 from ..support.helpers import wait_until
 from ..support.workers import Running
@@ -83,45 +81,6 @@ def test_an_idle_worker_costs_about_one_command_a_second(r: redis.Redis, scripti
     sent = stats.get("cmdstat_evalsha", {}).get("calls", 0) + stats.get("cmdstat_blpop", {}).get("calls", 0)
     reaps = 6  # the worker also reaps its queue every second (one script call each)
     assert sent <= elapsed + reaps + 3, f"{sent} commands in {elapsed:.1f}s"
-
-
-def test_fast_handlers_get_their_next_batch_claimed_while_they_run(r: redis.Redis, scripting: bool) -> None:
-    """While one batch of fast handlers runs, the next is claimed already: held messages
-    exceed what one claim takes. Every message is still handled and acked once."""
-    q = Queue("q", client=r, scripting=scripting)
-    q.enqueue_many(["x"] * 300 + ["look"] + ["x"] * 300)
-    handled: list[str] = []
-
-    def handle(m: Message) -> None:
-        if m.text == "look":  # the batch it is in, plus the one claimed ahead
-            wait_until(lambda: q.stats().processing > MAX_BATCH, timeout=30)
-        handled.append(m.id)
-
-    Worker(q, handle).run(burst=True)
-    assert len(handled) == len(set(handled)) == 601
-    s = q.stats()
-    assert (s.waiting, s.processing) == (0, 0) and q.counters()["acked"] == 601
-
-
-def test_messages_claimed_ahead_go_back_unstarted_when_the_worker_stops(r: redis.Redis, scripting: bool) -> None:
-    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
-    q.enqueue_many(["x"] * 300 + ["stop"] + ["x"] * 300)
-    handled: list[str] = []
-    w: Worker
-
-    def handle(m: Message) -> None:
-        if m.text == "stop":  # once the next batch is claimed
-            wait_until(lambda: q.stats().processing > MAX_BATCH, timeout=30)
-            w.stop()
-        handled.append(m.id)
-
-    w = Worker(q, handle)
-    w.run()
-    # Right away, not after the 60 s deadline: what was claimed but not started waits again,
-    # and what was handled is acked.
-    s = q.stats()
-    assert s.processing == 0 and len(handled) == len(set(handled))
-    assert s.waiting == 601 - len(handled) and q.counters()["acked"] == len(handled)
 
 
 def run_in_thread(w: Worker) -> tuple[threading.Thread, list[BaseException]]:
@@ -201,36 +160,3 @@ def test_a_stuck_thread_s_batch_is_acked_and_given_back(r: redis.Redis, scriptin
     (stuck,) = q.peek(source="delayed")
     assert stuck.text == "stuck" and (stuck.last_error or "").startswith("HandlerTimeout")
     assert [(m.text, m.receives) for m in q.peek()] == [("c", 1), ("d", 1)]  # claimed, given back
-
-
-def test_a_stuck_thread_gives_back_what_was_claimed_ahead_for_it(
-    r: redis.Redis, scripting: bool, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The batch after the stuck one, claimed while it ran, goes back at once too (not
-    left held until the worker's end releases it)."""
-    q = Queue("q", client=r, scripting=scripting, visibility_timeout=60)
-    late = threading.Event()
-    seen: list[str] = []
-
-    def handler(m) -> None:  # type: ignore[no-untyped-def]
-        seen.append(m.text)
-        if m.text == "stuck":
-            late.wait(60)
-
-    w = Worker(q, handler, timeout=3, retry_backoff=60)  # (time for the claim ahead to land first)
-    q.enqueue_many(["warm"] * 20)
-    thread, raised = run_in_thread(w)
-    try:
-        wait_until(lambda: w.processed == 20)
-        q.enqueue_many(["a", "stuck"] + ["x"] * (MAX_BATCH + 50))  # two batches' worth
-        wait_until(lambda: q.stats().processing > MAX_BATCH or not thread.is_alive(), timeout=30)
-        thread.join(20)
-        assert not thread.is_alive()
-    finally:
-        late.set()
-    assert len(raised) == 1 and isinstance(raised[0], SystemExit) and raised[0].code == 3
-    assert seen[20:] == ["a", "stuck"] and w.processed == 21
-    s = q.stats()
-    assert (s.processing, s.delayed, s.waiting) == (0, 1, MAX_BATCH + 50)
-    assert {m.receives for m in q.peek(count=1000)} == {1}
-    assert not [rec for rec in caplog.records if "grace period over" in rec.getMessage()]
