@@ -74,14 +74,28 @@ class Pinned:
         return out
 
     async def release(self, clean: bool) -> None:
-        for owner, conn in self.held.values():
-            if not clean:
-                await conn.disconnect()
-            if is_cluster(self.client):
-                owner.release(conn)
-            else:
-                await owner.release(conn)
-        self.held.clear()
+        """Back to their pools (dropped first when the operation failed). A task being
+        cancelled (anyio cancels again at every await) hands the work to a shielded task:
+        cut short, it would leave a connection open and its pool turn taken for good."""
+        held, self.held = list(self.held.values()), {}
+        if not held:
+            return
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)
+        if not clean or (cancelling is not None and cancelling()):
+            await asyncio.shield(self._give_back(held, clean))
+        else:
+            await self._give_back(held, clean)
+
+    async def _give_back(self, held: list[tuple[Any, Any]], clean: bool) -> None:
+        for owner, conn in held:
+            try:
+                if not clean:
+                    await conn.disconnect()
+            finally:
+                if is_cluster(self.client):
+                    owner.release(conn)
+                else:
+                    await owner.release(conn)
 
 
 def _raise_if_cancelled() -> None:

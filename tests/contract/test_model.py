@@ -688,7 +688,7 @@ def test_queue_agrees_with_model(
         run_state_machine_as_test(
             make_machine(client, scripting, make_queue),
             settings=settings(
-                max_examples=200 if scripting else 120,
+                max_examples=100 if scripting else 60,
                 stateful_step_count=40,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -343,9 +343,11 @@ def test_a_handler_past_its_timeout_is_failed_and_its_late_ack_changes_nothing(
         assert m.receives == 1 and w.failed == 1
         # Released with its 30 s backoff at the server's time deadline - 30 (ms precision):
         # never before the timeout, and soon after it (generously: the machine may be busy).
+        # The worker's clock starts when it hands the message over, the handler's a little
+        # later (a thread that starts late on a busy machine): hence the 0.1 s below.
         assert m.deadline is not None
         failed_after = m.deadline - 30 - started[0]
-        assert 1 - 0.001 <= failed_after < 1 + 6
+        assert 1 - 0.1 <= failed_after < 1 + 6
         late.set()
         wait_until(lambda: acked, timeout=10)
     assert acked == [False]  # the late handler's ack: its delivery was over

@@ -109,10 +109,7 @@ def test_every_benchmark_is_smoke_run() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, marks=pytest.mark.xdist_group("spark")) if name == "spark.py" else name
-        for name in sorted(HEADERS)
-    ],
+    [pytest.param(name, marks=pytest.mark.spark) if name == "spark.py" else name for name in sorted(HEADERS)],
 )  # (a JVM: with the Spark tests)
 def test_benchmark_runs_quick(name: str, launcher: Launcher) -> None:
     rc, out, err = launcher.get(name).wait()

@@ -20,7 +20,7 @@ from keyqueue.server import RedisServer
 from ..support.helpers import ROOT, wait_until
 
 #: One JVM at a time: every Spark test on one xdist worker (with --dist loadgroup).
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.spark]
 
 EXAMPLES = ROOT / "examples" / "spark"
 
