@@ -177,8 +177,23 @@ class Worker(WorkerBase[QueueFace, Handler]):
         failures = 0
         waited_empty = False
         while not self._stopping.is_set():
+            with self._lock:
+                idle = not self._held
             try:
-                held, waited_empty = self._claim(burst, not waited_empty)
+                # Burst ends once the queues are empty and nothing is in flight; otherwise
+                # long-poll: the claim runs in Redis the moment a message arrives.
+                wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+                with self._lock:
+                    self._claiming.add(threading.get_ident())
+                try:
+                    q, msgs = run_plan(
+                        claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, not waited_empty)
+                    )
+                    held = self._hold(q, msgs) if q is not None and msgs else []
+                finally:
+                    with self._lock:
+                        self._claiming.discard(threading.get_ident())
+                waited_empty = not msgs and wait > 0
                 failures = 0
             except RECOVERABLE as exc:
                 failures += 1
@@ -191,25 +206,8 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 self._drive(self._work_steps(held))
                 if self.timeout is not None and self._given_up():
                     return
-            elif burst and not self._held_now():
+            elif burst and idle:
                 return
-
-    def _claim(self, burst: bool, poll_first: bool) -> tuple[list[Held], bool]:
-        """Claim (a long-poll unless bursting): the messages held, and whether it waited in vain."""
-        # Burst ends once the queues are empty and nothing is in flight; otherwise
-        # long-poll: the claim runs in Redis the moment a message arrives.
-        idle = not self._held_now()
-        wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
-        with self._lock:
-            self._claiming.add(threading.get_ident())
-        try:
-            q, msgs = run_plan(
-                claim_any_plan(self.queues, self._batch_size(), self.visibility_timeout, wait, poll_first)
-            )
-            return (self._hold(q, msgs) if q is not None and msgs else []), not msgs and wait > 0
-        finally:
-            with self._lock:
-                self._claiming.discard(threading.get_ident())
 
     def _given_up(self) -> bool:
         """This thread was given up (its handler ran past the timeout; another took its
