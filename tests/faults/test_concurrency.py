@@ -111,6 +111,41 @@ def test_ownership_holds_while_messages_expire(redis_server, r: redis.Redis, scr
     assert redelivered > 100
 
 
+def test_a_script_free_claim_that_a_reap_overtakes_starts_after_the_last_delivery(redis_server, r: redis.Redis) -> None:
+    """A script-free claim reads the list head (a stale entry of a message still owned), then
+    a reaper puts that message back before the claim takes it: the new delivery is timed
+    from when the claim took it, so it starts after the one it replaces ended."""
+    from keyqueue.core.roundtrip import Stepper
+    from keyqueue.transport.sync import Pinned
+
+    from ..support.helpers import wait_until
+
+    q = Queue("race", client=r, visibility_timeout=0.2, bucket_seconds=1, scripting=False)
+    q.enqueue("x")
+    first = q.claim()
+    assert first is not None
+    k = q._core.keys
+    item = k.item(first.id)
+    ended = int(r.hget(item, "d"))
+    r.lpush(k.queue, first.id)  # a stale entry, as a claimer that died before its commit leaves
+
+    step = Stepper(q._core.claim_now(1, 200))
+    pinned = Pinned(r)
+    try:
+        while not any(c[0] == "LINDEX" for c in step.next):  # type: ignore[union-attr]
+            step.send(pinned.round_trip(step.next))  # type: ignore[arg-type]
+        step.send(pinned.round_trip(step.next))  # type: ignore[arg-type]  # the head, and the time
+        wait_until(lambda: q.reap() is not None and r.sismember(k.items, first.id), timeout=30)
+        while not step.done:
+            step.send(pinned.round_trip(step.next))  # type: ignore[arg-type]
+    finally:
+        pinned.release(step.clean)
+    assert [f.id for f in step.result] == [first.id]
+    started = int(r.hget(item, "d")) - 200
+    assert started >= ended, f"delivered at {started}, while the last delivery ran until {ended}"
+    assert r.sismember(k.processing, first.id)
+
+
 def test_releases_racing_claims_leave_every_message_visible(redis_server, r: redis.Redis, scripting: bool) -> None:
     """Consumers release some messages while others claim: a claimer that finds a list entry
     stale must never drop the fresh entry a release just added (it would leave the message

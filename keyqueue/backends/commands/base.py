@@ -71,20 +71,27 @@ class CommandBase:
         self, typed: Sequence[str], reads: Sequence[Command] = (), watch: Sequence[str] = ()
     ) -> Op[tuple[int, list[Any]]]:
         """Server time (ms), a type check of ``typed`` and of every key read, and the reads."""
-        head: list[Command] = [] if self.clock is not None else [("TIME",)]
+        head = self._time()
         head += [("TYPE", key) for key in typed]
         if watch:
             head.append(("WATCH", *watch))
         out = yield [*head, *reads]
-        if self.clock is not None:
-            now = round(self.clock() * 1000)
-        else:
-            sec, usec = out[0]
-            now = int(sec) * 1000 + int(usec) // 1000
+        now = self._now(out[:1])
         self._check_kinds(typed, out[len(head) - len(typed) - (1 if watch else 0) :])
         replies = out[len(head) :]
         self._raise_errors(reads, replies)
         return now, replies
+
+    def _time(self) -> list[Command]:
+        """The server-time command to add to a round trip (none under a test clock)."""
+        return [] if self.clock is not None else [("TIME",)]
+
+    def _now(self, replies: Sequence[Any]) -> int:
+        """Milliseconds from the reply of ``_time()``'s command, the first of ``replies``."""
+        if self.clock is not None:
+            return round(self.clock() * 1000)
+        sec, usec = replies[0]
+        return int(sec) * 1000 + int(usec) // 1000
 
     def _check_kinds(self, keys: Sequence[str], kinds: Sequence[Any]) -> None:
         """Raise CorruptQueue for the first key whose TYPE reply is neither absent nor its own."""

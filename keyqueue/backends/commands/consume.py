@@ -112,7 +112,16 @@ class Consume(CommandBase):
         self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
         won = [i for i, a in zip(ids, got[2:]) if a == 1]
         contested = [i for i, a in zip(ids, got[2:]) if a != 1]
-        got = yield [*(("SREM", k.items, i) for i in won), *(("SISMEMBER", k.items, i) for i in contested)]
+        # The time again, now that the messages are ours: a reaper may have put one back
+        # since the first read, and its delivery must not start before the one it replaces ended.
+        clock = self._time()
+        got = yield [*clock, *(("SREM", k.items, i) for i in won), *(("SISMEMBER", k.items, i) for i in contested)]
+        now = self._now(got)
+        got = got[len(clock) :]
+        deadline = now + visibility_ms
+        dk, db = self._tk(deadline, bucket_ms)
+        if dk != tk:  # a bucket boundary passed: rare, and worth a round trip to type-check it
+            yield from self._types([dk])
         owned = [i for i, x in zip(won, got) if x == 1 and fields[i]]
         # Not waiting (or no message behind it): the list entry was stale; give back our SADD.
         stale = [i for i, x in zip(won, got) if not (x == 1 and fields[i])]
@@ -160,8 +169,11 @@ class Consume(CommandBase):
                 tx.append(("SREM", k.processing, i))
             drops.append(("LREM", k.queue, 1, i))
         if delivered:
-            # Re-assert the timer: a reaper may have dropped an older entry for the same id.
-            tx += [("SADD", tk, *delivered), ("ZADD", k.timers, "LT", deadline, b)]
+            # The timer at the deadline (the intent's bucket is earlier when time moved on),
+            # re-asserted: a reaper may have dropped an older entry for the same id.
+            if dk != tk:
+                tx.append(("SREM", tk, *delivered))
+            tx += [("SADD", dk, *delivered), ("ZADD", k.timers, "LT", deadline, db)]
             if int(waiting_len) > offset + len(heads):
                 tx += _signal(k.signal)
             out.next_timer = visibility_ms if out.next_timer is None else min(out.next_timer, visibility_ms)
