@@ -21,6 +21,7 @@ from .results import (
     START,
     Claimed,
     Enqueued,
+    ExpirePosition,
     Fields,
     QueueStats,
     ReapPosition,
@@ -37,6 +38,18 @@ log = logging.getLogger("keyqueue.queue")
 
 #: Ids examined per script call by reap and purge, so Redis is never blocked long.
 BATCH = 500
+#: Ids one expiry step examines: smaller than BATCH, so that a sweep through a large expired
+#: backlog holds Redis about a millisecond at a time and other queues' claims slip between.
+EXPIRE_BATCH = 200
+#: Seconds of each reap spent on the ordered ends of the sweep (the head of the FIFO, where
+#: the oldest wait, and the head of the dead list): a huge expired backlog is deleted over
+#: several reaps, and a Worker, which reaps between its heartbeats, is never held up long.
+EXPIRE_SECONDS = 0.05
+#: Steps of each reap spent scanning every waiting and delayed message (for those released
+#: behind younger ones): the scan resumes at the next reap, so a backlog of up to
+#: EXPIRE_SCAN_STEPS * EXPIRE_BATCH messages is scanned whole at every reap and a larger one
+#: over several, at a bounded cost each.
+EXPIRE_SCAN_STEPS = 10
 #: Requeue does more per id (reset fields, move, drop timers): smaller calls, same bound.
 REQUEUE_BATCH = 250
 #: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
@@ -150,6 +163,8 @@ class QueueCore:
         self.last_reap = -math.inf
         self.due_at = 0.0
         self.reap_position: ReapPosition = START
+        #: Where the scan part of the expiry sweep goes on at the next reap (None: from the start).
+        self.scan_position: ExpirePosition | None = None
         #: Tests and benchmarks only: False turns claim-time reaping off.
         self.claim_reaping = True
         #: Schedules (monotonic times): the next look at the schedule index a claim takes,
@@ -501,15 +516,39 @@ class QueueCore:
         return total
 
     def expire(self, s: QueueSettings) -> Op[int]:
-        """A whole expiry sweep, in bounded steps: every waiting and delayed message whose age
-        reached the retention, every dead letter older than dead_retention, deleted."""
-        position, expired = EXPIRE_START, 0
-        while True:
-            step = yield from self.ops.expire_step(s.retention_ms, s.dead_retention_ms, s.bucket_ms, BATCH, position)
-            expired += step.expired
-            position = step.position
-            if step.done:
-                break
+        """A bounded part of the expiry sweep: the head of the FIFO and of the dead list (where
+        the oldest are) for up to EXPIRE_SECONDS, then EXPIRE_SCAN_STEPS steps of the scan of
+        every waiting and delayed message, which the next reap resumes."""
+        started = time.monotonic()
+        expired = 0
+
+        def in_time() -> bool:
+            return time.monotonic() - started < EXPIRE_SECONDS
+
+        def run(position: ExpirePosition, goes_on: Callable[[ExpirePosition], bool]) -> Op[ExpirePosition]:
+            nonlocal expired
+            while True:
+                step = yield from self.ops.expire_step(
+                    s.retention_ms, s.dead_retention_ms, s.bucket_ms, EXPIRE_BATCH, position
+                )
+                expired += step.expired
+                position = step.position
+                if step.done or not goes_on(position):
+                    return position
+
+        if s.retention_ms:
+            yield from run(EXPIRE_START, lambda p: p[0] == "head" and in_time())
+        if s.dead_retention_ms:
+            yield from run(("dead", "0", 0), lambda p: in_time())
+        if s.retention_ms:
+            taken = [0]
+
+            def scanning(p: ExpirePosition) -> bool:
+                taken[0] += 1
+                return p[0] in ("waiting", "delayed") and taken[0] < EXPIRE_SCAN_STEPS
+
+            scan = yield from run(self.scan_position or ("waiting", "0", 0), scanning)
+            self.scan_position = scan if scan[0] in ("waiting", "delayed") else None
         return expired
 
     def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:

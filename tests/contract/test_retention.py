@@ -338,3 +338,37 @@ def test_a_running_reaper_applies_a_retention_set_meanwhile(r: redis.Redis, scri
     finally:
         reaper.shutdown()
     assert q.counters()["expired"] == 2
+
+
+def test_a_reap_scans_a_large_backlog_a_bounded_part_at_a_time(
+    make_queue: Callable[..., Queue], r: redis.Redis
+) -> None:
+    """With a retention, a reap looks at every waiting message for those released behind
+    younger ones, but a bounded part of a large backlog per reap (the next goes on from
+    there): a Worker reaps between its heartbeats, so one reap must never take long."""
+    from keyqueue.core.queue_core import EXPIRE_BATCH, EXPIRE_SCAN_STEPS
+
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, retention=10, bucket_seconds=1)
+    old = q.enqueue("old")
+    m = q.claim()
+    assert m is not None
+    clock.advance(8)
+    backlog = 10 * EXPIRE_SCAN_STEPS * EXPIRE_BATCH
+    for i in range(0, backlog, 5000):
+        q.enqueue_many(["young"] * 5000)
+    assert m.release()  # behind the younger ones: only the scan finds it
+    clock.advance(2)
+
+    def scans() -> int:  # (a script's own SSCANs count too)
+        stats = r.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "sscan"))
+
+    reaps = 0
+    while r.exists(f"kq:{{q}}:item:{old}"):
+        before = scans()
+        q.reap()
+        reaps += 1
+        assert scans() - before <= 2 * (EXPIRE_SCAN_STEPS + 3)  # the scan's steps, the head, the reap
+        assert reaps <= 12, "the scan never reached the expired message"
+    assert q.counters()["expired"] == 1 and q.stats().waiting == backlog
