@@ -16,6 +16,10 @@ from .sentinels import SafeAsyncSentinel, SafeSentinel
 DEFAULT_URL = "redis://localhost:6379/0"
 #: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Redis answered and refused who we are (a wrong password, a user the ACL denies keys or
+#: commands): configuration that no wait fixes, so a worker or reaper starting meets it with
+#: one error line and exit 1. (AuthenticationError is a ConnectionError: catch this first.)
+REFUSED = (redis.AuthenticationError, redis.exceptions.NoPermissionError)
 #: Longest wait between two tries while Redis is unreachable.
 MAX_PAUSE = 5.0
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import redis
 
-from .connection import TRANSIENT, outage_delay, resolve_client
+from .connection import REFUSED, TRANSIENT, outage_delay, resolve_client
 from .core.replication import Replication
 from .core.results import ReapResult
 from .errors import KeyQueueError, MissingDependency
@@ -101,6 +101,7 @@ class Reaper:
             self._names = [q for q in given if isinstance(q, str)]
         self._cache: dict[str, Queue] = {}
         self._scheduler: Any = None  # APScheduler's (untyped)
+        self._blocking = False  # run() rather than start()
         self._checked = False
         self.passes = 0
         #: Seconds between INFO summaries; what the passes since the last one did.
@@ -110,6 +111,8 @@ class Reaper:
         self._passes_since = 0
         self._failed_since = 0
         self._outages = 0  # failures to reach Redis in a row: the wait before the next pass grows
+        #: What Redis refused before the first pass (credentials, ACL): run() raises it.
+        self.refused: Exception | None = None
 
     def queues(self) -> list[Queue]:
         """The queues of this pass: found again each time when reaping every queue."""
@@ -135,7 +138,9 @@ class Reaper:
         return out
 
     def reap_once(self) -> dict[str, ReapResult]:
-        """One pass over every queue; errors are logged per queue and never stop the reaper."""
+        """One pass over every queue; errors are logged per queue and never stop the reaper,
+        but for Redis refusing the credentials or the ACL before any pass succeeded: a
+        typo in the URL stops it (``refused``) rather than being waited out."""
         results: dict[str, ReapResult] = {}
         try:
             if not self._checked:
@@ -143,13 +148,17 @@ class Reaper:
                     warn_unless_noeviction(client, log)
                 self._checked = True
             queues = self.queues()
+        except REFUSED as exc:
+            if not self.passes:
+                self.refused = exc
+                if not self._blocking:  # (run() raises it: its caller says it in one line)
+                    log.error("Redis refused the reaper: %s; stopping", exc)
+                threading.Thread(target=self.shutdown, kwargs={"wait": False}).start()
+                return results
+            self._outage(exc)
+            return results
         except TRANSIENT as exc:
-            self._outages += 1
-            delay = outage_delay(self._outages)
-            log.warning("reaper cannot reach Redis: %s; retrying in %.1fs", exc, delay)
-            self._put_off(delay)
-            self._failed_since += 1
-            self._summarize()
+            self._outage(exc)
             return results
         except KeyQueueError as exc:  # e.g. the registry overwritten: one line, not a traceback
             log.error("reaper cannot list the queues: %s; retrying next pass", exc)
@@ -177,6 +186,15 @@ class Reaper:
         )
         self._summarize()
         return results
+
+    def _outage(self, exc: Exception) -> None:
+        """A pass that could not reach Redis: the next one after the outage backoff."""
+        self._outages += 1
+        delay = outage_delay(self._outages)
+        log.warning("reaper cannot reach Redis: %s; retrying in %.1fs", exc, delay)
+        self._put_off(delay)
+        self._failed_since += 1
+        self._summarize()
 
     def _put_off(self, seconds: float) -> None:
         """The next pass in ``seconds`` rather than at the next interval."""
@@ -209,6 +227,7 @@ class Reaper:
         blocking_cls, background_cls = _scheduler_classes()
         quiet_apscheduler()
         scheduler = (blocking_cls if blocking else background_cls)()
+        self._blocking = blocking
         scheduler.add_job(
             self.reap_once,
             "interval",
@@ -222,13 +241,16 @@ class Reaper:
         return scheduler
 
     def run(self) -> None:
-        """Reap until shutdown() (from another thread) or SIGINT/SIGTERM in the main thread."""
+        """Reap until shutdown() (from another thread) or SIGINT/SIGTERM in the main thread;
+        raises what Redis refused before the first pass (``refused``: credentials, ACL)."""
         scheduler = self._schedule(blocking=True)
         restore = on_stop_signals(self._on_signal)
         try:
             scheduler.start()
         finally:
             restore()
+        if self.refused is not None:
+            raise self.refused
 
     def start(self) -> None:
         """Reap in a background thread."""

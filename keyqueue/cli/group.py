@@ -19,6 +19,10 @@ from ..keys import unknown_queue
 from ..queue import Queue, list_queues
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: ``worker`` and ``reaper`` when Redis refused the credentials or the ACL at start (sysexits'
+#: EX_CONFIG): no restart can help, so the supervisor does not replace such a process and
+#: a systemd unit says ``RestartPreventExitStatus=78``.
+EXIT_REFUSED = 78
 #: Where an option counts as given by the user (not a default).
 GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
@@ -99,6 +103,18 @@ class Config:
 
 
 pass_config = click.make_pass_decorator(Config)
+
+
+class Refused(click.ClickException):
+    """A worker or reaper that Redis refused at start: one line, exit ``EXIT_REFUSED``."""
+
+    exit_code = EXIT_REFUSED
+
+
+def refused(exc: Exception) -> Refused:
+    """The one line of a worker or reaper that Redis refused at start."""
+    why = "refused the credentials" if isinstance(exc, redis.AuthenticationError) else "refused this user"
+    return Refused(f"Redis {why}: {exc} (a configuration error: not retried)")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

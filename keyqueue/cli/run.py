@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from ..connection import DEFAULT_URL
+from ..connection import DEFAULT_URL, REFUSED
 from ..errors import ConfigurationError, InvalidArgument
-from .group import GIVEN, Config, cli, pass_config
+from .group import GIVEN, Config, cli, pass_config, refused
 
 HANDLER_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
@@ -40,7 +40,8 @@ LOG_LEVEL = click.option(
 @LOG_LEVEL
 @pass_config
 def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str) -> None:
-    """Reap QUEUES (default: every queue) until SIGINT/SIGTERM."""
+    """Reap QUEUES (default: every queue) until SIGINT/SIGTERM. Waits for a Redis that is
+    down; exits 78 when Redis refuses the credentials or the ACL."""
     from ..reaper import Reaper
 
     setup_logging(log_level)
@@ -48,7 +49,10 @@ def reaper(cfg: Config, queues: tuple[str, ...], interval: float, log_level: str
     logging.getLogger("keyqueue.reaper").info(
         "reaping %s every %.3gs at %s", ", ".join(queues) or "every queue", interval, cfg.shown_url
     )
-    r.run()
+    try:
+        r.run()
+    except REFUSED as exc:
+        raise refused(exc) from None
 
 
 # -- worker -----------------------------------------------------------------------------
@@ -171,7 +175,8 @@ def worker(
     """Run HANDLER (MODULE:FUNC, called with each message) on the queues. HANDLER may be a
     Worker made with @queue.worker: its queues and options apply, and options given here
     override them. An `async def` HANDLER (or one decorated on a keyqueue.aio.Queue) runs
-    on asyncio, with keyqueue.aio.Worker."""
+    on asyncio, with keyqueue.aio.Worker. Waits for a Redis that is down; exits 78 when
+    Redis refuses the credentials or the ACL."""
     cfg = ctx.find_object(Config)
     assert cfg is not None
     target = load_handler(handler)
@@ -186,7 +191,12 @@ def worker(
     from ..aio.queue import Queue as AsyncQueue
     from ..queue import Queue
 
-    qs = cfg.served_queues(AsyncQueue if kind.awaited else Queue, queues, target.queues if decorated else None, made)
+    try:  # (a Queue reads its settings when made: an ACL may refuse that already)
+        qs = cfg.served_queues(
+            AsyncQueue if kind.awaited else Queue, queues, target.queues if decorated else None, made
+        )
+    except REFUSED as exc:
+        raise refused(exc) from None
     w = target.with_options(queues=qs, **given) if decorated else kind(qs, target, **given)
     setup_logging(log_level, pid=processes > 1 or supervisor_pid is not None)
     if processes > 1:  # (checked above, once, as for one process: then run by the children)
@@ -200,7 +210,10 @@ def worker(
         from .supervise import watch_supervisor
 
         watch_supervisor(supervisor_pid)
-    w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst, close=made)
+    try:
+        w.run_process(handler, url=cfg.shown_url if cfg.url_given or not decorated else None, burst=burst, close=made)
+    except REFUSED as exc:
+        raise refused(exc) from None
 
 
 @cli.command()

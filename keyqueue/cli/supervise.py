@@ -4,7 +4,8 @@ worker`` command line with ``--processes 1``, in a session of its own (a Ctrl-C 
 terminal reaches the supervisor alone, which passes it on once). A child that exits
 abnormally or is killed is replaced (its messages come back after their visibility
 timeout, as after any crash); a child that exits 0 (``--burst``: the queues are empty) is
-not. SIGINT/SIGTERM are passed on to every child and the supervisor exits once all have:
+not, nor one that Redis refused (exit 78: credentials or ACL, which no restart fixes).
+SIGINT/SIGTERM are passed on to every child and the supervisor exits once all have:
 0 when each drained, 130 (SIGINT) or 143 (SIGTERM) after a second signal, as one worker
 does. A child that finds its supervisor gone stops as on SIGTERM."""
 
@@ -17,8 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 
 from ..worker.signals import on_stop_signals
+from .group import EXIT_REFUSED
 
 log = logging.getLogger("keyqueue.supervisor")
 
@@ -40,6 +43,16 @@ def exit_text(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with {code}"
+
+
+def ended(codes: list[int]) -> str:
+    """How the children ended, for the supervisor's last line."""
+    if not codes:
+        return "no worker process ended"
+    if all(code == 0 for code in codes):
+        return f"all {len(codes)} worker processes drained and exited 0"
+    counts = Counter(codes)
+    return "worker processes: " + ", ".join(f"{n} {exit_text(code)}" for code, n in sorted(counts.items()))
 
 
 def child_command(argv: list[str], supervisor: int) -> list[str]:
@@ -69,9 +82,11 @@ class Supervisor:
             log.info("supervising %d worker processes (pid %d)", self.processes, os.getpid())
             for slot in range(self.processes):
                 self._start(slot)
-            return self._loop(received)
+            code = self._loop(received)
         finally:
             restore()
+        log.info("supervisor stopped: %s; exit %d", ended(self.codes), code)
+        return code
 
     def _loop(self, received: list[signal.Signals]) -> int:
         acted = 0
@@ -101,6 +116,8 @@ class Supervisor:
             time.sleep(POLL)
         if acted >= 2:
             return 128 + int(received[1])
+        if acted == 0 and EXIT_REFUSED in self.codes:
+            return EXIT_REFUSED
         clean = acted > 0 and all(code in (0, -int(received[0]), 128 + int(received[0])) for code in self.codes)
         return 0 if clean or (acted == 0 and all(code == 0 for code in self.codes)) else 1
 
@@ -126,6 +143,8 @@ class Supervisor:
                 log.info("worker process %d %s", p.pid, exit_text(code))
             elif code == 0:
                 log.info("worker process %d finished (exit 0)", p.pid)
+            elif code == EXIT_REFUSED:
+                log.error("worker process %d %s: Redis refused it, so it is not replaced", p.pid, exit_text(code))
             else:
                 log.warning("worker process %d %s: starting another", p.pid, exit_text(code))
                 self.codes.pop()  # (replaced: not the outcome of the whole)

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, TypeVar
 
-from ..connection import TRANSIENT, connection_kwargs
+from ..connection import REFUSED, TRANSIENT, connection_kwargs
 from ..errors import HandlerTimeout, InvalidArgument
 from ..face import QueueFace
 from ..keys import closest
@@ -205,7 +205,7 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         """Before a process runs the worker (``run_process``): a warning per queue nobody has
         created yet (a typo, or producers to come), then what runs where (``url``: where the
         first queue's client connects). Redis unreachable: no warning yet (the worker waits
-        for it, as through any outage)."""
+        for it, as through any outage); Redis refusing the credentials or the ACL: raised."""
         known: dict[tuple[int, str], list[str]] = {}
         try:
             for q in self.queues:
@@ -220,6 +220,8 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                         client_url(q.client),
                         closest(q.name, known[key]),
                     )
+        except REFUSED:
+            raise
         except TRANSIENT:
             pass
         log.info(
@@ -234,16 +236,22 @@ class WorkerBase(Generic[QueueT, HandlerT]):
 
     def _start_steps(self) -> Steps[bool]:
         """Check Redis' eviction policy, log the options and each queue's settings in force,
-        reap if ``reap_on_start``; each retried through outages. False when the worker
-        was stopped before it could start. Starts serving the metrics first, if asked."""
+        reap if ``reap_on_start``; each retried through outages, while Redis refusing the
+        credentials or the ACL is raised. False when the worker was stopped before it could
+        start. Starts serving the metrics first, if asked."""
         if self.metrics is not None:
             self.metrics.start()
         for client in {id(q.client): q.client for q in self.queues}.values():
-            yield from retrying(functools.partial(self._check_eviction, client), "check Redis", lambda: self.stopping)
+            yield from retrying(
+                functools.partial(self._check_eviction, client), "check Redis", lambda: self.stopping, fatal=REFUSED
+            )
         self._log_options()
         for priority, q in enumerate(self.queues, 1):
             s = yield from retrying(
-                functools.partial(self._read_settings, q), f"read the settings of {q.name}", lambda: self.stopping
+                functools.partial(self._read_settings, q),
+                f"read the settings of {q.name}",
+                lambda: self.stopping,
+                fatal=REFUSED,
             )
             if s is None:  # stopped while Redis was unreachable
                 return False

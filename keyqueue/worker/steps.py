@@ -80,13 +80,22 @@ def outage_pause(failures: int, why: str) -> Pause:
     return Pause(delay)
 
 
-def retrying(fn: Callable[[], Any], what: str, stopping: Callable[[], bool], attempts: int | None = None) -> Steps[Any]:
+def retrying(
+    fn: Callable[[], Any],
+    what: str,
+    stopping: Callable[[], bool],
+    attempts: int | None = None,
+    fatal: tuple[type[Exception], ...] = (),
+) -> Steps[Any]:
     """fn(), retried with backoff through Redis outages; None if it never succeeded (or,
-    with no limit of attempts, once the worker stops)."""
+    with no limit of attempts, once the worker stops). ``fatal``: errors raised as they come
+    (``REFUSED`` at start: a wrong password must fail, not wait forever)."""
     failures = 0
     while attempts is None or failures < attempts:
         try:
             return (yield fn)
+        except fatal:
+            raise
         except TRANSIENT as exc:
             failures += 1
             if stopping() and attempts is None:

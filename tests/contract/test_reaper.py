@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from keyqueue import InvalidArgument, Queue, Reaper
+from keyqueue.server import free_port
 
 from ..support.helpers import FakeClock, wait_until
 
@@ -87,6 +88,46 @@ def test_run_blocks_until_shutdown(redis_server, scripting: bool) -> None:
     reaper.shutdown()
     t.join(10)
     assert not t.is_alive()
+
+
+def test_an_unreachable_redis_is_retried_with_the_outage_waits(caplog: pytest.LogCaptureFixture) -> None:
+    reaper = Reaper(url=f"redis://:sekret@127.0.0.1:{free_port()}/0")
+    with caplog.at_level(logging.WARNING, logger="keyqueue.reaper"):
+        for _ in range(8):
+            assert reaper.reap_once() == {}
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert [float(line.rsplit("retrying in ", 1)[1].rstrip("s")) for line in lines] == [
+        0.1,
+        0.2,
+        0.4,
+        0.8,
+        1.6,
+        3.2,
+        5.0,
+        5.0,
+    ]
+    assert all(rec.levelno == logging.WARNING for rec in caplog.records) and not any("sekret" in x for x in lines)
+    assert reaper.refused is None
+
+
+def test_a_refusal_before_the_first_pass_stops_run(redis_server, r: redis.Redis) -> None:
+    """A wrong password or a user the ACL denies is a configuration error: run() raises it
+    at once, where an unreachable Redis is waited for."""
+    r.acl_setuser("app", enabled=True, passwords=["+right"], keys=["other:*"], commands=["+@all"])
+    Queue("q", client=r).enqueue("x")
+    try:
+        for user, error in (
+            ("app:wrong", redis.AuthenticationError),
+            ("app:right", redis.exceptions.NoPermissionError),
+        ):
+            reaper = Reaper(url=f"redis://{user}@127.0.0.1:{redis_server.port}/0", interval=0.05)
+            outcome: list[BaseException] = []
+            t = threading.Thread(target=lambda: outcome.append(pytest.raises(error, reaper.run).value))
+            t.start()
+            t.join(30)
+            assert not t.is_alive() and isinstance(outcome[0], error) and reaper.passes == 0
+    finally:
+        r.acl_deluser("app")
 
 
 def test_bad_interval() -> None:

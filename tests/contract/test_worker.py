@@ -15,8 +15,10 @@ import pytest
 import redis
 
 from keyqueue import InvalidArgument, Message, Queue
+from keyqueue.connection import REFUSED, outage_delay
 from keyqueue.core.queue_core import bounded_error
 from keyqueue.worker.rules import MAX_BACKOFF, backoff
+from keyqueue.worker.steps import Pause, drive, retrying
 
 from ..support.helpers import wait_until
 from ..support.workers import Workers
@@ -25,6 +27,34 @@ from ..support.workers import Workers
 def test_backoff_doubles_and_is_capped() -> None:
     assert [backoff(1.0, r) for r in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     assert backoff(0.5, 1) == 0.5 and backoff(1.0, 30) == MAX_BACKOFF == 300
+
+
+def test_outage_waits_double_from_a_tenth_of_a_second_to_5_s() -> None:
+    assert [outage_delay(n) for n in range(1, 10)] == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+
+
+def test_a_worker_retries_at_start_with_the_outage_waits_but_not_a_refusal() -> None:
+    """What a worker does at start while Redis is down (each wait one WARNING line), and
+    when Redis answers but refuses the credentials: raised at once, never waited out."""
+    calls, waits = [], []
+
+    def down_six_times() -> str:
+        calls.append(1)
+        if len(calls) <= 6:
+            raise redis.ConnectionError("Connection refused")
+        return "up"
+
+    steps = retrying(down_six_times, "check Redis", lambda: False, fatal=REFUSED)
+    assert drive(steps, waits.append) == "up"
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2]
+    for refusal in (redis.AuthenticationError("WRONGPASS"), redis.exceptions.NoPermissionError("NOPERM")):
+        failing = retrying(lambda: (_ for _ in ()).throw(refusal), "check Redis", lambda: False, fatal=REFUSED)
+        assert callable(next(failing))
+        with pytest.raises(type(refusal)):
+            failing.throw(refusal)
+    plain = retrying(lambda: None, "ack", lambda: False)  # (elsewhere a lost password is an outage)
+    next(plain)
+    assert plain.throw(redis.AuthenticationError("WRONGPASS")) == Pause(0.1)
 
 
 def test_burst_processes_every_message_once(q: Queue, workers: Workers) -> None:

@@ -22,6 +22,9 @@ from ..support.handlers import DONE, PIDS, STARTED
 from ..support.helpers import wait_until
 from ..support.processes import Procs
 
+#: A Redis user the tests' servers know from their start (``RedisServer(APP_USER)``).
+SECRET = "s3kr1t-pw"
+APP_USER = ["--user", "app", "on", f">{SECRET}", "~*", "&*", "+@all"]
 #: A record of the CLI's log format: time, level, logger name, message.
 RECORD = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ ([A-Z]+) ([\w.]+): (.*)")
 
@@ -62,6 +65,8 @@ def test_signal_lets_the_handler_finish_and_exits_0(
     s = q.stats()
     assert s.processing == 0 and s.waiting + r.hlen(DONE) == 6
     assert f"{sig.name}: stopping" in procs.log(p)
+    last = procs.log(p).strip().splitlines()[-1]  # the last line says it drained and stopped
+    assert f"worker stopped: {r.hlen(DONE)} messages processed, 0 failed, nothing left held" in last, last
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
@@ -224,6 +229,8 @@ def test_processes_replaces_a_killed_child_and_drains_on_sigterm(
     assert {int(pid) for pid in r.hvals(PIDS)} <= set(first) | set(now)  # none ran in the supervisor
     log = procs.log(p)
     assert log.count("SIGTERM: stopping") == 2, log  # passed on to each child once
+    last = log.strip().splitlines()[-1]
+    assert "supervisor stopped: all 2 worker processes drained and exited 0; exit 0" in last, last
     for pid in now:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -372,22 +379,85 @@ def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, 
 def test_worker_and_reaper_started_before_redis_wait_for_it(
     tmp_path: Path, procs, scripting: bool, handler: str
 ) -> None:
-    """Redis still down when they start (slow at boot): both back off (0.1 s doubling, each
-    wait logged), neither exits, and the worker serves once Redis is up. SIGTERM then ends
+    """Redis still down when they start (slow at boot): both back off (0.1 s doubling to
+    5 s, one WARNING line a wait, the URL's password never shown), neither exits, and once
+    Redis is up the worker serves its queue and the reaper reaps another. SIGTERM then ends
     the worker with a line saying it stopped with nothing held."""
-    server = RedisServer(["--appendonly", "no"])
-    w = procs.spawn(server.url, "worker", handler, "-q", "q")
-    reaper = procs.spawn(server.url, "reaper", "q", "--interval", "0.5")
-    wait_until(lambda: "retrying in 0.4s" in procs.log(w) and "retrying in 0.4s" in procs.log(reaper), 30)
+    server = RedisServer(["--appendonly", "no", *APP_USER])
+    url = f"redis://app:{SECRET}@127.0.0.1:{server.port}/0"
+    w = procs.spawn(url, "worker", handler, "-q", "q")
+    reaper = procs.spawn(url, "reaper", "--interval", "0.5")  # every queue: "r" too
+    wait_until(lambda: "retrying in 1.6s" in procs.log(w) and "retrying in 1.6s" in procs.log(reaper), 60)
     assert w.poll() is None and reaper.poll() is None
     with server:
         r = redis.Redis(port=server.port)
         q = Queue("q", client=r, scripting=scripting)
         q.enqueue_many(["0"] * 5)
-        wait_until(lambda: r.hlen(DONE) == 5 and q.stats().processing == 0, timeout=60)
+        other = Queue("r", client=r, scripting=scripting)  # no worker serves it: only the reaper
+        other.enqueue("x")
+        assert other.claim(visibility_timeout=0.5) is not None
+        wait_until(lambda: r.hlen(DONE) == 5 and q.stats().processing == 0 and other.length() == 1, timeout=60)
         for p in (w, reaper):
             p.send_signal(signal.SIGTERM)
             assert p.wait(15) == 0
         last = procs.log(w).strip().splitlines()[-1]
         assert "worker stopped: 5 messages processed, 0 failed, nothing left held" in last, last
         r.close()
+    for p in (w, reaper):
+        log = procs.log(p)
+        waits = [float(x) for x in re.findall(r"retrying in ([\d.]+)s", log)]
+        assert waits[:5] == [0.1, 0.2, 0.4, 0.8, 1.6] and all(x == min(0.1 * 2**i, 5.0) for i, x in enumerate(waits))
+        retries = [m for m in map(RECORD.match, log.splitlines()) if m and "retrying in" in m.group(3)]
+        assert len(retries) == len(waits) and {m.group(1) for m in retries} == {"WARNING"}
+        assert SECRET not in log and "Traceback" not in log
+
+
+@ONE_MODE
+def test_processes_started_before_redis_wait_for_it(tmp_path: Path, procs, scripting: bool) -> None:
+    """The supervisor and its children alike: no child exits (none is replaced), and they
+    serve once Redis is up."""
+    server = RedisServer(["--appendonly", "no"])
+    p = procs.worker(server.url, "in_process", "--processes", "2")
+    wait_until(lambda: procs.log(p).count("retrying in 0.8s") == 2, 60)  # each child backs off
+    assert p.poll() is None and len(children(procs, p)) == 2
+    with server:
+        r = redis.Redis(port=server.port)
+        q = Queue("q", client=r, scripting=scripting)
+        q.enqueue_many(["0"] * 20)
+        wait_until(lambda: r.hlen(DONE) == 20 and q.stats().processing == 0, timeout=60)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0, procs.log(p)
+        r.close()
+    assert len(children(procs, p)) == 2 and "starting another" not in procs.log(p)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker", "tests.support.handlers:record", "-q", "q"],
+        ["worker", "tests.support.aio_handlers:slow", "-q", "q"],
+        ["worker", "tests.support.handlers:record", "-q", "q", "--processes", "2"],
+        ["reaper"],
+    ],
+    ids=["threads", "asyncio", "processes", "reaper"],
+)
+def test_a_refusal_by_redis_fails_at_once_with_one_line(
+    redis_server, r: redis.Redis, procs, scripting: bool, command: list[str]
+) -> None:
+    """A wrong password, or a user the ACL denies the queue's keys, is configuration no wait
+    fixes: one Error line per process and exit 78 (not replaced by the supervisor), where an
+    unreachable Redis is waited for."""
+    r.acl_setuser("app", enabled=True, passwords=[f"+{SECRET}"], keys=["other:*"], commands=["+@all"])
+    Queue("q", client=r, scripting=scripting).enqueue("x")
+    try:
+        for user, why in (("app:wrong-pw", "refused the credentials"), (f"app:{SECRET}", "refused this user")):
+            p = procs.spawn(f"redis://{user}@127.0.0.1:{redis_server.port}/0", *command)
+            assert p.wait(60) == 78, procs.log(p)
+            log = procs.log(p)
+            errors = [line for line in log.splitlines() if line.startswith("Error:")]
+            assert errors and all(line.startswith(f"Error: Redis {why}: ") for line in errors), log
+            assert len(errors) <= (2 if "--processes" in command else 1), log
+            assert "retrying" not in log and "Traceback" not in log and "wrong-pw" not in log and SECRET not in log
+        assert Queue("q", client=r, scripting=scripting).length() == 1
+    finally:
+        r.acl_deluser("app")

@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from keyqueue import Queue
+from keyqueue.cli.group import EXIT_REFUSED
 from keyqueue.server import RedisServer, free_port
 
 from ..support.helpers import ROOT, wait_until
@@ -253,6 +254,9 @@ def test_the_systemd_unit_runs_a_worker_and_outwaits_its_grace(
     unit.read(EXAMPLES / "systemd" / "keyqueue-worker.service")
     service = unit["Service"]
     assert service["KillSignal"] == "SIGTERM" and service["Restart"] == "always" and float(service["RestartSec"]) > 0
+    assert service["RestartPreventExitStatus"] == str(EXIT_REFUSED)  # a refusal by Redis: not restarted
+    assert "network-online.target" in unit["Unit"]["After"].split() and unit["Unit"]["Wants"] == "network-online.target"
+    assert "redis-server.service" in unit["Unit"]["After"].split()
     # a supervisor of several processes, which alone gets the SIGTERM and passes it on once
     assert "--processes" in shlex.split(service["ExecStart"]) and service["KillMode"] == "mixed"
     assert service["Environment"].startswith("KEYQUEUE_URL=redis://")
