@@ -301,10 +301,12 @@ def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
 
     from ..support.spark_handlers import record_to
 
-    q = Queue("work", client=r, visibility_timeout=2, bucket_seconds=1)
+    q = Queue("work", client=r, visibility_timeout=1, bucket_seconds=1)
     bodies = [f"w{i}" for i in range(300)] + ["die"]
     q.enqueue_many(bodies)
-    result = run_workers(spark, q, record_to(redis_server.url), 2)
+    # the workers' own visibility timeout, longer than the queue's: the wait for the dead
+    # task's message to come back must go by it
+    result = run_workers(spark, q, record_to(redis_server.url), 2, visibility_timeout=10)
     assert {x.decode() for x in r.smembers("done")} == set(bodies)
     assert result["failed_jobs"] >= 1 and result["rounds"] >= 2  # the dead task's messages came back
     s = q.stats()
