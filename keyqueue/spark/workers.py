@@ -84,15 +84,16 @@ def run_workers(
                 "a worker job failed (its messages come back after their visibility timeout): %s",
                 str(exc).splitlines()[0][:300],
             )
-        left = _wait_for_work(queue, max_wait if n < max_rounds else 0.0)
+        left = _wait_for_work(queue, max_wait if n < max_rounds else 0.0, worker_options.get("visibility_timeout"))
         if not left.waiting:
             break
     return totals | {"waiting": left.waiting, "processing": left.processing, "delayed": left.delayed}
 
 
-def _wait_for_work(q: Queue, max_wait: float) -> QueueStats:
+def _wait_for_work(q: Queue, max_wait: float, visibility: float | None) -> QueueStats:
     """The queue's counts once a message is waiting, nothing is left, or what is left does
-    not come back in time. Reaps while it polls: nothing else may be serving the queue."""
+    not come back in time. Reaps while it polls: nothing else may be serving the queue.
+    ``visibility``: the workers' own visibility timeout, if they were given one."""
     until: float | None = None
     while True:
         q.reap()
@@ -100,7 +101,7 @@ def _wait_for_work(q: Queue, max_wait: float) -> QueueStats:
         if s.waiting or not (s.processing or s.delayed):
             return s
         if until is None:
-            back = _comes_back_in(q, s)
+            back = _comes_back_in(q, s, visibility or q.settings.visibility_timeout)
             if back > max_wait:
                 return s
             until = time.monotonic() + back + SLACK
@@ -109,10 +110,10 @@ def _wait_for_work(q: Queue, max_wait: float) -> QueueStats:
         time.sleep(POLL)
 
 
-def _comes_back_in(q: Queue, s: QueueStats) -> float:
+def _comes_back_in(q: Queue, s: QueueStats, visibility: float) -> float:
     """Seconds until the first in-flight or delayed message is due back (an in-flight one
-    at most a visibility timeout away)."""
-    due = [q.settings.visibility_timeout] if s.processing else []
+    within ``visibility``, the timeout its worker claimed it with)."""
+    due = [visibility] if s.processing else []
     if s.delayed:
         first = q.peek(1, source="delayed")
         due += [(m.deadline or 0.0) - time.time() for m in first]

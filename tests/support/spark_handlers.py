@@ -37,3 +37,8 @@ def record(url: str, m: Message) -> None:
     client = redis.Redis.from_url(url)
     client.sadd("done", m.body)
     client.close()
+
+
+def always_fail(m: Message) -> None:
+    """A handler whose every delivery fails: its messages never leave the queue."""
+    raise RuntimeError("this handler always fails")

@@ -134,6 +134,12 @@ def test_overwrite_is_refused_and_writes_nothing(
     df = spark.createDataFrame([("x",), ("y",)], "value string")
     with pytest.raises(Exception, match="a queue can only be appended to"):
         fmt(df.write, redis_server.url, "ow").mode("overwrite").save()
+    # Spark itself refuses the default mode (errorifexists) and "ignore" for this source
+    # (its message suggests Append or Overwrite): no mode but append may write.
+    for mode in ("errorifexists", "error", "ignore", None):
+        writer = fmt(df.write, redis_server.url, "ow")
+        with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE|a queue can only be appended to"):
+            (writer if mode is None else writer.mode(mode)).save()
     df.write.parquet(str(tmp_path / "in"))
     counts = spark.readStream.schema("value string").parquet(str(tmp_path / "in")).groupBy("value").count()
     query = (
@@ -295,10 +301,12 @@ def test_run_workers_drains_a_queue_on_spark_tasks_even_when_one_dies(
 
     from ..support.spark_handlers import record_to
 
-    q = Queue("work", client=r, visibility_timeout=2, bucket_seconds=1)
+    q = Queue("work", client=r, visibility_timeout=1, bucket_seconds=1)
     bodies = [f"w{i}" for i in range(300)] + ["die"]
     q.enqueue_many(bodies)
-    result = run_workers(spark, q, record_to(redis_server.url), 2)
+    # the workers' own visibility timeout, longer than the queue's: the wait for the dead
+    # task's message to come back must go by it
+    result = run_workers(spark, q, record_to(redis_server.url), 2, visibility_timeout=10)
     assert {x.decode() for x in r.smembers("done")} == set(bodies)
     assert result["failed_jobs"] >= 1 and result["rounds"] >= 2  # the dead task's messages came back
     s = q.stats()
@@ -324,6 +332,25 @@ def test_run_workers_goes_on_until_retries_are_done_and_says_what_is_left(
     result = run_workers(spark, q, fail_once_to(redis_server.url, 7), 2, max_wait=60)
     assert time.monotonic() - started < 30
     assert (result["rounds"], result["processed"], result["delayed"]) == (1, 0, 1)
+
+
+def test_run_workers_stops_at_max_rounds_and_says_what_is_left(
+    spark: Any, redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """Messages that never succeed: a second round takes their retries, then max_rounds
+    ends the run with every one of them reported left (waiting or delayed), none in flight."""
+    from keyqueue.spark import run_workers
+
+    from ..support.spark_handlers import always_fail
+
+    q = Queue("stuck", client=r, bucket_seconds=1, max_receives=1000)
+    q.enqueue_many([f"s{i}" for i in range(20)])
+    result = run_workers(spark, q, always_fail, 2, max_rounds=2, retry_backoff=0.5)
+    assert (result["rounds"], result["processed"], result["failed_jobs"]) == (2, 0, 0)
+    assert result["failed"] > 20  # round 2 failed some retries again
+    assert result["processing"] == 0 and result["waiting"] + result["delayed"] == 20
+    s = q.stats()
+    assert (s.processing, s.dead, s.waiting + s.delayed) == (0, 0, 20)
 
 
 def test_bad_options_are_clear(spark: Any, redis_server: RedisServer) -> None:
@@ -378,7 +405,7 @@ def run_example(name: str, url: str, cwd: Path) -> str:
     return done.stdout
 
 
-def test_the_readme_examples_run_as_written(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
+def test_the_documented_examples_run_as_written(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> None:
     page = (EXAMPLES.parent.parent / "docs" / "spark.md").read_text()  # shows the files by snippet
     for example in sorted(EXAMPLES.glob("*.py")):
         assert f'--8<-- "examples/spark/{example.name}"' in page, f"docs/spark.md does not show {example}"
