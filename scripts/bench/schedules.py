@@ -2,16 +2,15 @@
 claims on a queue that holds many idle schedules against one that holds none. A throwaway
 redis-server of its own; interleaved rounds (``--rounds``, default 5), the baseline first.
 
-1. ``--size`` schedules (default 10,000) on one queue, ``every=--every`` seconds from one
-   shared start, so that all fall due at the same instants: each round waits for the next
-   one, then Reaper passes (``Reaper.reap_once``, what a running Reaper does every interval, with
-   Queue objects of its own)
-   run back to back until every schedule has fired its message; the table says how many
-   passes that took (a pass fires a bounded number of schedules; a running Reaper makes one
-   a second). Baseline, just before: ``enqueue_many`` of as many messages in one call on
-   another queue. Targets: the fires' rate at least 0.5x enqueue_many's (median), and no
-   Redis command over 10 ms during the passes (SLOWLOG, commands inside scripts too, worst
-   round).
+1. ``--size`` schedules (default 10,000) on one queue, ``every=--every`` seconds (default
+   10, script-free 30) from one shared start, so that all fall due at the same instants:
+   each round waits for the next one, then Reaper passes (``Reaper.reap_once``, what a
+   running Reaper does every interval, with Queue objects of its own) run back to back
+   until every schedule has fired its message; the table says how many passes that took (a
+   pass fires a bounded number of schedules; a running Reaper makes one a second).
+   Baseline, just before: ``enqueue_many`` of as many messages in one call on another
+   queue. Targets: the fires' rate at least 0.5x enqueue_many's (median), and no Redis
+   command over 10 ms during the passes (SLOWLOG, commands inside scripts too, worst round).
 2. Claim + ack one at a time (``--messages``, default 10,000) on a queue holding ``--size``
    idle schedules (due in a day) against the same on a queue holding none (the same name
    under another prefix): by a Queue of its own, as a worker process has, and by the Queue
@@ -67,8 +66,10 @@ from keyqueue.reaper import Reaper
 
 SIZE, QUICK_SIZE = 10_000, 300
 MESSAGES, QUICK_MESSAGES = 10_000, 300
-#: Seconds between the fire times every schedule of part 1 shares (--quick: the second).
-EVERY, QUICK_EVERY = 10.0, 2.0
+#: Seconds between the fire times every schedule of part 1 shares, by mode (the script-free
+#: mode fires one schedule a round trip: its rounds need longer), and with --quick. A round's
+#: fires must end before the next fire time.
+EVERY, QUICK_EVERY = {True: 10.0, False: 30.0}, 2.0
 #: Idle schedules fall due this long after they are made: never during the measurement.
 IDLE_EVERY = 86_400.0
 #: Passes part 1 gives up after (a broken firer must not loop for ever).
@@ -234,19 +235,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = Options(__doc__, rounds=5)
     ap.add_argument("--size", type=int, help=f"schedules (default {SIZE:,})")
     ap.add_argument("--messages", type=int, help=f"part 2's messages per side and round (default {MESSAGES:,})")
-    ap.add_argument("--every", type=float, help=f"part 1's schedules' interval, s (default {EVERY:g})")
+    ap.add_argument(
+        "--every", type=float, help="part 1's schedules' interval, s (default 10, script-free 30; 2 with --quick)"
+    )
     ap.add_argument("--slowlog-us", type=int, default=250, help="SLOWLOG keeps commands slower than this (default 250)")
     ap.add_argument("--mode", choices=sorted(MODES), default="scripted", help="which mode (default scripted)")
     args = ap.parse(argv)
     size = args.size or (QUICK_SIZE if args.quick else SIZE)
     n = args.messages or (QUICK_MESSAGES if args.quick else MESSAGES)
-    every = args.every or (QUICK_EVERY if args.quick else EVERY)
     logging.getLogger("keyqueue.reaper").setLevel(logging.WARNING)
     fires: list[Firing] = []
     rows: list[Row] = []
     with throwaway_redis() as (_, r):
         line, info = about_line(r), about(r)
         for scripting in MODES[args.mode]:
+            every = args.every or (QUICK_EVERY if args.quick else EVERY[scripting])
             fires.append(firing(r, size, args.rounds, every, args.slowlog_us, scripting))
             rows += idle_claims(r, n, size, args.rounds, scripting)
     met = all(f.passed for f in fires) and all(t.passed is not False for t in rows)
