@@ -16,7 +16,9 @@ queue on the same server timed meanwhile. A throwaway redis-server of its own.
    p50 / p99 during the purge, the sweep, and a quiet window before them. SLOWLOG (reset
    before each; commands over ``--slowlog-us``, inside scripts too) gives the longest command
    during each. Targets: no command over 10 ms during the sweep, the other queue's claim
-   p99 under 2 ms meanwhile (worst round).
+   p99 under 2 ms meanwhile (worst round). Last in each round, the same figures for a
+   Reaper pass over as many fresh messages on the swept queue (none expired): what every
+   pass costs while a backlog waits on a queue with a retention.
 
     .venv/bin/python scripts/bench/retention.py [--quick] [--json] [--rounds R] [--size N]
         [--sweep-rounds R] [--mode scripted|script-free|both]
@@ -191,6 +193,7 @@ def sweep_rounds(
             ("quiet", "nothing (the other queue's consumer alone)", 0),
             ("purge", "purge of waiting messages", n),
             ("sweep", "expiry sweep by one Reaper pass", n),
+            ("idle", "Reaper pass, none of the messages expired", n),
         )
     }
     r.flushall()
@@ -223,9 +226,18 @@ def sweep_rounds(
             expect(result[swept.name].expired, n, "the sweep")
             expect(swept.length(), 0, "the sweep (left waiting)")
             windows.append(("sweep", Window(start, end, slow), end - start))
+
+            fill(swept, n)  # as many again, fresh: what a pass costs while nothing expires
+            with slowlog(r, slower_than_us) as slow:
+                start = time.monotonic()
+                result = reaper.reap_once()
+                end = time.monotonic()
+            expect(result[swept.name].expired, 0, "the pass over fresh messages")
+            windows.append(("idle", Window(start, end, slow), end - start))
+            expect(swept.purge(), n, "the fresh messages (purged)")
             print(
-                f"  sweep ({mode}): round {i + 1}/{rounds}: purge {n / windows[-2][2]:,.0f} msg/s, "
-                f"sweep {n / windows[-1][2]:,.0f} msg/s",
+                f"  sweep ({mode}): round {i + 1}/{rounds}: purge {n / windows[-3][2]:,.0f} msg/s, "
+                f"sweep {n / windows[-2][2]:,.0f} msg/s, a pass with none expired {windows[-1][2]:.2f} s",
                 file=sys.stderr,
             )
     finally:
