@@ -270,8 +270,14 @@ class QueueCore:
                 raise error_for(reply, k.config)
         added = replies[-1] if self.registry_ok(replies[-1]) else 0
         self.registered = True
-        for sid, (d, data, anchor) in list(self.upserted.items()):
-            yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
+        upserted = list(self.upserted.items())
+        # Those still there are found in one round trip: a queue without settings of its own
+        # has no config hash, so this runs once a second while it is written to, and reading
+        # each schedule would cost a round trip per schedule every time.
+        there = (yield [("EXISTS", k.schedule(sid)) for sid, _ in upserted]) if upserted else []
+        for (sid, (d, data, anchor)), found in zip(upserted, there):
+            if found != 1:
+                yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
         restored = [name for name, n in zip(self.held, replies) if n == 1]
         if added == 1 or restored:
             log.warning(

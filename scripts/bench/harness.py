@@ -43,6 +43,9 @@ MESSAGES, QUICK_MESSAGES = 100_000, 1_000
 
 T = TypeVar("T")
 
+#: ``--mode``'s choices: the modes each names (scripting True: the scripted mode).
+MODES = {"scripted": (True,), "script-free": (False,), "both": (True, False)}
+
 #: A measurement's set-up, run before the clock starts; it returns the work to time.
 Prepare = Callable[[], Callable[[], None]]
 
@@ -98,6 +101,10 @@ def throwaway_redis(extra: Sequence[str] = ()) -> Iterator[tuple[RedisServer, re
             yield server, r
         finally:
             r.close()
+
+
+def mode_name(scripting: bool) -> str:
+    return "scripted" if scripting else "script-free"
 
 
 def about(r: redis.Redis) -> dict[str, Any]:
@@ -160,6 +167,52 @@ def script_call_durations(
         r.config_set("slowlog-log-slower-than", 10_000)
         r.config_set("slowlog-max-len", 128)
     return calls, sorted(e["duration"] / 1000 for e in entries if e["command"].split(b" ")[0].upper() == b"EVALSHA")
+
+
+@dataclass(frozen=True)
+class Slow:
+    """One command SLOWLOG kept: its server-side duration and what it was (a script by its name)."""
+
+    ms: float
+    command: str
+
+
+def _command_name(words: Sequence[bytes], scripts: Mapping[bytes, str]) -> str:
+    name = words[0].decode(errors="replace").upper() if words else "?"
+    if name == "EVALSHA" and len(words) > 1:
+        return f"EVALSHA {scripts.get(words[1].lower(), words[1][:8].decode(errors='replace'))}"
+    return name
+
+
+@contextmanager
+def slowlog(r: redis.Redis, slower_than_us: int) -> Iterator[list[Slow]]:
+    """Every command slower than ``slower_than_us`` (commands inside scripts too) while the
+    block runs, from a SLOWLOG reset as it starts, slowest first: the list yielded is
+    filled as the block ends. SLOWLOG keeps the latest 100,000."""
+    from keyqueue.backends.scripted.scripts import SCRIPT_NAMES, script_sha
+
+    scripts = {script_sha(n).encode(): n for n in SCRIPT_NAMES}
+    out: list[Slow] = []
+    r.config_set("slowlog-log-slower-than", slower_than_us)
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+    try:
+        yield out
+        entries = r.slowlog_get(100_000)
+    finally:
+        r.config_set("slowlog-log-slower-than", 10_000)
+        r.config_set("slowlog-max-len", 128)
+    own = (b"SLOWLOG", b"CONFIG")  # the reading and resetting of this block
+    slow = (Slow(e["duration"] / 1000, _command_name(e["command"].split(b" ")[:2], scripts)) for e in entries)
+    out.extend(sorted((s for s in slow if not s.command.encode().startswith(own)), key=lambda s: -s.ms))
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value below which ``fraction`` of ``values`` lie (nearest rank; nan when empty)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 @dataclass

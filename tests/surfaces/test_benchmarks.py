@@ -38,6 +38,8 @@ HEADERS = {
     "reaping.py": "| reaping expired deliveries | seconds | Redis seconds | script calls |",
     "replication.py": "| measurement | messages | keyqueue msg/s | baseline msg/s | ratio min / median / max |",
     "spark.py": "| writer | rows/s | vs one pipelined RPUSH per row |",
+    "retention.py": "| operation | mode | messages | seconds min / median / max | msg/s min / median / max |",
+    "schedules.py": "| measurement | mode | fires msg/s | enqueue_many msg/s | ratio min / median / max |",
     "sqs.py": "keyqueue/moto min/med/max",
     "where_time_goes.py": "| operation | calls | Redis us per call | Redis us per message |",
     "worker.py": "| worker processes | messages | keyqueue msg/s | Streams consumer msg/s | LMOVE loop msg/s |",
