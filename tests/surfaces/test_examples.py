@@ -271,7 +271,8 @@ def test_the_supervisord_program_runs_a_worker_and_outwaits_its_grace(
     conf = configparser.ConfigParser(interpolation=None)
     conf.read(EXAMPLES / "supervisord" / "keyqueue-worker.conf")
     program = conf["program:keyqueue-worker"]
-    assert program["stopsignal"] == "TERM" and program["autorestart"] == "true"
+    assert program["stopsignal"] == "TERM" and program["autorestart"] == "unexpected"
+    assert "78" in program["exitcodes"].split(",")  # a refusal by Redis is not restarted
     assert program["environment"].startswith('KEYQUEUE_URL="redis://')
     argv = worker_command(program["command"], redis_server.url)
     assert float(program["stopwaitsecs"]) > grace(argv)
