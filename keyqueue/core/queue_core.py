@@ -523,8 +523,9 @@ class QueueCore:
 
     def expire(self, s: QueueSettings) -> Op[int]:
         """A bounded part of the expiry sweep: the head of the FIFO and of the dead list (where
-        the oldest are) for up to EXPIRE_SECONDS, then EXPIRE_SCAN_STEPS steps of the scan of
-        every waiting and delayed message, which the next reap resumes."""
+        the oldest are) for up to EXPIRE_SECONDS, then, once the head holds no expired
+        backlog, EXPIRE_SCAN_STEPS steps of the scan of every waiting and delayed message,
+        which the next reap resumes."""
         started = time.monotonic()
         expired = 0
 
@@ -542,11 +543,13 @@ class QueueCore:
                 if step.done or not goes_on(position):
                     return position
 
+        head = EXPIRE_START
         if s.retention_ms:
-            yield from run(EXPIRE_START, lambda p: p[0] == "head" and in_time())
+            head = yield from run(EXPIRE_START, lambda p: p[0] == "head" and in_time())
         if s.dead_retention_ms:
             yield from run(("dead", "0", 0), lambda p: in_time())
-        if s.retention_ms:
+        # (While the head still holds an expired backlog, the scan would only meet it there.)
+        if s.retention_ms and head[0] != "head":
             taken = [0]
 
             def scanning(p: ExpirePosition) -> bool:

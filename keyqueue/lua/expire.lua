@@ -4,9 +4,9 @@
   retention, and the dead letters dead-lettered (x) longer than dead_retention ago. In-flight
   messages keep their delivery: the reaper deletes them at their deadline instead.
   Phases, in order: 'head' (the head of the FIFO, where the oldest wait: its expired ones
-  leave the list in one rewrite of the window, while whole windows expired), 'waiting' (SSCAN of
-  items: a released message may wait behind younger ones, so the head is not enough; the few
-  found there leave the list by LREM), 'delayed' (the timer sets, bucket by bucket,
+  leave the list in one rewrite of the window, stale entries with them, while whole windows
+  went), 'waiting' (SSCAN of items: a released message may wait behind younger ones, so the
+  head is not enough; the few found there leave the list by LREM when near its head), 'delayed' (the timer sets, bucket by bucket,
   in index order; a delayed message expires before its delay ends), 'dead' (the head of the
   dead list, which is in the order of dead-lettering). At most `limit` ids per call.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
@@ -20,6 +20,9 @@ local dead_retention = tonumber(ARGV[4])
 local bucket_ms = tonumber(ARGV[5])
 local limit = tonumber(ARGV[6])
 local phase, cursor, rank = ARGV[7], ARGV[8], tonumber(ARGV[9])
+-- How far down the list an expired message's entry is looked for and removed (a step of
+-- 200 ids then compares at most 20,000 entries).
+local NEAR_HEAD = 100
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list', KEYS[8], 'hash'})
 if bad then return corrupt(bad) end
@@ -46,28 +49,33 @@ if phase == 'head' then
     local ts = enqueued(window)
     local waiting = #window > 0 and rcall('SMISMEMBER', KEYS[2], unpack(window)) or {}
     local held = #window > 0 and rcall('SMISMEMBER', KEYS[3], unpack(window)) or {}
-    local kept, keys, gone = {}, {}, {}
+    local kept, keys, gone, stale = {}, {}, {}, 0
     for i = 1, #window do
       local id = window[i]
+      if waiting[i] == 0 then
+        -- a stale entry (its message is not waiting): dropped, as a claim drops it
+        stale = stale + 1
       -- waiting and not owned (the ownership rule), as a claim takes it
-      if ts[i] and ts[i] <= cutoff and waiting[i] == 1 and held[i] == 0 and not gone[id] then
+      elseif ts[i] and ts[i] <= cutoff and held[i] == 0 and not gone[id] then
         gone[id] = true
         keys[#keys + 1] = item_key(id)
       elseif not gone[id] then
         kept[#kept + 1] = id
       end
     end
-    if #keys > 0 then
+    if #keys > 0 or stale > 0 then
       -- The window again without them, in its order: one pass instead of an LREM each.
       rcall('LTRIM', KEYS[1], #window, -1)
       for i = #kept, 1, -1 do rcall('LPUSH', KEYS[1], kept[i]) end
+    end
+    if #keys > 0 then
       local ids = {}
       for id in pairs(gone) do ids[#ids + 1] = id end
       rcall('SREM', KEYS[2], unpack(ids))
       rcall('DEL', unpack(keys))
       expired = #keys
     end
-    if #window < limit or #keys < #window then phase, cursor = 'waiting', '0' end
+    if #window < limit or #kept > 0 then phase, cursor = 'waiting', '0' end
   end
 elseif phase == 'waiting' then
   if not retention then
@@ -82,7 +90,9 @@ elseif phase == 'waiting' then
       local id = ids[i]
       -- not owned, and SREM items returning 1 makes it ours (the ownership rule), as a claim's does
       if ts[i] and ts[i] <= cutoff and held[i] == 0 and rcall('SREM', KEYS[2], id) == 1 then
-        rcall('LREM', KEYS[1], 1, id)
+        -- its entry goes when near the head; further down it stays, a stale entry that claims
+        -- and the head of this sweep drop (an LREM there would walk the list for each)
+        if rcall('LPOS', KEYS[1], id, 'MAXLEN', NEAR_HEAD) then rcall('LREM', KEYS[1], 1, id) end
         rcall('DEL', item_key(id))
         expired = expired + 1
       end

@@ -309,7 +309,7 @@ def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.
     assert q.check(settle=0).consistent
 
 
-def test_a_reap_deletes_a_large_expired_backlog_and_keeps_the_order_of_the_rest(
+def test_reaps_delete_a_large_expired_backlog_and_keep_the_order_of_the_rest(
     make_queue: Callable[..., Queue], r: redis.Redis
 ) -> None:
     clock = FakeClock()
@@ -320,7 +320,11 @@ def test_a_reap_deletes_a_large_expired_backlog_and_keeps_the_order_of_the_rest(
     m = q.claim()  # an old one released behind the young ones
     assert m is not None and m.release()
     clock.advance(5)
-    assert q.reap().expired == 1200
+    expired = reaps = 0
+    while expired < 1200 and reaps < 10:  # each reap sweeps a bounded part
+        expired += q.reap().expired
+        reaps += 1
+    assert expired == 1200 and q.reap().expired == 0
     assert [m.id for m in q.peek(50)] == kept and r.llen("kq:{q}:queue") == 30
     assert q.stats().oldest_age == 5
 
