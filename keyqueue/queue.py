@@ -64,7 +64,8 @@ class Queue(QueueFace):
     def settings(self) -> QueueSettings:
         """The settings in force: loaded when the Queue was made, or on first use if Redis
         was unreachable then."""
-        return self._run(self._core.ready())
+        loaded = self._core.settings  # (read per message by Workers: no operation once loaded)
+        return loaded if loaded is not None else self._run(self._core.ready())
 
     def refresh_settings(self) -> QueueSettings:
         """Re-read the config hash (the reaper does this every pass)."""
