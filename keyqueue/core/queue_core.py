@@ -39,8 +39,8 @@ log = logging.getLogger("keyqueue.queue")
 #: Ids examined per script call by reap and purge, so Redis is never blocked long.
 BATCH = 500
 #: Ids one expiry step examines: smaller than BATCH, so that a sweep through a large expired
-#: backlog holds Redis about a millisecond at a time and other queues' claims slip between.
-EXPIRE_BATCH = 200
+#: backlog holds Redis under a millisecond at a time and other queues' claims slip between.
+EXPIRE_BATCH = 100
 #: Seconds of each reap spent on the ordered ends of the sweep (the head of the FIFO, where
 #: the oldest wait, and the head of the dead list): a huge expired backlog is deleted over
 #: several reaps, and a Worker, which reaps between its heartbeats, is never held up long.
@@ -49,7 +49,7 @@ EXPIRE_SECONDS = 0.05
 #: behind younger ones): the scan resumes at the next reap, so a backlog of up to
 #: EXPIRE_SCAN_STEPS * EXPIRE_BATCH messages is scanned whole at every reap and a larger one
 #: over several, at a bounded cost each.
-EXPIRE_SCAN_STEPS = 10
+EXPIRE_SCAN_STEPS = 20
 #: Requeue does more per id (reset fields, move, drop timers): smaller calls, same bound.
 REQUEUE_BATCH = 250
 #: Longest single BLPOP of a long-poll; an idle waiter costs Redis one BLPOP and one claim per period.
