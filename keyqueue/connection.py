@@ -18,7 +18,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 #: Redis answered and refused who we are (a wrong password, a user the ACL denies keys or
 #: commands): configuration that no wait fixes, so a worker or reaper starting meets it with
-#: one error line and exit 1. (AuthenticationError is a ConnectionError: catch this first.)
+#: one error line (the CLI exits 78). (AuthenticationError is a ConnectionError: catch this first.)
 REFUSED = (redis.AuthenticationError, redis.exceptions.NoPermissionError)
 #: Longest wait between two tries while Redis is unreachable.
 MAX_PAUSE = 5.0
