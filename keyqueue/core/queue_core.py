@@ -44,7 +44,7 @@ EXPIRE_BATCH = 100
 #: Seconds of each reap spent on the ordered ends of the sweep (the head of the FIFO, where
 #: the oldest wait, and the head of the dead list): a huge expired backlog is deleted over
 #: several reaps, and a Worker, which reaps between its heartbeats, is never held up long.
-EXPIRE_SECONDS = 0.05
+EXPIRE_SECONDS = 0.2
 #: Steps of each reap spent scanning every waiting and delayed message (for those released
 #: behind younger ones): the scan resumes at the next reap, so a backlog of up to
 #: EXPIRE_SCAN_STEPS * EXPIRE_BATCH messages is scanned whole at every reap and a larger one

@@ -9,8 +9,9 @@ queue on the same server timed meanwhile. A throwaway redis-server of its own.
 2. The sweep: ``--size`` waiting messages (default 1,000,000) on a queue with
    ``retention=86400``, enqueued two days ago (``enqueue_many(enqueued_at=...)``, how a
    message moved from another queue keeps its age), all deleted by Reaper passes
-   (``Reaper.reap_once``, what a running Reaper does every interval; each sweeps a bounded
-   part), run back to back: the sweep's own rate. Beside it in each round
+   (``Reaper.reap_once``; each sweeps a bounded part): one every interval, as a running
+   Reaper makes them (the row with the targets), and then back to back (what the sweep can
+   do, no target). Beside it in each round
    (``--sweep-rounds``, default 3), the reference first: ``purge`` of as many fresh waiting
    messages. Meanwhile another process claims and acks one at a time on another queue of the
    same server: its claim latency (from the call to the return, one claim's round trips) at
@@ -194,7 +195,8 @@ def sweep_rounds(
         for k, name, m in (
             ("quiet", "nothing (the other queue's consumer alone)", 0),
             ("purge", "purge of waiting messages", n),
-            ("sweep", "expiry sweep by Reaper passes back to back", n),
+            ("sweep", "expiry sweep by a Reaper at its default interval", n),
+            ("sweep_now", "expiry sweep by Reaper passes back to back", n),
             ("idle", "Reaper pass, none of the messages expired", n),
         )
     }
@@ -219,18 +221,22 @@ def sweep_rounds(
             windows.append(("purge", Window(start, end, slow), end - start))
 
             swept = Queue("swept", client=r, scripting=scripting, retention=RETENTION)
-            fill(swept, n, enqueued_at=time.time() - AGE)
             reaper = Reaper(queues=[swept])
-            passes = expired = 0
-            with slowlog(r, slower_than_us) as slow:
-                start = time.monotonic()
-                while expired < n and passes <= n:  # a pass sweeps a bounded part
-                    expired += reaper.reap_once()[swept.name].expired
-                    passes += 1
-                end = time.monotonic()
-            expect(expired, n, "the sweep")
-            expect(swept.length(), 0, "the sweep (left waiting)")
-            windows.append(("sweep", Window(start, end, slow), end - start))
+            for key, paced in (("sweep", True), ("sweep_now", False)):
+                fill(swept, n, enqueued_at=time.time() - AGE)
+                passes = expired = 0
+                with slowlog(r, slower_than_us) as slow:
+                    start = time.monotonic()
+                    while expired < n and passes <= n:  # a pass sweeps a bounded part
+                        if paced:  # a pass every interval, as a running Reaper makes them
+                            time.sleep(max(0.0, start + passes * reaper.interval - time.monotonic()))
+                        expired += reaper.reap_once()[swept.name].expired
+                        passes += 1
+                    end = time.monotonic()
+                expect(expired, n, "the sweep")
+                expect(swept.length(), 0, "the sweep (left waiting)")
+                windows.append((key, Window(start, end, slow), end - start))
+                print(f"  {key}: {n / (end - start):,.0f} msg/s in {passes} passes", file=sys.stderr)
 
             fill(swept, n)  # as many again, fresh: what a pass costs while nothing expires
             with slowlog(r, slower_than_us) as slow:
@@ -240,11 +246,7 @@ def sweep_rounds(
             expect(result[swept.name].expired, 0, "the pass over fresh messages")
             windows.append(("idle", Window(start, end, slow), end - start))
             expect(swept.purge(), n, "the fresh messages (purged)")
-            print(
-                f"  sweep ({mode}): round {i + 1}/{rounds}: purge {n / windows[-3][2]:,.0f} msg/s, "
-                f"sweep {n / windows[-2][2]:,.0f} msg/s in {passes} passes, a pass with none expired {windows[-1][2]:.2f} s",
-                file=sys.stderr,
-            )
+            print(f"  sweep ({mode}): round {i + 1}/{rounds} done", file=sys.stderr)
     finally:
         stop.set()
     (raw_starts, raw_seconds), *_ = consumer.results(timeout=60)
@@ -253,8 +255,9 @@ def sweep_rounds(
     seconds.frombytes(raw_seconds)
     for key, w, took in windows:
         rows[key].add(w, [s for t, s in zip(starts, seconds) if w.start <= t < w.end], took)
-    sweep, purge = rows["sweep"], rows["purge"]
-    sweep.vs_purge = [s / p for s, p in zip(sweep.rates, purge.rates, strict=True)]
+    purge = rows["purge"]
+    for key in ("sweep", "sweep_now"):
+        rows[key].vs_purge = [s / p for s, p in zip(rows[key].rates, purge.rates, strict=True)]
     return list(rows.values())
 
 
