@@ -11,13 +11,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from ..connection import TRANSIENT, connection_kwargs
-from ..errors import HandlerTimeout, InvalidArgument
+from ..errors import HandlerTimeout, InvalidArgument, Throttle
 from ..face import QueueFace
 from ..keys import closest
 from ..settings import QueueSettings, check_seconds, whole_number
 from .metrics import METRICS_HOST, WorkerMetrics
 from .rules import REAP_INTERVAL, SETTLED_OUTCOME, SETTLED_PAST, STOPPING_EXCEPTIONS, TICK, batch_size, number
-from .steps import Held, Pause, Steps, ack, fail, give_back, heartbeat, retrying
+from .steps import Held, Pause, Steps, ack, fail, give_back, heartbeat, retrying, throttled
 
 if TYPE_CHECKING:
     from ..message import BaseMessage
@@ -386,6 +386,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                     "handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled], q.name, m.id, m.receives
                 )
                 self._forget([h])
+        elif isinstance(outcome, Throttle):  # flow control: not a failure
+            result = yield from throttled(h, outcome.seconds)
+            self._forget([h])
         else:  # the handler's failure, not ours: whatever it raised
             self.failed += 1
             result = yield from fail(h, outcome, self.retry_backoff)
