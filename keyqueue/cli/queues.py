@@ -22,7 +22,11 @@ from .progress import progress
 #: How each setting is written after ``--set NAME=``.
 SETTING_TYPES: dict[str, type] = {
     f.name: (
-        int if f.name in ("max_receives", "max_body_bytes", "max_in_flight") else str if f.name == "rate_limit" else float
+        int
+        if f.name in ("max_receives", "max_body_bytes", "max_in_flight")
+        else str
+        if f.name == "rate_limit"
+        else float
     )
     for f in fields(QueueSettings)
 }

@@ -63,24 +63,24 @@ class Consume(CommandBase):
         out: _Claim,
         offset: int = 0,
         retention_ms: int | None = None,
+        limits: bool = True,
     ) -> Op[tuple[list[str], int, int]]:
         """One pass of the thread's protocol over the list from ``offset``. Adds the
         delivered messages and dead letters to ``out``; returns their ids, their deadline, and
-        how many entries another claimer was in the middle of taking."""
+        how many entries another claimer was in the middle of taking. ``limits=False`` (a
+        purge's claim) neither reads nor counts the queue's flow control."""
         k = self.keys
         read: Command = ("LINDEX", k.queue, offset) if count == 1 else ("LRANGE", k.queue, offset, offset + count - 1)
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
-        now, (heads, waiting_len, config, first, limits, throttle, held_now) = yield from self._open(
+        flow_reads: list[Command] = [
+            ("HMGET", k.config, "rate_limit", "max_in_flight"),
+            ("GET", k.throttle),
+            ("SCARD", k.processing),
+        ]
+        now, (heads, waiting_len, config, first, *flow_got) = yield from self._open(
             (),
-            [
-                read,
-                ("LLEN", k.queue),
-                ("EXISTS", k.config),
-                ("ZRANGE", k.timers, 0, 0, "WITHSCORES"),
-                ("HMGET", k.config, "rate_limit", "max_in_flight"),
-                ("GET", k.throttle),
-                ("SCARD", k.processing),
-            ],
+            [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")]
+            + (flow_reads if limits else []),
         )
         out.missing = config == 0
         score = zscore_pair(first)
@@ -89,7 +89,7 @@ class Consume(CommandBase):
         if count == 1:
             heads = [] if heads is None else [heads]
         out.read = len(heads)
-        flow = Flow(k, now, limits, throttle, held_now)
+        flow = Flow(k, now, *(flow_got or (None, None, 0)))
         heads = heads[: flow.cut(count)]
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms
