@@ -16,8 +16,9 @@
   Returns {dead_lettered, config_missing (1/0), next_timer, now, deadline, first receipt,
   limited, id, b, b1, t, id, b, b1, t, ...}: next_timer is ms from now to the earliest timer in
   the index (nil: none), so the client knows when a reap may find something, at no extra round
-  trip; limited is nil, or when a limit cut the claim, the ms until it may let one through (the
-  throttle's end, the window's end), -1 when only max_in_flight cut it (a slot frees at an ack).
+  trip; limited is nil, or when a limit held back messages that wait, the ms until it may let a
+  claim through (the throttle's end, the window's end), -1 when only max_in_flight did (a slot
+  frees at an ack).
   Each message is four values: its id, its body (in b and b1) and enqueue time; for a message
   that is not a first delivery without error or attributes (receives 1, the first receipt,
   first delivered now), the id is {id, r, c, e, a, f, s} instead. The deadline is the call's.
@@ -244,8 +245,11 @@ if rate_key and claimed > 0 then
   rcall('INCRBY', rate_key, claimed)
   rcall('PEXPIRE', rate_key, window_end - now)
 end
--- A refused claim (messages wait that a limit kept back) is counted once.
-if limited and rcall('LLEN', KEYS[1]) > 0 then rcall('HINCRBY', KEYS[8], 'throttled', 1) end
+-- A refused claim (messages wait that a limit kept back) is counted once; a limit that kept
+-- nothing back is not reported.
+if limited then
+  if rcall('LLEN', KEYS[1]) > 0 then rcall('HINCRBY', KEYS[8], 'throttled', 1) else out[7] = false end
+end
 local earliest = first[2] and tonumber(first[2])
 if claimed > 0 then
   rcall('ZADD', KEYS[4], 'LT', deadline_s, bucket)

@@ -315,6 +315,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         """The visibility timeout this worker claims and heartbeats with on ``q``."""
         return self.visibility_timeout or q.settings.visibility_timeout
 
+    def _held_back(self) -> bool:
+        """Whether a queue's limits hold its claims back (messages wait that a rate limit,
+        max_in_flight or a throttle keeps for later): a burst run waits for them, sleeping."""
+        now = time.monotonic()
+        return any(q._core.limited_until > now for q in self.queues)
+
     def _batch_size(self) -> int:
         return batch_size(self._avg_seconds, self.processed + self.failed)
 

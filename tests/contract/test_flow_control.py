@@ -4,6 +4,7 @@ Windows are the server clock's, so most tests here run on a FakeClock (it replac
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Callable
@@ -15,6 +16,7 @@ import keyqueue
 from keyqueue import Queue, RateState
 
 from ..support.helpers import FakeClock, snapshot
+from ..support.workers import Workers
 
 MakeQueue = Callable[..., Queue]
 
@@ -237,3 +239,29 @@ def test_a_long_poll_held_back_by_max_in_flight_takes_a_freed_slot(make_queue: M
     assert got[0] is not None and got[0].text == "b"
     assert time.monotonic() - freed_at[0] < 5  # (about 1 s; generous for a busy machine)
     assert time.monotonic() - started < 10
+
+
+def test_a_handler_raising_throttle_gives_its_message_back_unspent(
+    make_queue: MakeQueue, workers: Workers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Five throttles with max_receives=1 do not dead-letter the message; no delivery starts
+    within a throttle; nothing above DEBUG is logged for it."""
+    q = make_queue(max_receives=1)
+    q.enqueue("x")
+    seen: list[tuple[float, int]] = []
+
+    def handler(m: Any) -> None:
+        seen.append((time.monotonic(), m.receives))
+        if len(seen) <= 5:
+            raise keyqueue.Throttle(0.3)
+
+    w = workers.make(q, handler)
+    with caplog.at_level(logging.DEBUG, logger="keyqueue"):
+        workers.run(w)  # a burst run waits out the throttles: the queue is not empty
+    assert [r for _, r in seen] == [1] * 6
+    assert all(b - a >= 0.25 for (a, _), (b, _) in zip(seen, seen[1:]))  # (server and local clocks)
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed, s.dead) == (0, 0, 0, 0)
+    assert q.counters()["acked"] == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG and "throttl" in r.getMessage()] == []
+    assert any("throttled queue=q" in r.getMessage() for r in caplog.records)

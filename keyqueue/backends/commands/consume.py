@@ -94,8 +94,8 @@ class Consume(CommandBase):
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms
         if not ids:
-            out.limited_ms = flow.limited_ms
-            if flow.limited_ms is not None:
+            if flow.limited_ms is not None and int(waiting_len):
+                out.limited_ms = flow.limited_ms
                 yield from self._refused(flow, int(waiting_len))
             return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
@@ -201,9 +201,9 @@ class Consume(CommandBase):
             tx.append(("HINCRBY", k.counters, "dead_lettered", dead))
         if expired:
             tx.append(("HINCRBY", k.counters, "expired", expired))
-        tx += flow.settle(
-            flow.reserved_count, len(delivered), out.limited_ms is not None and int(waiting_len) > len(delivered)
-        )
+        if int(waiting_len) <= len(delivered):  # the limits held nothing back
+            out.limited_ms = None
+        tx += flow.settle(flow.reserved_count, len(delivered), out.limited_ms is not None)
         drops: list[Command] = []
         for i in stale:
             if i in won:
