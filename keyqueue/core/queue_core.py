@@ -61,10 +61,11 @@ FIRE_LOOKS = 20
 SCHEDULE_POLL = WAIT_SLICE
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
-#: Seconds between the claims of a long-poll held back by max_in_flight (a slot frees when a
-#: delivery is settled, which signals nobody): a message is taken within about this long of
-#: a slot freeing, at one claim per period.
-IN_FLIGHT_POLL = 1.0
+#: Longest sleep of a claimer its limits hold back before it claims again: a slot that
+#: max_in_flight waits for frees when a delivery is settled (which signals nobody), and a
+#: limit lifted or changed elsewhere (keyqueue config) applies, within about this long, at
+#: one claim per period. A window or a throttle that ends sooner is waited for exactly.
+HELD_BACK_POLL = 1.0
 
 
 def not_one(values: object, what: str, instead: str) -> None:
@@ -427,7 +428,7 @@ class QueueCore:
         if limited is None:
             self.limited_until = 0.0
         else:
-            self.limited_until = mono + (IN_FLIGHT_POLL if limited < 0 else limited / 1000.0)
+            self.limited_until = mono + (HELD_BACK_POLL if limited < 0 else min(limited / 1000.0, HELD_BACK_POLL))
         yield from self._after(done.config_missing)
         return done.messages
 
