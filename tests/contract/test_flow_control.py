@@ -265,3 +265,29 @@ def test_a_handler_raising_throttle_gives_its_message_back_unspent(
     assert q.counters()["acked"] == 1
     assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG and "throttl" in r.getMessage()] == []
     assert any("throttled queue=q" in r.getMessage() for r in caplog.records)
+
+
+def test_a_limited_claim_makes_no_more_round_trips(
+    r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keyqueue.transport import sync
+
+    sent: list[int] = []
+    round_trip = sync.Pinned.round_trip
+    monkeypatch.setattr(sync.Pinned, "round_trip", lambda self, cmds: (sent.append(1), round_trip(self, cmds))[1])
+
+    def trips(q: Queue, claims: int = 3) -> int:
+        q.enqueue_many(["warm-up", "a", "b", "c"])
+        assert q.claim() is not None  # scripts loaded, the first claim-time reap made
+        q._core.claim_reaping = False  # (a reap or a look at schedules is the same either way)
+        before = len(sent)
+        for _ in range(claims):
+            q.claim()
+        return len(sent) - before
+
+    plain = trips(Queue("plain", client=r, scripting=scripting))
+    assert trips(Queue("roomy", client=r, scripting=scripting, rate_limit="1000/1", max_in_flight=100)) == plain
+    assert trips(Queue("refusing", client=r, scripting=scripting, rate_limit="1/3600")) <= plain
+    assert trips(Queue("capped", client=r, scripting=scripting, max_in_flight=1)) <= plain
+    if scripting:
+        assert plain == 3  # one round trip a claim
