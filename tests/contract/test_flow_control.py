@@ -15,7 +15,7 @@ import redis
 import keyqueue
 from keyqueue import Queue, RateState
 
-from ..support.helpers import FakeClock, snapshot
+from ..support.helpers import FakeClock, run_threads, snapshot
 from ..support.workers import Workers
 
 MakeQueue = Callable[..., Queue]
@@ -224,8 +224,6 @@ def test_a_long_poll_held_back_by_max_in_flight_takes_a_freed_slot(make_queue: M
     held = q.claim()
     assert held is not None
     started = time.monotonic()
-    from ..support.helpers import run_threads
-
     freed_at: list[float] = []
 
     def free() -> None:
@@ -291,3 +289,26 @@ def test_a_limited_claim_makes_no_more_round_trips(
     assert trips(Queue("capped", client=r, scripting=scripting, max_in_flight=1)) <= plain
     if scripting:
         assert plain == 3  # one round trip a claim
+
+
+def test_a_held_back_queue_leaves_the_others_served(r: redis.Redis, scripting: bool) -> None:
+    from keyqueue.queue import claim_any
+
+    limited = Queue("limited", client=r, scripting=scripting, rate_limit="1/3600")
+    other = Queue("other", client=r, scripting=scripting)
+    limited.enqueue_many(["l1", "l2"])
+    src, got = claim_any([limited, other], 5, wait=1)
+    assert src is limited and [m.text for m in got] == ["l1"]
+    assert claim_any([limited, other], 5, wait=1) == (None, [])  # held back, nothing elsewhere
+    other.enqueue("o1")
+    src, got = claim_any([limited, other], 5, wait=5)
+    assert src is other and [m.text for m in got] == ["o1"]
+    started = time.monotonic()
+    waiter: list[Any] = []
+
+    def enqueue_later() -> None:
+        time.sleep(0.3)
+        other.enqueue("o2")
+
+    assert run_threads([enqueue_later, lambda: waiter.append(claim_any([limited, other], 5, wait=10))]) == []
+    assert waiter[0][0] is other and time.monotonic() - started < 8
