@@ -457,7 +457,7 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
         vis = f"{number(visibility_timeout)} (worker; queue's {vis})"
     log.info(
         "queue=%s priority=%d visibility_timeout=%s max_receives=%s bucket_seconds=%s "
-        "max_body_bytes=%d dedup_window=%s retention=%s dead_retention=%s mode=%s",
+        "max_body_bytes=%d dedup_window=%s retention=%s dead_retention=%s rate_limit=%s max_in_flight=%s mode=%s",
         q.name,
         priority,
         vis,
@@ -467,6 +467,8 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
         number(s.dedup_window),
         number(s.retention),
         number(s.dead_retention),
+        s.rate_limit or "none",  # (as loaded: claims read the limits in force every time)
+        number(s.max_in_flight),
         "scripted" if q.scripting else "script-free",
     )
 
