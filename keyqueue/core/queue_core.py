@@ -61,6 +61,8 @@ FIRE_LOOKS = 20
 SCHEDULE_POLL = WAIT_SLICE
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
+#: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
+THROTTLE_ATTEMPTS = 10
 #: Longest sleep of a claimer its limits hold back before it claims again: a slot that
 #: max_in_flight waits for frees when a delivery is settled (which signals nobody), and a
 #: limit lifted or changed elsewhere (keyqueue config) applies, within about this long, at
@@ -515,7 +517,7 @@ class QueueCore:
         the seconds the queue is now throttled for."""
         ms = seconds_arg("seconds", seconds, allow_zero=False)
         k = self.keys
-        for _ in range(SCHEDULE_ATTEMPTS):
+        for _ in range(THROTTLE_ATTEMPTS):
             now = yield from self.server_ms()
             until = now + ms
             _, kind, current = yield [("WATCH", k.throttle), ("TYPE", k.throttle), ("GET", k.throttle)]

@@ -57,14 +57,17 @@ if throttle then
   if left > now then limited, count = left - now, 0 end
 end
 if count > 0 and limits[2] and limits[2] ~= '' then
+  local cap = tonumber(limits[2])
+  if not cap then return corrupt(KEYS[7]) end
   local held = checked(bad, 'SCARD', KEYS[3])
   if not held then return corrupt(KEYS[3]) end
-  local free = math.max(tonumber(limits[2]) - held, 0)
+  local free = math.max(cap - held, 0)
   if free < count then limited, count = -1, free end
 end
 if count > 0 and limits[1] and limits[1] ~= '' then
   local n, s = string.match(limits[1], '^(%d+)/(.+)$')
-  local window = math.floor(tonumber(s) * 1000 + 0.5)
+  local window = tonumber(s) and math.floor(tonumber(s) * 1000 + 0.5)
+  if not window or window < 1 then return corrupt(KEYS[7]) end
   local w = math.floor(now / window)
   rate_key, window_end = BASE .. 'rate:' .. fmt(w), (w + 1) * window
   local used = checked(bad, 'GET', rate_key)

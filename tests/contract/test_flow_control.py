@@ -312,3 +312,16 @@ def test_a_held_back_queue_leaves_the_others_served(r: redis.Redis, scripting: b
 
     assert run_threads([enqueue_later, lambda: waiter.append(claim_any([limited, other], 5, wait=10))]) == []
     assert waiter[0][0] is other and time.monotonic() - started < 8
+
+
+@pytest.mark.parametrize("field,value", [("rate_limit", "lots"), ("rate_limit", "5/x"), ("max_in_flight", "many")])
+def test_a_limit_overwritten_with_garbage_fails_claims_and_changes_nothing(
+    make_queue: MakeQueue, r: redis.Redis, field: str, value: str
+) -> None:
+    q = make_queue()
+    q.enqueue("a")
+    r.hset("kq:{q}:config", field, value)
+    before = snapshot(r)
+    with pytest.raises(keyqueue.CorruptQueue, match="config"):
+        q.claim()
+    assert snapshot(r) == before
