@@ -105,8 +105,8 @@ def test_a_limit_changed_with_keyqueue_config_applies_to_running_workers(redis_s
     q.enqueue_many([f"m{i}" for i in range(5)])
     worker = procs.worker(redis_server.url, "tests.support.handlers:stamp", "-c", "2")
     wait_until(lambda: r.hlen(DONE) == 1, timeout=30)
-    time.sleep(1.5)  # (a window of an hour: nothing more may be taken meanwhile)
-    assert r.hlen(DONE) == 1
+    wait_until(lambda: q.counters()["throttled"] >= 2, timeout=30)  # its claims were refused since
+    assert r.hlen(DONE) == 1  # (a window of an hour)
     res = subprocess.run(
         [
             sys.executable,
