@@ -15,7 +15,7 @@ import redis
 import keyqueue
 from keyqueue import Queue, RateState
 
-from ..support.helpers import FakeClock, run_threads, snapshot
+from ..support.helpers import FakeClock, run_threads, snapshot, wait_until
 from ..support.workers import Workers
 
 MakeQueue = Callable[..., Queue]
@@ -325,3 +325,18 @@ def test_a_limit_overwritten_with_garbage_fails_claims_and_changes_nothing(
     with pytest.raises(keyqueue.CorruptQueue, match="config"):
         q.claim()
     assert snapshot(r) == before
+
+
+def test_a_worker_sleeps_through_a_throttle(make_queue: MakeQueue, workers: Workers, r: redis.Redis) -> None:
+    q = make_queue()
+    q.enqueue("x")
+    q.throttle(2.5)
+    r.config_resetstat()
+    handled: list[float] = []
+    started = time.monotonic()
+    with workers.running(workers.make(q, lambda m: handled.append(time.monotonic()), concurrency=2)):
+        wait_until(lambda: handled, timeout=30)
+    assert handled[0] - started >= 2.0  # (the throttle's 2.5 s, less the set-up)
+    stats = r.info("commandstats")
+    claims = sum(stats.get(f"cmdstat_{k}", {}).get("calls", 0) for k in ("evalsha", "time"))
+    assert claims <= 40, claims  # about one a second a lane and a reap a second, not a poll loop
