@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core.results import QueueStats, ReapResult
+from .core.results import QueueStats, RateState, ReapResult
 from .core.schedules import Schedule, next_fires
 from .errors import (
     ConfigurationError,
@@ -17,6 +17,7 @@ from .errors import (
     MissingDependency,
     NotReplicated,
     PoolExhausted,
+    Throttle,
     UnknownSchedule,
 )
 from .message import Message
@@ -32,6 +33,7 @@ __all__ = [
     "Message",
     "QueueStats",
     "ReapResult",
+    "RateState",
     "Schedule",
     "next_fires",
     # running it
@@ -47,6 +49,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptQueue",
     "HandlerTimeout",
+    "Throttle",
     "MissingDependency",
     "NotReplicated",
     "PoolExhausted",

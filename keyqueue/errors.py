@@ -34,6 +34,19 @@ class HandlerTimeout(KeyQueueError, TimeoutError):
     seconds after it started: ``last_error`` then starts with ``HandlerTimeout``."""
 
 
+class Throttle(KeyQueueError):
+    """Raised by a handler when a downstream service refuses for now (an HTTP 429): the
+    worker gives the message back at once without using up a receive, and throttles its
+    queue for ``seconds`` (no claim of it succeeds meanwhile, by any consumer)."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds <= 1e9
+        if not ok:  # (NaN fails the comparison too)
+            raise InvalidArgument(f"Throttle takes a number of seconds > 0 (at most 1e9), not {seconds!r}")
+        self.seconds = float(seconds)
+        super().__init__(message or f"throttled for {self.seconds:g}s")
+
+
 class CorruptQueue(KeyQueueError):
     """A queue key holds the wrong Redis type: someone wrote over it. Nothing was changed."""
 

@@ -95,6 +95,8 @@ class QueueFace:
         dedup_window: float | Unset = UNSET,
         retention: float | None | Unset = UNSET,
         dead_retention: float | None | Unset = UNSET,
+        rate_limit: str | tuple[int, float] | None | Unset = UNSET,
+        max_in_flight: int | None | Unset = UNSET,
         scripting: bool = True,
         clock: Callable[[], float] | None = None,
         min_replicas: int = 0,
@@ -108,6 +110,8 @@ class QueueFace:
             dedup_window=dedup_window,
             retention=retention,
             dead_retention=dead_retention,
+            rate_limit=rate_limit,
+            max_in_flight=max_in_flight,
         )
         given = {k: v for k, v in given.items() if v is not UNSET}
         keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read

@@ -61,8 +61,16 @@ FIXED_TYPES = {
     "counters": "hash",
     "meta": "hash",
     "schedules": "zset",
+    "throttle": "string",
 }
-FAMILY_TYPES = {"item:": "hash", "timer:": "set", "dedup:": "string", "stream:": "hash", "schedule:": "hash"}
+FAMILY_TYPES = {
+    "item:": "hash",
+    "timer:": "set",
+    "dedup:": "string",
+    "stream:": "hash",
+    "schedule:": "hash",
+    "rate:": "string",
+}
 
 
 def registry_key(prefix: str) -> str:
@@ -139,6 +147,15 @@ class QueueKeys:
     def schedule(self, schedule_id: str) -> str:
         """One schedule: its definition, body, next and last fire, counts and version."""
         return f"{self.base}schedule:{schedule_id}"
+
+    @property
+    def throttle(self) -> str:
+        """Until when (epoch ms) no claim succeeds, set by ``throttle``; expires then."""
+        return self.base + "throttle"
+
+    def rate(self, window: int) -> str:
+        """Claims made in one rate-limit window (``floor(now_ms / window_ms)``); expires at its end."""
+        return f"{self.base}rate:{window}"
 
     @property
     def registry(self) -> str:

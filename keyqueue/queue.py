@@ -12,7 +12,7 @@ import redis
 
 from .connection import TRANSIENT
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
-from .core.results import QueueStats, ReapResult
+from .core.results import QueueStats, RateState, ReapResult
 from .core.roundtrip import Op, T
 from .core.schedules import Schedule
 from .core.sources import PeekSource, PurgeSource, RequeueSource
@@ -43,6 +43,10 @@ class Queue(QueueFace):
         retention, dead_retention: seconds a message is kept from its first enqueue (or its
             requeue), and a dead letter from its dead-lettering; None keeps them until handled.
             Settings too.
+        rate_limit, max_in_flight: flow control for the whole queue, read by every claim of
+            every consumer: at most N claims per S seconds ("N/S" or (N, S); windows aligned
+            on the server's clock), and at most this many messages owned at once. Settings
+            too; None: no limit.
         scripting: False selects the script-free mode (servers without EVAL).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
@@ -142,6 +146,23 @@ class Queue(QueueFace):
         (its first 4,096 bytes, UTF-8, ending with "…" when cut)."""
         self._own(message)
         ok = self._run(self._core.release(message.id, message.receipt, delay, error))
+        self._mark([message], "release")
+        return ok
+
+    def throttle(self, seconds: float) -> float:
+        """No claim of this queue, by any consumer, succeeds for ``seconds`` (a longer throttle
+        already set is kept): for a downstream API's 429. Returns the seconds left of it."""
+        return self._run(self._core.throttle(seconds))
+
+    def rate_state(self) -> RateState:
+        """The queue's limits (as every claim reads them) and their current use."""
+        return self._run(self._core.rate_state())
+
+    def release_throttled(self, message: Message, seconds: float) -> bool:
+        """What a handler's ``keyqueue.Throttle(seconds)`` does: throttle the queue, then give
+        the message back at once without using up a receive."""
+        self._own(message)
+        ok = self._run(self._core.throttled(message.id, message.receipt, seconds))
         self._mark([message], "release")
         return ok
 

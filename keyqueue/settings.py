@@ -28,7 +28,9 @@ DEFAULT_DEDUP_WINDOW = 300.0
 #: Longest retention a queue takes (10 years), so expiry times stay exact in epoch ms.
 MAX_RETENTION = 10 * 365.25 * 86400
 #: Settings whose absent or empty config field means None (no limit).
-OPTIONAL = frozenset({"max_receives", "retention", "dead_retention"})
+OPTIONAL = frozenset({"max_receives", "retention", "dead_retention", "rate_limit", "max_in_flight"})
+#: Most claims one rate-limit window allows (a count beyond any real rate, still exact in Lua).
+MAX_RATE_COUNT = 10**9
 
 
 class Unset(enum.Enum):
@@ -52,6 +54,11 @@ class QueueSettings:
     retention: float | None = None
     #: Seconds a dead letter is kept from the moment it was dead-lettered; None: for ever.
     dead_retention: float | None = None
+    #: At most N claims per window of S seconds, for the whole queue, as the text "N/S"
+    #: (windows aligned on the server's clock); None: no rate limit.
+    rate_limit: str | None = None
+    #: At most this many messages of the queue owned at once, by every consumer; None: no cap.
+    max_in_flight: int | None = None
 
     @cached_property
     def visibility_ms(self) -> int:
@@ -70,6 +77,14 @@ class QueueSettings:
         return None if self.retention is None else math.ceil(round(self.retention * 1000, 6))  # (never early)
 
     @cached_property
+    def rate(self) -> tuple[int, int] | None:
+        """The rate limit as (claims, window ms), or None."""
+        if self.rate_limit is None:
+            return None
+        n, seconds = parse_rate(self.rate_limit)
+        return n, to_ms(seconds)
+
+    @cached_property
     def dead_retention_ms(self) -> int | None:
         return None if self.dead_retention is None else math.ceil(round(self.dead_retention * 1000, 6))
 
@@ -78,7 +93,7 @@ class QueueSettings:
         for f in fields(self):
             if names is None or f.name in names:
                 v = getattr(self, f.name)
-                out[f.name] = "" if v is None else _decimal(v)
+                out[f.name] = "" if v is None else v if isinstance(v, str) else _decimal(v)
         return out
 
     @classmethod
@@ -93,7 +108,9 @@ class QueueSettings:
             try:
                 if f.name in OPTIONAL and text == "":
                     values[f.name] = None
-                elif f.name in ("max_receives", "max_body_bytes"):
+                elif f.name == "rate_limit":
+                    values[f.name] = text
+                elif f.name in ("max_receives", "max_body_bytes", "max_in_flight"):
                     values[f.name] = int(text)
                 else:
                     values[f.name] = float(text)
@@ -110,9 +127,11 @@ def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
     """``base`` with ``given`` applied, every value checked."""
     checked: dict[str, Any] = {}
     for name, value in given.items():
-        if name == "max_receives":
-            if value is not None and (not _is_int(value) or value < 1):
-                raise InvalidArgument(f"max_receives must be a whole number >= 1 or None, not {value!r}")
+        if name in ("max_receives", "max_in_flight"):
+            if value is not None and (not _is_int(value) or not 1 <= value <= MAX_RATE_COUNT):
+                raise InvalidArgument(f"{name} must be a whole number >= 1 or None, not {value!r}")
+        elif name == "rate_limit":
+            value = None if value is None else rate_text(*parse_rate(value))
         elif name == "max_body_bytes":
             whole_number(name, value, 1)
         elif name in ("retention", "dead_retention"):
@@ -122,6 +141,42 @@ def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
             check_seconds(name, value, allow_zero=name == "dedup_window")
         checked[name] = value
     return replace(base, **checked)
+
+
+def parse_rate(value: object) -> tuple[int, float]:
+    """A rate limit, "N/S" or (N, S): at most N (a whole number >= 1) claims per S seconds
+    (a number > 0, at least a millisecond); a clear error otherwise."""
+    count: object
+    seconds: object
+    if isinstance(value, str):
+        count_text, sep, seconds_text = value.strip().partition("/")
+        try:
+            count, seconds = int(count_text), float(seconds_text)
+        except ValueError:
+            count, seconds = None, None
+        if not sep:
+            count = None
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        count, seconds = value
+    else:
+        count, seconds = None, None
+    if (
+        not _is_int(count)
+        or not 1 <= count <= MAX_RATE_COUNT  # type: ignore[operator]
+        or not _is_number(seconds)
+        or not 0 < seconds <= MAX_SECONDS  # type: ignore[operator]
+        or to_ms(seconds) < 1  # type: ignore[arg-type]
+    ):
+        raise InvalidArgument(
+            f"rate_limit must be 'N/S' or (N, S): N a whole number >= 1 of claims per S seconds "
+            f"(a number > 0, at least 0.001), or None, not {value!r}"
+        )
+    return count, float(seconds)  # type: ignore[return-value,arg-type]
+
+
+def rate_text(count: int, seconds: float) -> str:
+    """The stored form of a rate limit: "20/1", "5/0.5"."""
+    return f"{count}/{int(seconds) if seconds.is_integer() else repr(seconds)}"
 
 
 def whole_number(name: str, value: object, minimum: int) -> int:

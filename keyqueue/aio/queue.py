@@ -10,7 +10,7 @@ import redis.asyncio
 
 from ..connection import sentinels_of
 from ..core.queue_core import list_queues_op
-from ..core.results import QueueStats, ReapResult
+from ..core.results import QueueStats, RateState, ReapResult
 from ..core.roundtrip import Op, T
 from ..core.schedules import Schedule
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
@@ -126,6 +126,23 @@ class Queue(QueueFace):
     async def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool:
         self._own(message)
         ok = await self._run(self._core.release(message.id, message.receipt, delay, error))
+        self._mark([message], "release")
+        return ok
+
+    async def throttle(self, seconds: float) -> float:
+        """No claim of this queue, by any consumer, succeeds for ``seconds`` (a longer throttle
+        already set is kept): for a downstream API's 429. Returns the seconds left of it."""
+        return await self._run(self._core.throttle(seconds))
+
+    async def rate_state(self) -> RateState:
+        """The queue's limits (as every claim reads them) and their current use."""
+        return await self._run(self._core.rate_state())
+
+    async def release_throttled(self, message: Message, seconds: float) -> bool:
+        """What a handler's ``keyqueue.Throttle(seconds)`` does: throttle the queue, then give
+        the message back at once without using up a receive."""
+        self._own(message)
+        ok = await self._run(self._core.throttled(message.id, message.receipt, seconds))
         self._mark([message], "release")
         return ok
 

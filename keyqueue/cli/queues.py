@@ -21,7 +21,14 @@ from .progress import progress
 
 #: How each setting is written after ``--set NAME=``.
 SETTING_TYPES: dict[str, type] = {
-    f.name: (int if f.name in ("max_receives", "max_body_bytes") else float) for f in fields(QueueSettings)
+    f.name: (
+        int
+        if f.name in ("max_receives", "max_body_bytes", "max_in_flight")
+        else str
+        if f.name == "rate_limit"
+        else float
+    )
+    for f in fields(QueueSettings)
 }
 
 
@@ -182,8 +189,8 @@ def destroy(cfg: Config, queue: str, yes: bool) -> None:
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` of ``--set``, typed as the setting (max_receives, retention and
-    dead_retention: none or empty = no limit)."""
+    """``NAME=VALUE`` of ``--set``, typed as the setting (max_receives, retention,
+    dead_retention, rate_limit and max_in_flight: none or empty = no limit)."""
     name, sep, raw = text.partition("=")
     name, raw = name.strip(), raw.strip()
     if not sep:
@@ -198,9 +205,10 @@ def parse_setting(text: str) -> tuple[str, Any]:
         value = SETTING_TYPES[name](raw)
     except ValueError:
         value = None
-    if value is None or name == "max_receives" and value < 1:
+    if value is None or name in ("max_receives", "max_in_flight") and value < 1:
         kind = {
             "max_receives": "a whole number >= 1, or none for no limit",
+            "max_in_flight": "a whole number >= 1, or none for no limit",
             "max_body_bytes": "a whole number of bytes",
             "retention": "a number of seconds, or empty for none",
             "dead_retention": "a number of seconds, or empty for none",
@@ -209,9 +217,11 @@ def parse_setting(text: str) -> tuple[str, Any]:
     return name, value
 
 
-def setting_text(value: float | int | None) -> str:
+def setting_text(value: float | int | str | None) -> str:
     if value is None:
         return "none"
+    if isinstance(value, str):
+        return value
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
@@ -222,7 +232,8 @@ def setting_text(value: float | int | None) -> str:
     "assignments",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Write a setting (repeatable; max_receives=, retention= and dead_retention= empty or none: no limit). "
+    help="Write a setting (repeatable; max_receives=, retention=, dead_retention=, rate_limit= (N/S: N claims "
+    "per S seconds) and max_in_flight= empty or none: no limit). "
     "All are checked before any is written.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object keyed by setting name.")

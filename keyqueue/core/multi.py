@@ -27,23 +27,34 @@ def claim_any(
     seconds: (index of the queue the messages came from, its messages). ``poll_first=False``
     skips the first plain claim of the first queue (the caller's last wait just claimed it)."""
     deadline = time.monotonic() + wait
-    skip_first = not poll_first
+    skip: int | None = None if poll_first else 0  # the queue the last wait just claimed
     while True:
         for i, (target, core) in enumerate(targets):
-            if i == 0 and skip_first:
+            # A queue its limits hold back is not claimed until they may let one through.
+            if i == skip or core.limited_until > time.monotonic():
                 continue
             got = yield target, core.claim(count, visibility_timeout, 0.0)
             if got:
                 return i, got
-        skip_first = True  # every later pass follows a wait that claimed the first queue
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
         if remaining <= 0:
             return None, []
-        target, first = targets[0]
-        if one_connection:  # one BLPOP watches every queue; the claim runs as it wakes
-            signals = [core.keys.signal for _, core in targets]
+        open_ = [i for i, (_, core) in enumerate(targets) if core.limited_until <= now]
+        held = [core.limited_until - now for _, core in targets if core.limited_until > now]
+        if not open_:  # every queue held back: sleep until the first may let a claim through
+            target, core = targets[0]
+            yield target, core.held_back(min(remaining, min(held)))
+            skip = None
+            continue
+        if held:  # wake when a held-back queue may take claims again
+            remaining = min(remaining, min(held))
+        skip = open_[0]
+        target, first = targets[skip]
+        if one_connection:  # one BLPOP watches every open queue; the claim runs as it wakes
+            signals = [targets[i][1].keys.signal for i in open_]
         else:
             signals, remaining = [first.keys.signal], min(remaining, POLL_SLICE)
         got = yield target, first.wait_then_claim(signals, remaining, count, visibility_timeout)
         if got:
-            return 0, got
+            return skip, got

@@ -24,15 +24,16 @@ from .results import (
     ExpirePosition,
     Fields,
     QueueStats,
+    RateState,
     ReapPosition,
     ReapResult,
 )
-from .roundtrip import Command, Op, transaction
+from .roundtrip import Command, Op, Sleep, transaction
 from .schedules import Definition, Fire, Schedule, check_id, definition, next_fire_ms, plan_fire, score, stored
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
-COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired", "scheduled")
+COUNTER_NAMES = ("enqueued", "acked", "redelivered", "dead_lettered", "expired", "scheduled", "throttled")
 
 log = logging.getLogger("keyqueue.queue")
 
@@ -73,6 +74,13 @@ FIRE_LOOKS = 20
 SCHEDULE_POLL = WAIT_SLICE
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
+#: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
+THROTTLE_ATTEMPTS = 10
+#: Longest sleep of a claimer its limits hold back before it claims again: a slot that
+#: max_in_flight waits for frees when a delivery is settled (which signals nobody), and a
+#: limit lifted or changed elsewhere (keyqueue config) applies, within about this long, at
+#: one claim per period. A window or a throttle that ends sooner is waited for exactly.
+HELD_BACK_POLL = 1.0
 
 
 def not_one(values: object, what: str, instead: str) -> None:
@@ -174,6 +182,9 @@ class QueueCore:
         #: The schedules this Queue upserted (definition, body, anchor ms), written again
         #: when Redis lost them.
         self.upserted: dict[str, tuple[Definition, bytes, int]] = {}
+        #: Flow control (monotonic time): until when the last claim's limits hold claims back
+        #: (a long-poll or a worker sleeps until then instead of polling).
+        self.limited_until = 0.0
 
     # -- settings and registration ------------------------------------------------------
 
@@ -401,6 +412,10 @@ class QueueCore:
             if (yield from self.reap_if_due()):
                 got = yield from self.claim_now(count, vis_ms)
                 continue
+            if self.limited_until > now:  # held back: sleep until the limit may let one through
+                yield from self.held_back(min(remaining, self.limited_until - now))
+                got = yield from self.claim_now(count, vis_ms)
+                continue
             wake = max(min(self.next_reap(), self.fire_wake) - now, 0.01)
             got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count, visibility_timeout)
         return got
@@ -421,10 +436,22 @@ class QueueCore:
         )
         return (yield from self.took(done))
 
+    def held_back(self, seconds: float) -> Op[None]:
+        """Sleep while the queue's limits refuse claims (no polling meanwhile)."""
+        log.debug("queue %s: claims held back by its limits; sleeping %.3fs", self.name, seconds)
+        yield Sleep(max(seconds, 0.001))
+
     def took(self, done: Claimed) -> Op[list[Fields]]:
-        """A claim's messages; its reply also says when the earliest timer falls due."""
+        """A claim's messages; its reply also says when the earliest timer falls due, and
+        whether the queue's limits held it back."""
         ms = done.next_timer_ms
-        self.due_at = math.inf if ms is None else time.monotonic() + ms / 1000.0
+        mono = time.monotonic()
+        self.due_at = math.inf if ms is None else mono + ms / 1000.0
+        limited = done.limited_ms
+        if limited is None:
+            self.limited_until = 0.0
+        else:
+            self.limited_until = mono + (HELD_BACK_POLL if limited < 0 else min(limited / 1000.0, HELD_BACK_POLL))
         yield from self._after(done.config_missing)
         return done.messages
 
@@ -480,13 +507,86 @@ class QueueCore:
         s = yield from self.ready()
         return (yield from self.ops.extend(msg_id, receipt, ms, s.bucket_ms))
 
-    def release(self, msg_id: str, receipt: str | None, delay: float, error: str | None) -> Op[bool]:
+    def release(
+        self, msg_id: str, receipt: str | None, delay: float, error: str | None, unreceive: bool = False
+    ) -> Op[bool]:
         delay_ms = seconds_arg("delay", delay)
         if receipt is None:
             return False
         s = yield from self.ready()
         bounded = None if error is None else bounded_error(error)
-        return (yield from self.ops.release(msg_id, receipt, delay_ms, s.bucket_ms, bounded))
+        return (yield from self.ops.release(msg_id, receipt, delay_ms, s.bucket_ms, bounded, unreceive))
+
+    # -- flow control -----------------------------------------------------------------------
+
+    def throttled(self, msg_id: str, receipt: str | None, seconds: float) -> Op[bool]:
+        """A handler's ``Throttle``: the queue throttled first (so no delivery starts in its
+        seconds), then the message given back at once with its receive taken back."""
+        yield from self.throttle(seconds)
+        return (yield from self.release(msg_id, receipt, 0.0, None, unreceive=True))
+
+    def server_ms(self) -> Op[int]:
+        clock = getattr(self.ops, "clock", None)
+        if clock is not None:
+            return round(clock() * 1000)
+        ((sec, usec),) = yield [("TIME",)]
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def throttle(self, seconds: float) -> Op[float]:
+        """No claim of the queue succeeds for ``seconds`` from now (a longer throttle already
+        set is kept): the throttle key holds its end (server ms) and expires then. Returns
+        the seconds the queue is now throttled for."""
+        ms = seconds_arg("seconds", seconds, allow_zero=False)
+        k = self.keys
+        for _ in range(THROTTLE_ATTEMPTS):
+            now = yield from self.server_ms()
+            until = now + ms
+            _, kind, current = yield [("WATCH", k.throttle), ("TYPE", k.throttle), ("GET", k.throttle)]
+            if text(kind) not in ("none", "string") or (current is not None and not text(current).isdigit()):
+                yield [("UNWATCH",)]
+                raise CorruptQueue(k.throttle)
+            if current is not None and int(current) >= until:
+                yield [("UNWATCH",)]
+                return (int(current) - now) / 1000.0
+            if (yield from transaction([("SET", k.throttle, until, "PX", ms)], self.replication)) is not None:
+                log.debug("queue %s: throttled for %.3fs", self.name, ms / 1000.0)
+                return ms / 1000.0
+        raise KeyQueueError(f"the throttle of queue {self.name!r} kept changing; try again")
+
+    def rate_state(self) -> Op[RateState]:
+        """The limits in force (read from the config hash, as every claim does) and their use."""
+        k = self.keys
+        now = yield from self.server_ms()
+        limits, throttle, held = yield [
+            ("HMGET", k.config, "rate_limit", "max_in_flight"),
+            ("GET", k.throttle),
+            ("SCARD", k.processing),
+        ]
+        for reply, key in ((limits, k.config), (throttle, k.throttle), (held, k.processing)):
+            if isinstance(reply, Exception):
+                raise error_for(reply, key)
+        s = parse_settings(
+            k.config, {name.encode(): v for name, v in zip(("rate_limit", "max_in_flight"), limits) if v is not None}
+        )
+        if throttle is not None and not text(throttle).isdigit():
+            raise CorruptQueue(k.throttle, "holds a throttle time that is not a number")
+        throttled_for = max(0, int(throttle) - now) / 1000.0 if throttle is not None else 0.0
+        if s.rate is None:
+            return RateState(None, None, 0, None, int(held), throttled_for, s.max_in_flight)
+        limit, window = s.rate
+        w = now // window
+        (used,) = yield [("GET", k.rate(w))]
+        if isinstance(used, Exception) or used is not None and not text(used).lstrip("-").isdigit():
+            raise CorruptQueue(k.rate(w))
+        return RateState(
+            limit,
+            window / 1000.0,
+            max(int(used or 0), 0),
+            ((w + 1) * window - now) / 1000.0,
+            int(held),
+            throttled_for,
+            s.max_in_flight,
+        )
 
     def dead_letter(self, msg_id: str, receipt: str | None, reason: str) -> Op[bool]:
         if receipt is None:

@@ -66,6 +66,25 @@ class Claimed:
     config_missing: bool = False
     #: ms from the claim to the earliest timer of the queue (None: no timer at all)
     next_timer_ms: int | None = None
+    #: A limit cut the claim: ms until one may let a claim through (the throttle's or the
+    #: rate window's end); -1 when only max_in_flight cut it (a slot frees when one settles).
+    limited_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class RateState:
+    """A queue's flow control as it stands: ``limit`` claims per ``interval`` seconds (None
+    without a rate limit), ``used`` of them in the current window, ``resets_in`` seconds to
+    its end, ``in_flight`` deliveries owned now (capped by ``max_in_flight``, None: no cap),
+    ``throttled_for`` seconds left of a throttle (0 when not throttled)."""
+
+    limit: int | None
+    interval: float | None
+    used: int
+    resets_in: float | None
+    in_flight: int
+    throttled_for: float
+    max_in_flight: int | None = None
 
 
 #: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.roundtrip import Op, Sleep
 from ..settings import check_seconds
 from .analyse import (
+    BAD_FLOW,
     CLAIMING,
     DEAD_DUPLICATE,
     EMPTY_INDEX,
@@ -67,6 +68,7 @@ __all__ = [
     "STALE_LIST",
     "STALE_TIMER",
     "EMPTY_INDEX",
+    "BAD_FLOW",
     "CLAIMING",
 ]
 

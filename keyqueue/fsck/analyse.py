@@ -37,6 +37,7 @@ WRONG_TYPE = "wrong-type"
 STRAY_FIELDS = "stray-fields"
 SCHEDULE_INDEX = "schedule-index"
 BAD_SCHEDULE = "bad-schedule"
+BAD_FLOW = "bad-flow-key"
 # Notes: states claimers and the reaper settle on their own; harmless. Repair removes the
 # leftovers (the first three) and leaves claims in progress to their claimer.
 STALE_LIST = "stale-list-entry"
@@ -59,6 +60,8 @@ KINDS: dict[str, str] = {
     SCHEDULE_INDEX: "schedules missing from the schedule index or scored unlike their next fire, "
     "and index entries without a schedule",
     BAD_SCHEDULE: "schedule hashes keyqueue cannot read (never changed by repair: upsert them again)",
+    BAD_FLOW: "rate-limit window counters or the throttle holding something other than a whole number, or "
+    "without an expiry (a claim that died between its two commands): they would last for ever",
     STALE_LIST: "queue list entries of ids not in items (claims drop them)",
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
     EMPTY_INDEX: "index entries of buckets without a timer set (the reaper drops them)",
@@ -235,7 +238,13 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
             found.append(Finding(TIMER_INDEX, bucket))
     found.extend(Finding(EMPTY_INDEX, b) for b in sorted(s.index, key=_natural) if k.timer(b) not in s.types)
     found += schedule_findings(s, k)
+    found += [Finding(BAD_FLOW, n) for n, (value, ttl) in sorted(s.flow.items()) if not flow_ok(value, ttl)]
     return found, states
+
+
+def flow_ok(value: bytes | None, ttl: int) -> bool:
+    """Whether a flow-control key holds a whole number and expires (as every writer leaves it)."""
+    return value is not None and value.lstrip(b"-").isdigit() and ttl >= 0
 
 
 def schedule_score(raw: dict[bytes, bytes]) -> float | None:

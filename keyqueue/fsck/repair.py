@@ -9,10 +9,13 @@ from typing import Callable, Sequence
 
 from redis.exceptions import ResponseError
 
-from ..core.replies import hash_reply, int_or, ok
+from ..core.replies import hash_reply, int_or, ok, text
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
+from ..errors import InvalidArgument
 from ..keys import QueueKeys
+from ..settings import parse_rate, to_ms
 from .analyse import (
+    BAD_FLOW,
     EMPTY_INDEX,
     ID_KINDS,
     SCHEDULE_INDEX,
@@ -20,6 +23,7 @@ from .analyse import (
     STALE_TIMER,
     TIMER_INDEX,
     Finding,
+    flow_ok,
     keeps_timer,
     plan,
     schedule_score,
@@ -51,6 +55,7 @@ class Repairer:
             STALE_LIST: self.drop_list_entries,
             EMPTY_INDEX: self.drop_index_entry,
             SCHEDULE_INDEX: self.reindex_schedule,
+            BAD_FLOW: self.fix_flow_key,
         }
         for kind, fix in entry_fixes.items():
             for f in findings:
@@ -141,6 +146,29 @@ class Repairer:
             return None if want is None else [("ZADD", self.k.schedules, str(want), f.subject)]
 
         return (yield from _transact([key, self.k.schedules], decide))
+
+    def fix_flow_key(self, f: Finding) -> Op[bool]:
+        """A throttle expires at the time it holds; a window counter at its window's end (by
+        the rate limit in force; without one, or unreadable, it is deleted: it only ever
+        lowers what one window allows)."""
+        key = f.subject
+
+        def decide() -> Op[list[Command] | None]:
+            value, ttl, limit = yield [("GET", key), ("PTTL", key), ("HGET", self.k.config, "rate_limit")]
+            value, ttl = ok(value), int(ok(ttl))
+            if value is None or flow_ok(value, ttl):
+                return []
+            if not value.lstrip(b"-").isdigit():
+                return [("DEL", key)]
+            if key == self.k.throttle:
+                return [("PEXPIREAT", key, int(value))]
+            try:
+                window = to_ms(parse_rate(text(ok(limit)))[1])
+                return [("PEXPIREAT", key, (int(key.rsplit(":", 1)[1]) + 1) * window)]
+            except (ValueError, InvalidArgument):
+                return [("DEL", key)]
+
+        return (yield from _transact([key], decide))
 
 
 def _transact(watch: Sequence[str], decide: Callable[[], Op[list[Command] | None]]) -> Op[bool]:

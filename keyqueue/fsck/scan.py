@@ -52,6 +52,8 @@ class Snapshot:
     now: int = 0  # server time, ms
     schedule_index: dict[str, float] = field(default_factory=dict)  # id -> score
     schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)  # id -> its hash
+    #: Flow-control keys (rate-limit window counters, the throttle): name -> (value, PTTL ms)
+    flow: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
 
     def broken_ids(self, k: QueueKeys) -> set[str]:
         """Ids whose item key has the wrong type: left alone, reported as that key."""
@@ -102,6 +104,12 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
             s.broken.add(k.schedule(sid))
         elif raw:
             s.schedules[sid] = hash_reply(raw)
+    flow = [n for n in types if (n == k.throttle or n.startswith(k.rate(0)[:-1])) and n not in s.broken]
+    got = yield from batched([cmd for n in flow for cmd in (("GET", n), ("PTTL", n))])
+    for j, n in enumerate(flow):
+        value, ttl = got[2 * j], got[2 * j + 1]
+        if not isinstance(value, Exception) and not isinstance(ttl, Exception) and int(ttl) != -2:
+            s.flow[n] = (value, int(ttl))
     item_base = k.base + "item:"
     ids = {n[len(item_base) :] for n in types if n.startswith(item_base) and n not in s.broken}
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)

@@ -5,12 +5,20 @@
   dropped. A message out of receives goes to dead letters instead of being delivered, one
   whose age (from t) reached the retention is deleted (as an ack does) instead.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
-  KEYS[7] config  KEYS[8] counters (dead_lettered, expired)
+  KEYS[7] config  KEYS[8] counters (dead_lettered, expired, throttled)  KEYS[9] throttle
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   ARGV[7] retention ms ('' = none)
+  Flow control, read from the config hash by every call (so a change applies at once): the
+  claim takes at most what the fields rate_limit ("N/S": N claims per window of S seconds,
+  window = floor(now / S), counted in the string key rate:<window>, which expires at the
+  window's end) and max_in_flight (against SCARD processing) leave, and nothing while the
+  throttle key holds a time (ms) still to come. Neither is read or written when unset.
   Returns {dead_lettered, config_missing (1/0), next_timer, now, deadline, first receipt,
-  id, b, b1, t, id, b, b1, t, ...}: next_timer is ms from now to the earliest timer in the index
-  (nil: none), so the client knows when a reap may find something, at no extra round trip.
+  limited, id, b, b1, t, id, b, b1, t, ...}: next_timer is ms from now to the earliest timer in
+  the index (nil: none), so the client knows when a reap may find something, at no extra round
+  trip; limited is nil, or when a limit held back messages that wait, the ms until it may let a
+  claim through (the throttle's end, the window's end), -1 when only max_in_flight did (a slot
+  frees at an ack).
   Each message is four values: its id, its body (in b and b1) and enqueue time; for a message
   that is not a first delivery without error or attributes (receives 1, the first receipt,
   first delivered now), the id is {id, r, c, e, a, f, s} instead. The deadline is the call's.
@@ -36,12 +44,41 @@ local retention = tonumber(ARGV[7])
 local bad = {}
 local first = checked(bad, 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local tokens = checked(bad, 'LLEN', KEYS[6])
+local limits = checked(bad, 'HMGET', KEYS[7], 'rate_limit', 'max_in_flight')
+local throttle = checked(bad, 'GET', KEYS[9])
 if #bad > 0 then return corrupt(bad[1]) end
-if max_receives or retention then
+local now = now_ms()
+-- Flow control: `count` cut to what the limits leave; `limited` as the reply says.
+local limited = false
+local rate_key, window_end
+if throttle then
+  local left = tonumber(throttle)
+  if not left then return corrupt(KEYS[9]) end
+  if left > now then limited, count = left - now, 0 end
+end
+if count > 0 and limits[2] and limits[2] ~= '' then
+  local cap = tonumber(limits[2])
+  if not cap then return corrupt(KEYS[7]) end
+  local held = checked(bad, 'SCARD', KEYS[3])
+  if not held then return corrupt(KEYS[3]) end
+  local free = math.max(cap - held, 0)
+  if free < count then limited, count = -1, free end
+end
+if count > 0 and limits[1] and limits[1] ~= '' then
+  local n, s = string.match(limits[1], '^(%d+)/(.+)$')
+  local window = tonumber(s) and math.floor(tonumber(s) * 1000 + 0.5)
+  if not window or window < 1 then return corrupt(KEYS[7]) end
+  local w = math.floor(now / window)
+  rate_key, window_end = BASE .. 'rate:' .. fmt(w), (w + 1) * window
+  local used = checked(bad, 'GET', rate_key)
+  if used == nil or (used and not tonumber(used)) then return corrupt(rate_key) end
+  local left = math.max(tonumber(n) - tonumber(used or '0'), 0)
+  if left < count then limited, count = window_end - now, left end
+end
+if max_receives or retention or limited then
   local wrong = wrong_type({KEYS[5], 'list', KEYS[8], 'hash'})
   if wrong then return corrupt(wrong) end
 end
-local now = now_ms()
 -- A message enqueued (or requeued) at or before `cutoff` has reached the retention.
 local cutoff = retention and now - retention
 local deadline = now + tonumber(ARGV[4])
@@ -52,7 +89,7 @@ local item = BASE .. 'item:'
 -- The receipt of a first delivery (deliveries 1): most deliveries, made without a number.
 local first_receipt = '1-' .. now_s
 
-local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false, now_s, deadline_s, first_receipt}
+local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false, now_s, deadline_s, first_receipt, limited}
 local n_out = #out
 local claimed = 0
 local written = false  -- once true, a failing read ends the claim with what it took
@@ -206,6 +243,15 @@ while claimed < count and dropped < LAPSED_LIMIT do
     rcall('HINCRBY', KEYS[8], 'dead_lettered', #dead)
     out[1] = out[1] + #dead
   end
+end
+if rate_key and claimed > 0 then
+  rcall('INCRBY', rate_key, claimed)
+  rcall('PEXPIRE', rate_key, window_end - now)
+end
+-- A refused claim (messages wait that a limit kept back) is counted once; a limit that kept
+-- nothing back is not reported.
+if limited then
+  if rcall('LLEN', KEYS[1]) > 0 then rcall('HINCRBY', KEYS[8], 'throttled', 1) else out[7] = false end
 end
 local earliest = first[2] and tonumber(first[2])
 if claimed > 0 then

@@ -2,7 +2,8 @@
   Give a current delivery back: to the tail of the FIFO, or delayed when a delay is given.
   KEYS[1] processing  KEYS[2] timers  KEYS[3] item  KEYS[4] queue  KEYS[5] items  KEYS[6] signal
   ARGV[3] bucket ms  ARGV[4] id  ARGV[5] receipt  ARGV[6] delay ms  ARGV[7] error text
-  ARGV[8] '1' to record ARGV[7] as last_error
+  ARGV[8] '1' to record ARGV[7] as last_error  ARGV[9] '1' to take back the delivery's receive
+  (a throttled delivery does not use one up)
   Returns 1, or 0 when the receipt is stale.
 ]]
 local bucket_ms = tonumber(ARGV[3])
@@ -21,6 +22,7 @@ if bad then return corrupt(bad) end
 
 disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms)
 if ARGV[8] == '1' then rcall('HSET', KEYS[3], 'e', ARGV[7]) end
+if ARGV[9] == '1' then rcall('HINCRBY', KEYS[3], 'r', -1) end
 if delay > 0 then
   rcall('HSET', KEYS[3], 'd', fmt(now + delay))
   timer_add(KEYS[2], id, now + delay, bucket_ms)

@@ -24,6 +24,7 @@ COUNTERS = {
     "dead_lettered": ("keyqueue_dead_lettered", "Messages moved to the dead letters."),
     "expired": ("keyqueue_expired", "Messages and dead letters deleted by retention or dead_retention."),
     "scheduled": ("keyqueue_scheduled", "Messages schedules enqueued (also counted as enqueued)."),
+    "throttled": ("keyqueue_throttled", "Claims refused by a rate limit, max_in_flight or a throttle."),
 }
 
 

@@ -5,7 +5,7 @@ queue names under the prefix, each queue's stats and counters, messages, and the
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 import redis
@@ -14,7 +14,7 @@ import redis.asyncio
 from ..aio.message import Message
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
-from ..core.results import QueueStats
+from ..core.results import QueueStats, RateState
 from ..core.schedules import Schedule
 from ..core.sources import PeekSource
 from ..errors import CorruptQueue, InvalidQueueName
@@ -47,6 +47,8 @@ class QueueView:
     series: Mapping[str, list[float]] = field(default_factory=dict)
     #: Why the queue could not be read (a key of the wrong type); its numbers are then zeros.
     error: str | None = None
+    #: Its limits and their current use (read for a queue's own page only).
+    flow: RateState | None = None
 
     def api(self) -> dict[str, Any]:
         """The object of ``GET /api/queues`` (name, the four counts, oldest_age); for a queue that could not be
@@ -191,8 +193,9 @@ class Store:
         return list(await asyncio.gather(*(one(n) for n in names)))
 
     async def view(self, name: str) -> QueueView:
-        await self.existing(name)
-        return await self._view(name)
+        q = await self.existing(name)
+        view = await self._view(name)
+        return replace(view, flow=await read(q.rate_state))
 
     async def peek(self, name: str, count: int, source: PeekSource) -> list[Message]:
         q = self.queue(name)

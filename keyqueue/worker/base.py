@@ -11,13 +11,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from ..connection import REFUSED, TRANSIENT, connection_kwargs
-from ..errors import HandlerTimeout, InvalidArgument
+from ..errors import HandlerTimeout, InvalidArgument, Throttle
 from ..face import QueueFace
 from ..keys import closest
 from ..settings import QueueSettings, check_seconds, whole_number
 from .metrics import METRICS_HOST, WorkerMetrics
 from .rules import REAP_INTERVAL, SETTLED_OUTCOME, SETTLED_PAST, STOPPING_EXCEPTIONS, TICK, batch_size, number
-from .steps import Held, Pause, Steps, ack, fail, give_back, heartbeat, retrying
+from .steps import Held, Pause, Steps, ack, fail, give_back, heartbeat, retrying, throttled
 
 if TYPE_CHECKING:
     from ..message import BaseMessage
@@ -323,6 +323,12 @@ class WorkerBase(Generic[QueueT, HandlerT]):
         """The visibility timeout this worker claims and heartbeats with on ``q``."""
         return self.visibility_timeout or q.settings.visibility_timeout
 
+    def _held_back(self) -> bool:
+        """Whether a queue's limits hold its claims back (messages wait that a rate limit,
+        max_in_flight or a throttle keeps for later): a burst run waits for them, sleeping."""
+        now = time.monotonic()
+        return any(q._core.limited_until > now for q in self.queues)
+
     def _batch_size(self) -> int:
         return batch_size(self._avg_seconds, self.processed + self.failed)
 
@@ -394,6 +400,9 @@ class WorkerBase(Generic[QueueT, HandlerT]):
                     "handler %s queue=%s id=%s receives=%d itself", SETTLED_PAST[m.settled], q.name, m.id, m.receives
                 )
                 self._forget([h])
+        elif isinstance(outcome, Throttle):  # flow control: not a failure
+            result = yield from throttled(h, outcome.seconds)
+            self._forget([h])
         else:  # the handler's failure, not ours: whatever it raised
             self.failed += 1
             result = yield from fail(h, outcome, self.retry_backoff)
@@ -456,7 +465,7 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
         vis = f"{number(visibility_timeout)} (worker; queue's {vis})"
     log.info(
         "queue=%s priority=%d visibility_timeout=%s max_receives=%s bucket_seconds=%s "
-        "max_body_bytes=%d dedup_window=%s retention=%s dead_retention=%s mode=%s",
+        "max_body_bytes=%d dedup_window=%s retention=%s dead_retention=%s rate_limit=%s max_in_flight=%s mode=%s",
         q.name,
         priority,
         vis,
@@ -466,6 +475,8 @@ def log_queue_settings(priority: int, q: Any, s: QueueSettings, visibility_timeo
         number(s.dedup_window),
         number(s.retention),
         number(s.dead_retention),
+        s.rate_limit or "none",  # (as loaded: claims read the limits in force every time)
+        number(s.max_in_flight),
         "scripted" if q.scripting else "script-free",
     )
 

@@ -171,6 +171,27 @@ def fail(h: Held, exc: BaseException, retry_backoff: float) -> Steps[str]:
     return outcome
 
 
+def throttled(h: Held, seconds: float) -> Steps[str]:
+    """A handler raised ``Throttle``: throttle its queue and give the message back at once
+    without using up a receive (unless the handler settled it). Logged at DEBUG: a throttled
+    queue is flow control, not a failure. The outcome for the metrics: "retry"."""
+    m, q = h.message, h.queue
+    if m.settled is not None:
+        try:
+            yield functools.partial(q.throttle, seconds)
+        except RECOVERABLE as exc:
+            log.error("could not throttle queue=%s (%s)", q.name, exc)
+        return SETTLED_OUTCOME[m.settled]
+    try:
+        ok = yield functools.partial(q.release_throttled, m, seconds)
+        log.debug("throttled queue=%s for %.3fs; id=%s given back", q.name, seconds, m.id)
+        if not ok:
+            log.warning("queue=%s id=%s was redelivered meanwhile; its new delivery decides", q.name, m.id)
+    except RECOVERABLE as exc:
+        log.error("could not throttle queue=%s id=%s (%s); it returns after its deadline", q.name, m.id, exc)
+    return "retry"
+
+
 def ack(done: list[Held], stopping: Callable[[], bool]) -> Steps[int]:
     """Ack a finished batch, one call per queue, retrying through short outages; the number
     of messages it covered."""

@@ -264,7 +264,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
         turns (one long-poll at a time, whatever the concurrency). Also says whether the
         worker was idle (nothing held) as it claimed."""
         held = await self._claim_now(0.0, poll_first=True)
-        if held or self._stopping or (burst and not self._held):
+        if held or self._stopping or (burst and not self._held and not self._held_back()):
             return held, not self._held
         assert self._claim_lock is not None
         async with self._claim_lock:
@@ -273,10 +273,11 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 return [], idle
             # Burst ends once the queues are empty and nothing is in flight; otherwise
             # long-poll: the claim runs in Redis the moment a message arrives.
-            wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+            held_back = burst and self._held_back()
+            wait = 0.0 if burst and idle and not held_back else (0.05 if burst and not held_back else WAIT_SLICE)
             held = await self._claim_now(wait, poll_first=not self._waited_empty)
             self._waited_empty = not held and wait > 0
-            return held, idle
+            return held, idle and not self._held_back()
 
     async def _claim_now(self, wait: float, poll_first: bool) -> list[Held]:
         """Claim a batch, held (for heartbeats and release) the moment it arrives."""

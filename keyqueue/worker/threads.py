@@ -182,7 +182,8 @@ class Worker(WorkerBase[QueueFace, Handler]):
             try:
                 # Burst ends once the queues are empty and nothing is in flight; otherwise
                 # long-poll: the claim runs in Redis the moment a message arrives.
-                wait = 0.0 if burst and idle else (0.05 if burst else WAIT_SLICE)
+                held_back = burst and self._held_back()
+                wait = 0.0 if burst and idle and not held_back else (0.05 if burst and not held_back else WAIT_SLICE)
                 with self._lock:
                     self._claiming.add(threading.get_ident())
                 try:
@@ -206,7 +207,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 self._drive(self._work_steps(held))
                 if self.timeout is not None and self._given_up():
                     return
-            elif burst and idle:
+            elif burst and idle and not self._held_back():
                 return
 
     def _given_up(self) -> bool:

@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from keyqueue import Queue
-from keyqueue.errors import InvalidArgument
+from keyqueue.errors import CorruptQueue, InvalidArgument
 from keyqueue.fsck import (
+    BAD_FLOW,
     CLAIMING,
     DEAD_DUPLICATE,
     EMPTY_INDEX,
@@ -291,6 +292,39 @@ def test_keys_of_the_wrong_type_are_reported_never_deleted(cq: Queue, clock: Fak
     assert r.get(item("77")) == b"not a hash"
     r.delete(item("77"))
     assert drain(cq, clock, r) == ["1", "2"]
+
+
+def test_flow_keys_of_the_wrong_type_are_reported_and_stop_claims(cq: Queue, r: redis.Redis) -> None:
+    cq.enqueue("a")
+    r.hset(BASE + "throttle", "x", "1")
+    report = cq.check(repair=True, settle=0)
+    assert problems(report) == {WRONG_TYPE: [BASE + "throttle"]}
+    with pytest.raises(CorruptQueue, match="throttle"):
+        cq.claim()
+    r.delete(BASE + "throttle")
+    Queue("q", client=r, rate_limit="5/60", clock=cq._ops.clock)
+    window = int(cq._ops.clock() * 1000) // 60_000
+    r.lpush(BASE + f"rate:{window}", "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match="rate:"):
+        cq.claim()
+    assert snapshot(r) == before
+
+
+def test_flow_keys_without_a_number_or_an_expiry_are_repaired(cq: Queue, clock: FakeClock, r: redis.Redis) -> None:
+    cq.enqueue("a")
+    r.set(BASE + "throttle", "soon")
+    r.set(BASE + "rate:17", 3)  # an old window's counter, left without its expiry
+    r.set(BASE + "rate:18", 2, px=60_000)  # as a claim leaves it: fine
+    repairs(cq, {BAD_FLOW: [BASE + "rate:17", BASE + "throttle"]})
+    assert not r.exists(BASE + "throttle") and not r.exists(BASE + "rate:17") and r.exists(BASE + "rate:18")
+    Queue("q", client=r, rate_limit="5/60", clock=clock)
+    window = int(clock() * 1000) // 60_000
+    r.set(BASE + f"rate:{window}", 4)  # the current window's, without its expiry: it gets it
+    r.set(BASE + "throttle", int(clock() * 1000) + 5000)
+    repairs(cq, {BAD_FLOW: [BASE + f"rate:{window}", BASE + "throttle"]})
+    assert r.get(BASE + f"rate:{window}") == b"4" or not r.exists(BASE + f"rate:{window}")  # (a past time: gone)
+    assert r.pttl(BASE + "throttle") != -1
 
 
 def test_a_core_key_of_the_wrong_type_stops_the_id_checks(cq: Queue, r: redis.Redis) -> None:

@@ -11,7 +11,7 @@ from keyqueue import Queue
 
 from ..support.helpers import FakeClock, wait_until
 
-ZERO = {"enqueued": 0, "acked": 0, "redelivered": 0, "dead_lettered": 0, "expired": 0, "scheduled": 0}
+ZERO = {"enqueued": 0, "acked": 0, "redelivered": 0, "dead_lettered": 0, "expired": 0, "scheduled": 0, "throttled": 0}
 
 
 def counts(q: Queue, **changed: int) -> dict[str, int]:

@@ -658,6 +658,7 @@ def make_machine(
                     name: self.counts[name] for name in ("enqueued", "acked", "redelivered", "dead_lettered", "expired")
                 },
                 "scheduled": 0,
+                "throttled": 0,
             }
 
             # Nothing but the documented keys.

@@ -138,7 +138,7 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
     if q.scripting:  # everything else was run by the claim script (TIME, LRANGE, the reads
         # that check types: LLEN of the signal list; EXISTS config and ZRANGE timers: the
         # script reports a lost config hash and the next timer, so the claim knows when to
-        # reap without a round trip of its own)
+        # reap without a round trip of its own; HMGET config and GET throttle: the limits)
         assert set(sent) <= {
             "evalsha",
             "blpop",
@@ -148,11 +148,25 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
             "exists",
             "zrange",
             "llen",
+            "hmget",
+            "get",
             "config|resetstat",
         }, sent
-    else:  # an empty claim is TIME, LINDEX, LLEN, EXISTS config, ZRANGE timers in one round trip
-        assert set(sent) <= {"blpop", "time", "lindex", "llen", "exists", "zrange", "config|resetstat"}, sent
-        assert sent["time"] == sent["lindex"] == sent["llen"] == sent["exists"] == claims
+    else:  # an empty claim is TIME, LINDEX, LLEN, EXISTS config, ZRANGE timers and the limits'
+        # HMGET config, GET throttle, SCARD processing in one round trip
+        assert set(sent) <= {
+            "blpop",
+            "time",
+            "lindex",
+            "llen",
+            "exists",
+            "zrange",
+            "hmget",
+            "get",
+            "scard",
+            "config|resetstat",
+        }, sent
+        assert sent["time"] == sent["lindex"] == sent["llen"] == sent["exists"] == sent["hmget"] == claims
 
 
 def test_wait_zero_returns_at_once(q: Queue) -> None:

@@ -170,7 +170,7 @@ def test_the_worker_logs_its_settings_at_start(
         "worker options: concurrency=3 retry_backoff=2 grace_period=7.5 heartbeat=on reap_on_start=on "
         "visibility_timeout=per queue timeout=none",
         "queue=mail priority=1 visibility_timeout=12 max_receives=4 bucket_seconds=5 max_body_bytes=262144 "
-        f"dedup_window=300 retention=none dead_retention=none mode={mode}",
+        f"dedup_window=300 retention=none dead_retention=none rate_limit=none max_in_flight=none mode={mode}",
         "queue=bulk priority=2 visibility_timeout=30 max_receives=none bucket_seconds=60 max_body_bytes=262144 "
-        f"dedup_window=300 retention=none dead_retention=none mode={mode}",
+        f"dedup_window=300 retention=none dead_retention=none rate_limit=none max_in_flight=none mode={mode}",
     ]

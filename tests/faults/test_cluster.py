@@ -160,3 +160,15 @@ def test_schedules_on_a_cluster(cluster: RedisCluster) -> None:
         assert q.pause_schedule("tick") and q.schedules()[0].paused
         assert q.check(settle=0).consistent
         assert q.unschedule("tick") and q.schedules() == []
+
+
+def test_flow_control_on_a_cluster(cluster: RedisCluster) -> None:
+    q = Queue("limited", client=cluster, rate_limit="2/3600", max_in_flight=5)
+    q.enqueue_many(["a", "b", "c"])
+    assert [m.text for m in q.claim_many(5)] == ["a", "b"]
+    assert q.claim() is None
+    state = q.rate_state()
+    assert (state.limit, state.used, state.in_flight) == (2, 2, 2)
+    assert q.throttle(30) == 30 and q.rate_state().throttled_for > 29
+    assert q.counters()["throttled"] == 2
+    q.destroy()

@@ -10,7 +10,7 @@ import threading
 
 from keyqueue.aio import Message, Queue
 
-from .handlers import DONE, STARTED
+from .handlers import CLAIMS, DONE, PEAK, RUNNING, STARTED
 
 #: hash id -> "<thread name> <whether a loop ran the handler>", written by ``where``
 WHERE = "test:where"
@@ -45,3 +45,18 @@ async def decorated(m: Message) -> None:
     if m.text == "fail":
         raise RuntimeError("failing as asked")
     await where(m)
+
+
+async def stamp(m: Message) -> None:
+    """As handlers.stamp, on the event loop."""
+    await _client(m).rpush(CLAIMS, f"{m.id} {m.deadline!r}")
+    await _client(m).hincrby(DONE, m.id, 1)
+
+
+async def busy(m: Message) -> None:
+    """As handlers.busy, on the event loop."""
+    client = _client(m)
+    await client.rpush(PEAK, await client.incr(RUNNING))
+    await asyncio.sleep(0.1)
+    await client.decr(RUNNING)
+    await client.hincrby(DONE, m.id, 1)

@@ -91,6 +91,25 @@ def _scheduled(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+def _limited(**settings: Any) -> Callable[[Queue], dict[str, Any]]:
+    """Flow-control settings for the dying client to read, two messages claimed under them
+    and three waiting (its claims take what the limits leave)."""
+
+    def setup(q: Queue) -> dict[str, Any]:
+        Queue(q.name, client=q.client, scripting=q.scripting, clock=q._ops.clock, **settings)
+        ctx = _held(q)
+        ctx["ids"] += q.enqueue_many(["w4", "w5"])
+        return ctx
+
+    return setup
+
+
+def _throttled(q: Queue) -> dict[str, Any]:
+    ctx = _waiting(q)
+    q.throttle(5)
+    return ctx
+
+
 def _held_ctx(ctx: dict[str, Any]) -> Any:
     return ctx["held"][0]
 
@@ -146,6 +165,11 @@ SCENARIOS: dict[str, Scenario] = {
     "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
     "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
     "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
+    "claim_rate_limited": Scenario(_limited(rate_limit="3/1000"), lambda q, c: q.claim_many(3)),
+    "claim_in_flight_capped": Scenario(_limited(max_in_flight=3), lambda q, c: q.claim_many(3)),
+    "claim_throttled": Scenario(_throttled, lambda q, c: q.claim()),
+    "throttle": Scenario(_waiting, lambda q, c: q.throttle(5)),
+    "release_throttled": Scenario(_held, lambda q, c: q.release_throttled(_held_ctx(c), 5)),
     "claim_many_chunked": Scenario(_waiting, _chunked(lambda q, c: q.claim_many(3))),
     "ack_many_chunked": Scenario(_held, _chunked(lambda q, c: q.ack_many(c["held"])), _held_ids),
     "reap_chunked": Scenario(_mixed, _chunked(lambda q, c: q.reap())),

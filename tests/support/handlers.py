@@ -51,3 +51,23 @@ SCHEDULED = "test:scheduled"  # list of the fire times (epoch s) of the messages
 
 def scheduled(m: Message) -> None:
     _client(m).rpush(SCHEDULED, repr(m.scheduled_for))
+
+
+CLAIMS = "test:claims"  # list of "<id> <deadline>" (epoch s), one per delivery handled
+RUNNING = "test:running"  # handlers running now, across every process
+PEAK = "test:peak"  # list of RUNNING as each handler began
+
+
+def stamp(m: Message) -> None:
+    """Records its delivery's deadline (the claim's server time is it minus the visibility timeout)."""
+    _client(m).rpush(CLAIMS, f"{m.id} {m.deadline!r}")
+    _client(m).hincrby(DONE, m.id, 1)
+
+
+def busy(m: Message) -> None:
+    """Counts the handlers running at once (as each begins), busy for 0.1 s."""
+    client = _client(m)
+    client.rpush(PEAK, client.incr(RUNNING))
+    time.sleep(0.1)
+    client.decr(RUNNING)
+    client.hincrby(DONE, m.id, 1)

@@ -34,6 +34,7 @@ HEADERS = {
     "memory.py": "| memory per waiting message | hash-max-listpack-value | bytes | beyond the body |",
     "modes.py": "| operation | scripted msg/s | script-free msg/s | script-free / scripted |",
     "queue_ops.py": "| measurement | messages | keyqueue msg/s | baseline msg/s | ratio min / median / max |",
+    "rate_limits.py": "| measurement | figure | target | result |",
     "redis_cpu.py": "| Redis CPU per delivered message | us min / median / max | vs floor min / median / max |",
     "reaping.py": "| reaping expired deliveries | seconds | Redis seconds | script calls |",
     "replication.py": "| measurement | messages | keyqueue msg/s | baseline msg/s | ratio min / median / max |",

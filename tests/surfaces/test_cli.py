@@ -404,6 +404,10 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
         "none",
         "dead_retention",
         "none",
+        "rate_limit",
+        "none",
+        "max_in_flight",
+        "none",
     ]
     assert json.loads(as_json.stdout) == {
         "visibility_timeout": 30,
@@ -413,6 +417,8 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
         "dedup_window": 300,
         "retention": None,
         "dead_retention": None,
+        "rate_limit": None,
+        "max_in_flight": None,
     }
     res = kq("config", "jobs", "--set", "visibility_timeout=60", "--set", "max_receives=5", "--json", url=url)
     assert res.returncode == 0 and json.loads(res.stdout)["max_receives"] == 5
@@ -477,6 +483,37 @@ def test_config_sets_and_removes_a_retention(redis_server, r: redis.Redis) -> No
     assert res.returncode == 0 and "retention none" in " ".join(res.stdout.split())
     assert r.hget("kq:{jobs}:config", "retention") == b""
     assert Queue("jobs", client=r).settings.retention is None
+
+
+def test_config_sets_and_removes_flow_limits(redis_server, r: redis.Redis) -> None:
+    url = redis_server.url
+    q = Queue("jobs", client=r)
+    q.enqueue_many(["a", "b", "c"])
+    res = kq("config", "jobs", "--set", "rate_limit=20/1", "--set", "max_in_flight=3", "--json", url=url)
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert (shown["rate_limit"], shown["max_in_flight"]) == ("20/1", 3)
+    assert r.hmget("kq:{jobs}:config", "rate_limit", "max_in_flight") == [b"20/1", b"3"]
+    assert q.rate_state().limit == 20  # a Queue made before reads it at its next claim
+    before = snapshot(r)
+    cases = {
+        "rate_limit=0/1": "Error: rate_limit must be",
+        "rate_limit=5/0": "Error: rate_limit must be",
+        "rate_limit=x": "Error: rate_limit must be",
+        "rate_limit=-1/1": "Error: rate_limit must be",
+        "rate_limit=5": "Error: rate_limit must be",
+        "max_in_flight=0": "Error: max_in_flight must be",
+        "max_in_flight=-2": "Error: max_in_flight must be",
+        "max_in_flight=many": "Error: max_in_flight must be",
+    }
+    bad = kq_all(*[["config", "jobs", "--set", "visibility_timeout=5", "--set", arg] for arg in cases], url=url)
+    for res, start_ in zip(bad, cases.values()):
+        assert one_error_line(res, 2, start_), res.stderr
+    assert snapshot(r) == before  # nothing written, not even the good visibility_timeout
+    res = kq("config", "jobs", "--set", "rate_limit=", "--set", "max_in_flight=none", url=url)
+    assert res.returncode == 0 and "rate_limit none" in " ".join(res.stdout.split())
+    assert r.hmget("kq:{jobs}:config", "rate_limit", "max_in_flight") == [b"", b""]
+    assert q.rate_state().limit is None and len(q.claim_many(3)) == 3
 
 
 # -- the decorator and the CLI agree ----------------------------------------------------

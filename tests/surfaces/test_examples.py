@@ -89,6 +89,17 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
             ],
         ),
     ],
+    # (the worker's threads print at once: one pattern a line, in any order)
+    "flow": [
+        (
+            "flow/rate_limited_worker.py",
+            [
+                r"\A3 claimed of 10 asked; 3 in flight\n",
+                *(rf"^sent mail {i}$" for i in range(3, 8)),
+                r"^0 waiting, 0 dead; 5 claims per 1.0 s\nclaims held back: True\n\Z",
+            ],
+        )
+    ],
     "reaper": [("workers/reaper.py", [r"^QueueStats\(waiting=1, processing=0, delayed=0, dead=0, "])],
     "shared-pool": [("deployment/shared_pool.py", [r"^500 messages enqueued by 500 tasks over 20 connections$"])],
     "dashboard-mount": [("dashboard/mount.py", [r"\A\{'redis': 'ok'\}\n401\n\[\]\n\Z"])],

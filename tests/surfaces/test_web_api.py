@@ -247,6 +247,25 @@ def test_expired_messages_are_counted(web: httpx.Client, r: redis.Redis) -> None
     assert '<span data-k="expired">2</span> expired' in web.get("/queues/short").text
 
 
+def test_refused_claims_are_counted_and_limits_shown(web: httpx.Client, r: redis.Redis) -> None:
+    q = Queue("limited", client=r, rate_limit="2/3600", max_in_flight=5)
+    q.enqueue_many(["a", "b", "c"])
+    page = web.get("/queues/limited").text
+    assert 'rate <span data-k="rate_used">0</span> of 2 claims per' in page
+    assert 'in flight <span data-k="in_flight">0</span> of at most 5' in page
+    assert scrape(web)[("keyqueue_throttled_total", (("queue", "limited"),))] == 0
+    assert len(q.claim_many(3)) == 2
+    assert q.claim() is None
+    assert scrape(web)[("keyqueue_throttled_total", (("queue", "limited"),))] == 2  # claim_many's, claim's
+    q.throttle(60)
+    page = web.get("/queues/limited").text
+    assert 'rate <span data-k="rate_used">2</span> of 2' in page and "<strong>throttled</strong>" in page
+    assert 'in flight <span data-k="in_flight">2</span>' in page
+    plain = Queue("plain", client=r)
+    plain.enqueue("x")
+    assert "no rate limit" in web.get("/queues/plain").text
+
+
 # -- actions ----------------------------------------------------------------------------
 
 

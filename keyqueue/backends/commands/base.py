@@ -48,6 +48,7 @@ class _Claim:
         self.missing = False
         self.next_timer: int | None = None
         self.read = 0  # list entries the last pass read
+        self.limited_ms: int | None = None  # a limit cut the claim (as ``Claimed.limited_ms``)
 
 
 class CommandBase:

@@ -14,6 +14,7 @@ from ...core.results import Claimed
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
 from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal
+from .flow import Flow
 
 
 class Consume(CommandBase):
@@ -38,6 +39,8 @@ class Consume(CommandBase):
                 chunk, visibility_ms, bucket_ms, max_receives, out, offset, retention_ms
             )
             wanted -= len(got)
+            if out.limited_ms is not None:
+                break
             if out.read == chunk and not busy and free:
                 free -= 1
                 continue
@@ -49,7 +52,7 @@ class Consume(CommandBase):
             # each other so that a crowd of claimers does not meet on one entry again.
             if busy:
                 offset += busy + random.randrange(wanted * attempt)
-        return Claimed(out.messages, out.dead, out.missing, out.next_timer)
+        return Claimed(out.messages, out.dead, out.missing, out.next_timer, out.limited_ms)
 
     def _claim_once(
         self,
@@ -60,15 +63,24 @@ class Consume(CommandBase):
         out: _Claim,
         offset: int = 0,
         retention_ms: int | None = None,
+        limits: bool = True,
     ) -> Op[tuple[list[str], int, int]]:
         """One pass of the thread's protocol over the list from ``offset``. Adds the
         delivered messages and dead letters to ``out``; returns their ids, their deadline, and
-        how many entries another claimer was in the middle of taking."""
+        how many entries another claimer was in the middle of taking. ``limits=False`` (a
+        purge's claim) neither reads nor counts the queue's flow control."""
         k = self.keys
         read: Command = ("LINDEX", k.queue, offset) if count == 1 else ("LRANGE", k.queue, offset, offset + count - 1)
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
-        now, (heads, waiting_len, config, first) = yield from self._open(
-            (), [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")]
+        flow_reads: list[Command] = [
+            ("HMGET", k.config, "rate_limit", "max_in_flight"),
+            ("GET", k.throttle),
+            ("SCARD", k.processing),
+        ]
+        now, (heads, waiting_len, config, first, *flow_got) = yield from self._open(
+            (),
+            [read, ("LLEN", k.queue), ("EXISTS", k.config), ("ZRANGE", k.timers, 0, 0, "WITHSCORES")]
+            + (flow_reads if limits else []),
         )
         out.missing = config == 0
         score = zscore_pair(first)
@@ -77,23 +89,43 @@ class Consume(CommandBase):
         if count == 1:
             heads = [] if heads is None else [heads]
         out.read = len(heads)
+        flow = Flow(k, now, *(flow_got or (None, None, 0)))
+        heads = heads[: flow.cut(count)]
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms
         if not ids:
+            if flow.limited_ms is not None and int(waiting_len):
+                out.limited_ms = flow.limited_ms
+                yield from self._refused(flow, int(waiting_len))
             return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
-        typed = [*self.waking_keys[1:], k.counters, tk]
+        typed = [*self.waking_keys[1:], k.counters, tk, *flow.keys]
         # WATCH the hashes: dropping a stale list entry is only safe while its message has
-        # not become waiting again (every way back to waiting writes the hash).
+        # not become waiting again (every way back to waiting writes the hash). The rate
+        # limit's window counter is reserved for every id here (the reservation is the
+        # intent: one that is not used is given back at the commit, or lost with its window).
         got = (
             yield [
                 ("WATCH", *(k.item(i) for i in ids)),
                 *(("TYPE", key) for key in typed),
                 *(("HGETALL", k.item(i)) for i in ids),
+                *flow.reserve(len(ids)),
             ]
         )[1:]
         self._check_kinds(typed, got)
+        if flow.rate_key:
+            reserved = got[-2]
+            if isinstance(reserved, ResponseError):
+                yield from one(("UNWATCH",))
+                raise CorruptQueue(flow.rate_key)
+            allowed = flow.reserved(int(reserved), len(ids))
+            if allowed < len(ids):
+                ids = ids[:allowed]
+                out.limited_ms = flow.limited_ms
+            if not ids:
+                yield from self._refused(flow, int(waiting_len), unwatch=True)
+                return [], deadline, 0
         fields: dict[str, dict[bytes, bytes]] = {}
         for i, raw in zip(ids, got[len(typed) :]):
             if isinstance(raw, ResponseError):
@@ -104,19 +136,36 @@ class Consume(CommandBase):
             fields[i] = item_fields(raw)
         # The intent (a timer entry at our deadline), then the ownership steps of the thread.
         # (Index first: a bucket must never hold an id the index does not point to.)
+        # With max_in_flight, the count of processing after our SADDs: every claimer counts
+        # itself with the others that added before it, so those that keep their ids never
+        # exceed the cap (one over it gives back its last ids before taking them from items).
         got = yield [
             ("ZADD", k.timers, "LT", deadline, b),
             ("SADD", tk, *ids),
             *(("SADD", k.processing, i) for i in ids),
+            *flow.count_held(),
         ]
         self._raise_errors([("ZADD", k.timers), ("SADD", tk)], got[:2])
-        won = [i for i, a in zip(ids, got[2:]) if a == 1]
-        contested = [i for i, a in zip(ids, got[2:]) if a != 1]
+        added = got[2 : 2 + len(ids)]
+        won = [i for i, a in zip(ids, added) if a == 1]
+        contested = [i for i, a in zip(ids, added) if a != 1]
+        over = flow.over(got[2 + len(ids) :], len(won))
+        if over:
+            won, refused = won[: len(won) - over], won[len(won) - over :]
+            out.limited_ms = flow.limited_ms
+        else:
+            refused = []
         # The time again, now that the messages are ours: a reaper may have put one back
-        # since the first read, and its delivery must not start before the one it replaces ended.
+        # since the first read, and its delivery must not start before the one it replaces
+        # ended. (Within the rate limit's window this claim was counted in.)
         clock = self._time()
-        got = yield [*clock, *(("SREM", k.items, i) for i in won), *(("SISMEMBER", k.items, i) for i in contested)]
-        now = self._now(got)
+        got = yield [
+            *clock,
+            *(("SREM", k.items, i) for i in won),
+            *(("SISMEMBER", k.items, i) for i in contested),
+            *(cmd for i in refused for cmd in (("SREM", k.processing, i), ("SREM", tk, i))),
+        ]
+        now = flow.claim_time(self._now(got))
         got = got[len(clock) :]
         deadline = now + visibility_ms
         dk, db = self._tk(deadline, bucket_ms)
@@ -126,7 +175,7 @@ class Consume(CommandBase):
         # Not waiting (or no message behind it): the list entry was stale; give back our SADD.
         stale = [i for i, x in zip(won, got) if not (x == 1 and fields[i])]
         # Held by another claimer but not waiting: a live delivery's stale entry.
-        stale += [i for i, x in zip(contested, got[len(won) :]) if x != 1]
+        stale += [i for i, x in zip(contested, got[len(won) : len(won) + len(contested)]) if x != 1]
         busy = len(contested)
 
         limit = max_receives
@@ -163,6 +212,9 @@ class Consume(CommandBase):
             tx.append(("HINCRBY", k.counters, "dead_lettered", dead))
         if expired:
             tx.append(("HINCRBY", k.counters, "expired", expired))
+        if int(waiting_len) <= len(delivered):  # the limits held nothing back
+            out.limited_ms = None
+        tx += flow.settle(flow.reserved_count, len(delivered), out.limited_ms is not None)
         drops: list[Command] = []
         for i in stale:
             if i in won:
@@ -185,6 +237,12 @@ class Consume(CommandBase):
         out.dead += dead
         out.expired += expired
         return delivered, deadline, busy
+
+    def _refused(self, flow: Flow, waiting: int, unwatch: bool = False) -> Op[None]:
+        """A claim the limits refused: its reservation given back, counted when messages wait."""
+        commands = [*flow.settle(flow.reserved_count, 0, waiting > 0), *([("UNWATCH",)] if unwatch else [])]
+        if commands:
+            self._raise_errors(commands, (yield commands))
 
     def wait_then_claim(
         self,

@@ -312,7 +312,9 @@ class Maintain(Consume):
             purged = 0
             while purged < limit:
                 size = min(limit - purged, self.watch_chunk)
-                got, deadline, _ = yield from self._claim_once(size, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim())
+                got, deadline, _ = yield from self._claim_once(
+                    size, PURGE_VISIBILITY_MS, bucket_ms, None, _Claim(), limits=False
+                )
                 if got:
                     yield from self._commit(
                         [

@@ -41,7 +41,9 @@ class Settle(CommandBase):
         at = yield from self._one(msg_id, receipt, [k.processing, k.timers], bucket_ms, change)
         return None if at is None else at + ms
 
-    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None) -> Op[bool]:
+    def release(
+        self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None, unreceive: bool = False
+    ) -> Op[bool]:
         k = self.keys
         ik = k.item(msg_id)
 
@@ -49,6 +51,8 @@ class Settle(CommandBase):
             tx: list[Command] = [("SREM", k.processing, msg_id)]
             if error is not None:
                 tx.append(("HSET", ik, "e", error))
+            if unreceive:  # a current delivery has at least one receive
+                tx.append(("HINCRBY", ik, "r", -1))
             if delay_ms > 0:
                 timer = yield from self._to_timer(msg_id, now + delay_ms, bucket_ms)
                 return [*tx, ("HDEL", ik, "c"), *timer]

@@ -18,7 +18,7 @@ class Consume(ScriptBase):
     ) -> Op[Claimed]:
         reply = yield from self.call(
             "claim",
-            self.claim_keys,
+            self.consume_keys,
             (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
         )
         return claimed(reply)
@@ -37,7 +37,7 @@ class Consume(ScriptBase):
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         claim = self._evalsha(
             "claim",
-            self.claim_keys,
+            self.consume_keys,
             (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
         )
         tail = self.replication.tail()

@@ -95,12 +95,12 @@ def _max_receives(limit: int | None) -> str:
 
 def claimed(reply: Sequence[Any]) -> Claimed:
     """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
-    receipt, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s} unless the message is a
+    receipt, limited, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s} unless the message is a
     first delivery without error or attributes (receives 1, the first receipt, first
     delivered now)."""
     now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
     messages = []
-    for i in range(6, len(reply), 4):
+    for i in range(7, len(reply), 4):
         mid, b, b1, t = reply[i : i + 4]
         body = (b or b"") + b1 if b1 else b or b""
         # ids, receipts and numbers are ASCII the script wrote: decoded inline (a claim reads 100 at once)
@@ -134,7 +134,13 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     None if s is None else int(s),
                 )
             )
-    return Claimed(messages, int(reply[0]), reply[1] == 1, None if reply[2] is None else int(reply[2]))
+    return Claimed(
+        messages,
+        int(reply[0]),
+        reply[1] == 1,
+        None if reply[2] is None else int(reply[2]),
+        None if reply[6] is None else int(reply[6]),
+    )
 
 
 class ScriptBase:
@@ -156,6 +162,8 @@ class ScriptBase:
         self.waking_keys = (*self.state_keys, k.signal)
         # claim and reap also report a missing config hash, and count what they dead-letter
         self.claim_keys = (*self.waking_keys, k.config, k.counters)
+        # a claim also reads the throttle (flow control)
+        self.consume_keys = (*self.claim_keys, k.throttle)
         self._static_head = (k.base, "")
 
     def _head(self) -> tuple[str, str]:

@@ -22,10 +22,20 @@ class Settle(ScriptBase):
         new = yield from self.call("extend", [k.processing, k.timers, k.item(msg_id)], [bucket_ms, msg_id, receipt, ms])
         return int(new) or None
 
-    def release(self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None) -> Op[bool]:
+    def release(
+        self, msg_id: str, receipt: str, delay_ms: int, bucket_ms: int, error: str | None, unreceive: bool = False
+    ) -> Op[bool]:
         k = self.keys
         keys = [k.processing, k.timers, k.item(msg_id), k.queue, k.items, k.signal]
-        args = [bucket_ms, msg_id, receipt, delay_ms, error or "", "0" if error is None else "1"]
+        args = [
+            bucket_ms,
+            msg_id,
+            receipt,
+            delay_ms,
+            error or "",
+            "0" if error is None else "1",
+            "1" if unreceive else "0",
+        ]
         return (yield from self.call("release", keys, args)) == 1
 
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
