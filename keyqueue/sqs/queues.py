@@ -212,6 +212,9 @@ class Directory:
     def __init__(self, client: Any, prefix: str, region: str) -> None:
         self.client, self.prefix, self.region = client, prefix, region
         self.known: dict[str, Known] = {}
+        #: Bumped by every forget(): a read of a queue that began before one (it awaited
+        #: Redis meanwhile) answers its request but does not fill the cache with what it read.
+        self.forgotten = 0
 
     def arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{name}"
@@ -253,12 +256,15 @@ class Directory:
         if known is not None and now - known.checked < FRESH_SECONDS:
             return known
         q = known.queue if known is not None else self.queue(name)
+        began = self.forgotten
         if not await q.exists():
-            self.known.pop(name, None)
+            self.forget(name)
             raise no_queue()
         meta = await q.metadata()
         await q.refresh_settings()
-        known = self.known[name] = Known(name, q, meta, now)
+        known = Known(name, q, meta, now)
+        if began == self.forgotten:
+            self.known[name] = known
         return known
 
     async def by_url(self, params: Mapping[str, Any]) -> Known:
@@ -298,7 +304,7 @@ class Directory:
         now = str(int(time.time()))
         values, _ = meta_for(attributes)
         await q.set_metadata({"created": now, "modified": now, **values, **{f"tag:{k}": v for k, v in tags.items()}})
-        self.known.pop(name, None)
+        self.forget(name)
         return await self.get(name)
 
     async def set_attributes(self, known: Known, attributes: dict[str, str]) -> None:
@@ -307,7 +313,7 @@ class Directory:
             await self.queue(known.name, **settings).load()  # last writer wins, as SQS
         values, gone = meta_for(attributes)
         await known.queue.set_metadata({**values, "modified": str(int(time.time()))}, remove=gone)
-        self.known.pop(known.name, None)
+        self.forget(known.name)
 
     async def attributes(self, known: Known, names: list[str]) -> dict[str, str]:
         """GetQueueAttributes: the named attributes ("All": every one it has)."""
@@ -348,4 +354,6 @@ class Directory:
         return out if every else {k: v for k, v in out.items() if k in wanted}
 
     def forget(self, name: str) -> None:
+        """What was read of ``name`` is stale (this server changed or deleted it)."""
         self.known.pop(name, None)
+        self.forgotten += 1

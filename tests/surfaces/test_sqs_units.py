@@ -152,3 +152,41 @@ def test_tags_and_batch_sizes_as_sqs_counts_them() -> None:
     }
     assert entry_size(entry) == 20 + (1 + 6 + 3) + (1 + 6 + 2) + 4 + (3 + 6)
     assert entry_size({"Id": "a"}) == 0
+
+
+def test_a_queue_read_that_a_change_overtakes_does_not_fill_the_cache(redis_server, monkeypatch) -> None:
+    """A request reading a queue (awaiting Redis) while another request changes it and
+    forgets it answers with what it read, but leaves no stale copy for the next request."""
+    import asyncio
+
+    import redis.asyncio
+
+    from keyqueue.aio import Queue
+    from keyqueue.sqs.queues import Directory
+
+    async def scenario() -> dict[str, str]:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        d = Directory(client, "cachet", "us-east-1")
+        await d.create("q", {}, {"env": "test"})
+        d.forget("q")
+        gate, reading = asyncio.Event(), asyncio.Event()
+        original = Queue.refresh_settings
+
+        async def held(self: Queue) -> object:  # after the metadata was read
+            reading.set()
+            await gate.wait()
+            return await original(self)
+
+        monkeypatch.setattr(Queue, "refresh_settings", held)
+        read = asyncio.create_task(d.get("q"))
+        await reading.wait()
+        monkeypatch.setattr(Queue, "refresh_settings", original)
+        await d.queue("q").set_metadata({}, remove=["tag:env"])  # as UntagQueue does
+        d.forget("q")
+        gate.set()
+        assert (await read).tags == {"env": "test"}  # what it read, for its own request
+        tags = (await d.get("q")).tags
+        await client.aclose()
+        return tags
+
+    assert asyncio.run(scenario()) == {}
