@@ -650,11 +650,12 @@ class QueueCore:
             yield from run(("dead", "0", 0), lambda p: in_time())
         # (While the head still holds an expired backlog, the scan would only meet it there.)
         if s.retention_ms and head[0] != "head":
-            taken = [0]
+            taken = 0
 
             def scanning(p: ExpirePosition) -> bool:
-                taken[0] += 1
-                return p[0] in ("waiting", "delayed") and taken[0] < EXPIRE_SCAN_STEPS
+                nonlocal taken
+                taken += 1
+                return p[0] in ("waiting", "delayed") and taken < EXPIRE_SCAN_STEPS
 
             scan = yield from run(self.scan_position or ("waiting", "0", 0), scanning)
             self.scan_position = scan if scan[0] in ("waiting", "delayed") else None

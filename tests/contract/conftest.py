@@ -16,6 +16,17 @@ from keyqueue.server import RedisServer
 from ..support.workers import Workers
 
 
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per round trip the blocking transport makes from now on."""
+    from keyqueue.transport import sync
+
+    sent: list[int] = []
+    round_trip = sync.Pinned.round_trip
+    monkeypatch.setattr(sync.Pinned, "round_trip", lambda self, cmds: (sent.append(1), round_trip(self, cmds))[1])
+    return sent
+
+
 @pytest.fixture(params=["sync", "async"])
 def face(request: pytest.FixtureRequest) -> str:
     """Which face ``make_queue`` builds its queues on."""

@@ -10,10 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
-from typing import Iterator
 
-import pytest
 import redis
 
 from keyqueue import Queue
@@ -23,16 +20,6 @@ from ..support.helpers import ROOT, wait_until
 from ..support.processes import Procs
 
 VISIBILITY = 30.0
-
-
-@pytest.fixture
-def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
-    ps = Procs(tmp_path, scripting)
-    yield ps
-    for p in ps.started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
 
 
 def claim_windows(r: redis.Redis, window_ms: int) -> Counter[int]:

@@ -34,16 +34,6 @@ RECORD = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ ([A-Z]+) ([\w.]+): (.*)")
 HANDLERS = {"threads": "tests.support.handlers", "asyncio": "tests.support.aio_handlers"}
 
 
-@pytest.fixture
-def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
-    ps = Procs(tmp_path, scripting)
-    yield ps
-    for p in ps.started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
 @pytest.fixture(params=sorted(HANDLERS))
 def kind(request: pytest.FixtureRequest) -> str:
     """The module of the worker's handlers (each has ``slow``): threads, then asyncio."""

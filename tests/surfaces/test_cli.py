@@ -457,6 +457,16 @@ def test_config_shows_and_sets_the_settings(redis_server, r: redis.Redis) -> Non
     assert Queue("jobs", client=r).settings.max_receives is None
 
 
+def refused_writing_nothing(r: redis.Redis, url: str, cases: dict[str, str]) -> None:
+    """Each ``--set`` of ``cases`` (beside a good one): one error line as given, exit 2, and
+    nothing written, not even the good setting."""
+    before = snapshot(r)
+    bad = kq_all(*[["config", "jobs", "--set", "visibility_timeout=5", "--set", arg] for arg in cases], url=url)
+    for res, start_ in zip(bad, cases.values()):
+        assert one_error_line(res, 2, start_), res.stderr
+    assert snapshot(r) == before
+
+
 def test_config_sets_and_removes_a_retention(redis_server, r: redis.Redis) -> None:
     url = redis_server.url
     Queue("jobs", client=r).enqueue("x")
@@ -466,7 +476,6 @@ def test_config_sets_and_removes_a_retention(redis_server, r: redis.Redis) -> No
     assert (shown["retention"], shown["dead_retention"]) == (3600, 86400.5)
     assert r.hmget("kq:{jobs}:config", "retention", "dead_retention") == [b"3600.0", b"86400.5"]
     assert Queue("jobs", client=r).settings.retention == 3600
-    before = snapshot(r)
     cases = {
         "retention=soon": "Error: retention must be a number of seconds",
         "retention=0": "Error: retention must be",
@@ -475,10 +484,7 @@ def test_config_sets_and_removes_a_retention(redis_server, r: redis.Redis) -> No
         "retention=nan": "Error: retention must be",
         "retention=400000000": "Error: retention must be",  # more than 10 years
     }
-    bad = kq_all(*[["config", "jobs", "--set", "visibility_timeout=5", "--set", arg] for arg in cases], url=url)
-    for res, start_ in zip(bad, cases.values()):
-        assert one_error_line(res, 2, start_), res.stderr
-    assert snapshot(r) == before  # nothing written, not even the good visibility_timeout
+    refused_writing_nothing(r, url, cases)
     res = kq("config", "jobs", "--set", "retention=", url=url)  # empty: kept for ever again
     assert res.returncode == 0 and "retention none" in " ".join(res.stdout.split())
     assert r.hget("kq:{jobs}:config", "retention") == b""
@@ -495,7 +501,6 @@ def test_config_sets_and_removes_flow_limits(redis_server, r: redis.Redis) -> No
     assert (shown["rate_limit"], shown["max_in_flight"]) == ("20/1", 3)
     assert r.hmget("kq:{jobs}:config", "rate_limit", "max_in_flight") == [b"20/1", b"3"]
     assert q.rate_state().limit == 20  # a Queue made before reads it at its next claim
-    before = snapshot(r)
     cases = {
         "rate_limit=0/1": "Error: rate_limit must be",
         "rate_limit=5/0": "Error: rate_limit must be",
@@ -506,10 +511,7 @@ def test_config_sets_and_removes_flow_limits(redis_server, r: redis.Redis) -> No
         "max_in_flight=-2": "Error: max_in_flight must be",
         "max_in_flight=many": "Error: max_in_flight must be",
     }
-    bad = kq_all(*[["config", "jobs", "--set", "visibility_timeout=5", "--set", arg] for arg in cases], url=url)
-    for res, start_ in zip(bad, cases.values()):
-        assert one_error_line(res, 2, start_), res.stderr
-    assert snapshot(r) == before  # nothing written, not even the good visibility_timeout
+    refused_writing_nothing(r, url, cases)
     res = kq("config", "jobs", "--set", "rate_limit=", "--set", "max_in_flight=none", url=url)
     assert res.returncode == 0 and "rate_limit none" in " ".join(res.stdout.split())
     assert r.hmget("kq:{jobs}:config", "rate_limit", "max_in_flight") == [b"", b""]
