@@ -20,9 +20,7 @@ from ..support.handlers import DONE, PIDS, STARTED
 from ..support.helpers import wait_until
 from ..support.processes import Procs
 from ..support.workers import Running
-from .test_processes import ONE_MODE, procs
-
-__all__ = ["procs"]  # the process fixture of the worker process tests
+from .test_processes import ONE_MODE
 
 RETENTION = 2.0
 

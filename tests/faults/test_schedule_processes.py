@@ -15,9 +15,6 @@ from keyqueue.server import RedisServer
 from ..support.handlers import SCHEDULED
 from ..support.helpers import wait_until
 from ..support.processes import Procs
-from .test_processes import procs
-
-__all__ = ["procs"]  # the process fixture of the worker process tests
 
 pytestmark = pytest.mark.slow
 
