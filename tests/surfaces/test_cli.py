@@ -28,10 +28,16 @@ MODE: list[str] = []  # ["--no-scripting"] while a test runs in the script-free 
 @pytest.fixture(autouse=True)
 def _both_modes(scripting: bool) -> Iterator[None]:
     """Every command in both modes (the queues the tests set up stay scripted: the modes
-    share one layout and serve one queue together)."""
+    share one layout and serve one queue together), except where ``BEFORE_ANY_MODE`` says
+    the command is refused before the mode makes any difference."""
     MODE[:] = [] if scripting else ["--no-scripting"]
     yield
     MODE.clear()
+
+
+#: A test of refusals made before a command reaches the mode's code (click's usage errors,
+#: URLs, argument checks of the I/O-free core): it runs in one mode.
+BEFORE_ANY_MODE = pytest.mark.parametrize("scripting", [True], ids=["scripted"])
 
 
 def start(*args: str, url: str | None = None, env: dict | None = None, **popen: Any) -> subprocess.Popen[bytes]:
@@ -86,6 +92,7 @@ def one_error_line(res: subprocess.CompletedProcess[str], code: int, start: str)
     )
 
 
+@BEFORE_ANY_MODE
 def test_version() -> None:
     from keyqueue import __version__
 
@@ -187,6 +194,7 @@ def test_worker_command_burst(redis_server, r: redis.Redis) -> None:
 # -- errors: one line, the right exit code, nothing lost, no password --------------------
 
 
+@BEFORE_ANY_MODE
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -212,6 +220,7 @@ def test_bad_input_exits_2_with_one_line(redis_server, args: list[str], message:
     assert res.stderr.startswith(message) and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 
+@BEFORE_ANY_MODE
 def test_too_large_body_exits_2_and_enqueues_nothing(redis_server, r: redis.Redis) -> None:
     Queue("q", client=r, max_body_bytes=5)
     res = kq("enqueue", "q", "ok", "far too long", url=redis_server.url)
@@ -219,6 +228,7 @@ def test_too_large_body_exits_2_and_enqueues_nothing(redis_server, r: redis.Redi
     assert Queue("q", client=r).length() == 0
 
 
+@BEFORE_ANY_MODE
 def test_bad_urls(redis_server) -> None:
     res = kq("len", "q", url="http://admin:hunter2@localhost:6379/0")
     assert res.returncode == 2 and res.stderr.startswith("Error: invalid Redis URL")
@@ -239,6 +249,7 @@ def test_corrupt_key_exits_1_with_the_key_name(redis_server, r: redis.Redis) -> 
     assert res.returncode == 1 and res.stderr.strip().startswith("Error: key 'kq:{q}:items'")
 
 
+@BEFORE_ANY_MODE
 def test_click_usage_errors_keep_click_s_form() -> None:
     res = kq("frobnicate")
     assert res.returncode == 2 and "Usage:" in res.stderr and "No such command" in res.stderr
@@ -600,6 +611,7 @@ def test_check_exit_codes_and_repair(redis_server, r: redis.Redis) -> None:
     assert [m.id for m in q.claim_many(10)] == ["1", "2"]
 
 
+@BEFORE_ANY_MODE
 def test_check_bad_input_and_passwords(redis_server, no_scripting_url: str, r: redis.Redis) -> None:
     q = Queue("q", client=r)
     res = kq("--url", redis_server.url, "check", "no/such name")

@@ -129,9 +129,10 @@ def test_api_messages_per_source(web: httpx.Client, r: redis.Redis) -> None:
     waiting = web.get("/api/queues/emails/messages", params={"count": "2"}).json()
     assert [m["body"] for m in waiting] == ["mail 3", "mail 4"]
     late = Queue("late", client=r)  # no worker, no reaper: past their time, still where they were
-    due_id, _ = late.enqueue("due", delay=0.05), late.enqueue("held")
+    late.enqueue("held")
     held = late.claim(visibility_timeout=0.05)
-    assert held is not None
+    assert held is not None and held.text == "held"
+    due_id = late.enqueue("due", delay=0.05)  # after the claim: a claim reaps what is due
     wait_until(
         lambda: all(
             m.deadline is not None and m.deadline < time.time() - 0.05
