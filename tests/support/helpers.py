@@ -17,8 +17,10 @@ import redis
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
-    """Poll until predicate() is truthy; fail the test at the deadline."""
+def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.01) -> Any:
+    """Poll until predicate() is truthy; fail the test at the deadline. The default deadline
+    only catches what never happens: on a loaded 2-core machine a process takes seconds to
+    start (a test that bounds how soon something happens passes its own ``timeout``)."""
     end = time.monotonic() + timeout
     while True:
         value = predicate()
