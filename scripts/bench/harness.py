@@ -245,6 +245,12 @@ def spawned(target: Callable[..., None], args: Sequence[Any], processes: int) ->
     return Spawned(procs, go, finished)
 
 
+def server_cpu(r: redis.Redis) -> float:
+    """redis-server's own CPU seconds so far (INFO used_cpu_user + used_cpu_sys: its rusage)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 # -- timing and interleaved rounds -------------------------------------------------------
 
 

@@ -59,6 +59,7 @@ from harness import (
     interleaved,
     markdown_table,
     ratios,
+    server_cpu,
     spawned,
     throwaway_redis,
 )
@@ -247,11 +248,6 @@ def drained(r: redis.Redis, side: str) -> int:
 # -- one measurement ------------------------------------------------------------------------
 
 
-def cpu_seconds(r: redis.Redis) -> float:
-    info = r.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 #: Commands of the benchmark's own bookkeeping, left out of the per-command tables.
 OWN = {"info", "config|resetstat", "config|set", "flushall", "script|load", "ping", "client|setinfo"}
 
@@ -271,17 +267,17 @@ def measure(r: redis.Redis, url: str, side: str, data: list[bytes]) -> Sample:
     r.flushall()
     for name in SCRIPT_NAMES:  # compiled before the clock starts, as on a server in use
         r.script_load(script_source(name))
-    before = cpu_seconds(r)
+    before = server_cpu(r)
     fill(r, side, data)
-    enqueue = cpu_seconds(r) - before
+    enqueue = server_cpu(r) - before
     if side == "streams":
         r.xgroup_create(STREAM, GROUP, id="0")
     started = spawned(_process, (side, url), PROCESSES)
     r.config_resetstat()
-    before = cpu_seconds(r)
+    before = server_cpu(r)
     started.go.set()
     handled = sum(started.results(900))
-    drain = cpu_seconds(r) - before
+    drain = server_cpu(r) - before
     stats = r.info("commandstats")
     left = drained(r, side)
     if handled != n or left:
@@ -377,16 +373,16 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
         r.flushall()
         if name == FLOOR:
             fill(r, FLOOR, data)
-            before = cpu_seconds(r)
+            before = server_cpu(r)
             if floor_drain(r) != n:
                 raise RuntimeError("floor: not every message acked")
-            return (cpu_seconds(r) - before) / n * 1e6
+            return (server_cpu(r) - before) / n * 1e6
         claim_sha, ack_sha = (r.script_load(s) for s in variants[name])
         q = Queue(QUEUE_NAME, client=r)
         fill(r, "keyqueue", data)
         k = q._core.ops
         base = (k.keys.base, "")
-        before = cpu_seconds(r)
+        before = server_cpu(r)
         done = 0
         while got := claimed(
             r.execute_command(
@@ -404,7 +400,7 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
             )
         if done != n:
             raise RuntimeError(f"{name}: acked {done} of {n}")
-        return (cpu_seconds(r) - before) / n * 1e6
+        return (server_cpu(r) - before) / n * 1e6
 
     runs = interleaved({name: (lambda v=name: run(v)) for name in [FLOOR, *variants]}, rounds)
     shipped = statistics.median(runs["shipped"])

@@ -29,6 +29,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import redis
@@ -43,6 +44,7 @@ from harness import (
     interleaved,
     markdown_table,
     ratios,
+    server_cpu,
     spawned,
     throwaway_redis,
 )
@@ -123,6 +125,7 @@ def drained(r: redis.Redis, side: str, n: int) -> None:
 
 
 SIDES: dict[str, Callable[[str], None]] = {"streams": streams_drain, "keyqueue": keyqueue_drain, "lmove": lmove_drain}
+PER_MESSAGE = ("wall", "client_cpu", "redis_cpu")
 
 
 def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
@@ -130,20 +133,33 @@ def _process(side: str, url: str, ready: Any, go: Any, finished: Any) -> None:
     handle()  # the handler's connection is made before the clock starts
     ready.release()
     go.wait()
+    cpu = time.process_time()
     SIDES[side](url)
-    finished.put(time.monotonic())
+    finished.put((time.monotonic(), time.process_time() - cpu))
 
 
-def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> float:
-    """Messages per second for ``processes`` processes draining n pre-filled messages."""
+@dataclass(frozen=True)
+class Drain:
+    """One drain: its rate, and per message the CPU its processes spent (every thread, the
+    handler's INCR included) and redis-server's own CPU."""
+
+    rate: float
+    client_us: float
+    redis_us: float
+
+
+def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> Drain:
+    """``processes`` processes draining n pre-filled messages."""
     fill(r, side, n)
     started = spawned(_process, (side, url), processes)
     r.delete(HANDLED)  # the warm-up INCRs
+    redis_before = server_cpu(r)
     start = time.monotonic()
     started.go.set()
     ends = started.results(600)
+    redis_cpu = server_cpu(r) - redis_before
     drained(r, side, n)
-    return n / (max(ends) - start)
+    return Drain(n / (max(end for end, _ in ends) - start), sum(c for _, c in ends) / n * 1e6, redis_cpu / n * 1e6)
 
 
 def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, Any]]:
@@ -151,13 +167,23 @@ def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, 
     for processes in (1, 2):
         # baseline, keyqueue, baseline: neighbours in time
         runs = interleaved({side: (lambda s=side: drain_rate(r, url, s, processes, n)) for side in SIDES}, rounds)
+        rates = {side: [d.rate for d in v] for side, v in runs.items()}
         rows.append(
             {
                 "processes": processes,
                 "messages": n,
-                **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in runs.items()},
-                "vs_streams": Spread.of(ratios(runs["keyqueue"], runs["streams"])).rounded(),
-                "vs_lmove": Spread.of(ratios(runs["keyqueue"], runs["lmove"])).rounded(),
+                **{f"{side}_msgs_per_s": round(statistics.median(v)) for side, v in rates.items()},
+                "vs_streams": Spread.of(ratios(rates["keyqueue"], rates["streams"])).rounded(),
+                "vs_lmove": Spread.of(ratios(rates["keyqueue"], rates["lmove"])).rounded(),
+                # per message, medians: the wall time of the drain, the CPU of its processes, redis-server's CPU
+                "per_message_us": {
+                    side: {
+                        "wall": round(statistics.median(1e6 / d.rate for d in v), 2),
+                        "client_cpu": round(statistics.median(d.client_us for d in v), 2),
+                        "redis_cpu": round(statistics.median(d.redis_us for d in v), 2),
+                    }
+                    for side, v in runs.items()
+                },
             }
         )
         print(f"  drained with {processes} process(es)", file=sys.stderr)
@@ -273,6 +299,26 @@ def main(argv: list[str] | None = None) -> int:
                         spread(row["vs_lmove"]),
                     ]
                     for row in rows
+                ),
+            )
+        )
+    )
+    print()
+    print(
+        "\n".join(
+            markdown_table(
+                [
+                    "per message, µs (medians)",
+                    "worker processes",
+                    "wall time of the drain",
+                    "CPU of the processes",
+                    "redis-server CPU",
+                ],
+                "lrrrr",
+                (
+                    [side, row["processes"], *(f"{row['per_message_us'][side][k]:.2f}" for k in PER_MESSAGE)]
+                    for row in rows
+                    for side in SIDES
                 ),
             )
         )
