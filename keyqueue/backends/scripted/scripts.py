@@ -40,6 +40,7 @@ CHUNK = 1000
 
 _DEFINES = re.compile(r"^local (?:function )?(\w+)", re.M)
 _COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+_WORDS = re.compile(r"\w+")
 
 
 def _lib_blocks() -> list[tuple[set[str], str]]:
@@ -72,11 +73,8 @@ def script_source(name: str) -> str:
     used: set[int] = set()
     code = _COMMENTS.sub("", body)
     while True:
-        new = {
-            i
-            for i, (names, _) in enumerate(blocks)
-            if i not in used and any(re.search(rf"\b{n}\b", code) for n in names)
-        }
+        words = set(_WORDS.findall(code))
+        new = {i for i, (names, _) in enumerate(blocks) if i not in used and not names.isdisjoint(words)}
         if not new:
             break
         used |= new
