@@ -18,3 +18,6 @@ PY="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,spark,web,sqs,docs]' 2>&1 | grep -v '^WARNING' || true
 .venv/bin/python -c 'import keyqueue' # fails loudly if the install did not work
+# keyqueue's bytecode, compiled once: every process the demo, the workers and the tests start
+# reads it (where PYTHONDONTWRITEBYTECODE is set, each would compile every module again).
+.venv/bin/python -m compileall -q keyqueue tests >/dev/null
