@@ -15,6 +15,7 @@ from ..core.roundtrip import (
     Command,
     Op,
     Plan,
+    Race,
     Sleep,
     Stepper,
     T,
@@ -128,11 +129,29 @@ async def run(client: Any, op: Op[T]) -> T:
         await pinned.release(step.clean)
 
 
-async def run_plan(plan: Plan[T]) -> T:
-    """Drive a plan: each (client, op) it yields runs on that client."""
+def _one(command: Command) -> Op[Any]:
+    (reply,) = yield [command]
+    return reply
+
+
+async def race(r: Race) -> list[Any]:
+    """Each wait a task on a connection of its own; the first to answer wins and the others
+    are cancelled, which drops their connections (see ``Race``)."""
+    tasks = [asyncio.ensure_future(run(target, _one(command))) for target, command in r.waits]
     try:
-        target, op = next(plan)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return [t.result() if t.done() and not t.cancelled() else None for t in tasks]
+
+
+async def run_plan(plan: Plan[T]) -> T:
+    """Drive a plan: each (client, op) it yields runs on that client; a Race races."""
+    try:
+        step = next(plan)
         while True:
-            target, op = plan.send(await run(target, op))
+            step = plan.send(await race(step) if isinstance(step, Race) else await run(*step))
     except StopIteration as stop:
         return stop.value

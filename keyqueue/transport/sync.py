@@ -3,6 +3,7 @@ per node on a cluster), each round trip one packed write and its replies."""
 
 from __future__ import annotations
 
+import selectors
 import time
 from typing import Any, Sequence
 
@@ -16,6 +17,7 @@ from ..core.roundtrip import (
     Command,
     Op,
     Plan,
+    Race,
     Sleep,
     Stepper,
     T,
@@ -135,11 +137,51 @@ def run(client: redis.Redis, op: Op[T]) -> T:
         pinned.release(step.clean)
 
 
-def run_plan(plan: Plan[T]) -> T:
-    """Drive a plan: each (client, op) it yields runs on that client."""
+#: Seconds a race waits past its commands' own timeout before it calls the servers silent.
+RACE_GRACE = 5.0
+
+
+def race(r: Race) -> list[Any]:
+    """Send each wait on a connection of its own, then wait on all the sockets at once: the
+    replies that came first are read, the other connections dropped (see ``Race``)."""
+    held: list[tuple[Pinned, Any]] = []
+    replies: list[Any] = [None] * len(r.waits)
+    answered: set[int] = set()
     try:
-        target, op = next(plan)
+        for target, command in r.waits:
+            pinned = Pinned(target)
+            held.append((pinned, None))
+            node = target.get_node_from_key(routing_key(command) or b"") if is_cluster(target) else None
+            conn = pinned._conn(node)
+            held[-1] = (pinned, conn)
+            conn.send_packed_command(pack(conn, [command]))
+        with selectors.DefaultSelector() as sel:
+            for i, (_, conn) in enumerate(held):
+                sel.register(conn._sock, selectors.EVENT_READ, i)
+            ready = sel.select(max(float(c[-1]) for _, c in r.waits) + RACE_GRACE)
+        if not ready:
+            raise redis.TimeoutError("no reply to a blocking wait in time")
+        for key, _ in ready:
+            replies[key.data] = _read(held[key.data][1])
+            answered.add(key.data)
+        return replies
+    finally:
+        for i, (pinned, _) in enumerate(held):
+            pinned.release(i in answered)
+
+
+def _read(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
+def run_plan(plan: Plan[T]) -> T:
+    """Drive a plan: each (client, op) it yields runs on that client; a Race races."""
+    try:
+        step = next(plan)
         while True:
-            target, op = plan.send(run(target, op))
+            step = plan.send(race(step) if isinstance(step, Race) else run(*step))
     except StopIteration as stop:
         return stop.value
