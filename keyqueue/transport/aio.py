@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, RedisClusterException, ResponseError
 
 from ..core.roundtrip import (
     CLUSTER_ATTEMPTS,
@@ -38,6 +38,15 @@ async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+async def learn_slots(client: Any) -> None:
+    """The cluster's slot map, learnt once (a no-op afterwards); no seed answering is redis'
+    ConnectionError, as a single server down is (redis-py says RedisClusterException)."""
+    try:
+        await client.initialize()
+    except RedisClusterException as exc:
+        raise ConnectionError(str(exc)) from None
+
+
 class Pinned:
     """The connections one operation holds (see sync.Pinned); asyncio cluster nodes hand
     out connections themselves."""
@@ -59,7 +68,7 @@ class Pinned:
     async def round_trip(self, commands: list[Command]) -> list[Any]:
         if not is_cluster(self.client):
             return await round_trip(await self._conn(None), commands)
-        await self.client.initialize()  # learns the slot map once (a no-op afterwards)
+        await learn_slots(self.client)
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = await round_trip(await self._conn(node), [commands[i] for i in idx])

@@ -3,54 +3,36 @@ runs on one node, and queues spread over the nodes."""
 
 from __future__ import annotations
 
-import shutil
+import json
+import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 from redis.cluster import RedisCluster
 
 from keyqueue import Queue, Worker
-from keyqueue.server import RedisServer, free_port
+
+from keyqueue.server import free_port
+
+from ..support.cluster import Cluster
+from ..support.helpers import ROOT, wait_until
+from ..support.processes import Procs
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    nodes = [
-        RedisServer(
-            [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--cluster-port",
-                str(free_port()),
-            ]
-        )
-        for _ in range(3)
-    ]
-    try:
-        for n in nodes:
-            n.start()
-        cli = shutil.which("redis-cli")
-        assert cli, "redis-cli is needed to form the cluster"
-        addrs = [f"127.0.0.1:{n.port}" for n in nodes]
-        subprocess.run(
-            [cli, "--cluster", "create", *addrs, "--cluster-yes"], check=True, capture_output=True, timeout=60
-        )
-        client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
-        end = time.monotonic() + 30
-        while client.cluster_info().get("cluster_state") != "ok":
-            assert time.monotonic() < end, "cluster did not come up"
-            time.sleep(0.1)
-        yield client
-        client.close()
-    finally:
-        for n in nodes:
-            n.cleanup()
+def cluster_set() -> Iterator[Cluster]:
+    c = Cluster()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_set: Cluster) -> RedisCluster:
+    return cluster_set.client
 
 
 def test_queues_work_on_a_cluster_and_spread_over_nodes(cluster: RedisCluster) -> None:
@@ -99,11 +81,16 @@ def test_a_decoding_cluster_client_is_refused_clearly(cluster: RedisCluster) -> 
         decoding.close()
 
 
-def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster: RedisCluster) -> None:
+def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster_set: Cluster) -> None:
     from keyqueue import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server"):
-        Queue("q", client=cluster, scripting=False)
+    for made in (
+        lambda: Queue("q", client=cluster_set.client, scripting=False),
+        lambda: Queue("q", url=cluster_set.url, scripting=False),
+    ):
+        with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server") as exc:
+            made()
+        assert "\n" not in str(exc.value)
 
 
 def test_the_async_queue_on_a_cluster(cluster: RedisCluster) -> None:
@@ -172,3 +159,244 @@ def test_flow_control_on_a_cluster(cluster: RedisCluster) -> None:
     assert q.throttle(30) == 30 and q.rate_state().throttled_for > 29
     assert q.counters()["throttled"] == 2
     q.destroy()
+
+
+# --- every entry point on a redis+cluster:// URL -----------------------------------------
+
+
+def names_on_every_node(c: Cluster, count: int = 3) -> list[str]:
+    """Queue names whose keys live on ``count`` different nodes."""
+    seen: dict[str, str] = {}
+    for i in range(1000):
+        node = c.client.get_node_from_key(f"kq:{{n{i}}}:seq").name
+        seen.setdefault(node, f"n{i}")
+        if len(seen) == count:
+            return list(seen.values())
+    raise AssertionError("no names on every node")
+
+
+def test_a_cluster_url_on_both_faces(cluster_set: Cluster) -> None:
+    """Any seed (a dead one first), query options applied, queues on every node listed."""
+    import asyncio
+
+    from keyqueue import aio
+    from keyqueue.queue import list_queues
+
+    url = cluster_set.url.replace("://", "://127.0.0.1:1,") + "/?socket_timeout=5"
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, url=url) for n in names]
+    assert queues[0].client.nodes_manager.connection_kwargs["socket_timeout"] == 5.0
+    for q in queues:
+        q.enqueue(q.name)
+    assert set(names) <= set(list_queues(queues[0].client))
+    assert [q.claim().text for q in queues] == names  # type: ignore[union-attr]
+
+    async def main() -> None:
+        aqs = [aio.Queue(n, url=url) for n in names]
+        try:
+            for q in aqs:
+                await q.enqueue("async " + q.name)
+            assert set(names) <= set(await aio.list_queues(aqs[0].client))
+            got = [await q.claim() for q in aqs]
+            assert [m.text for m in got if m is not None] == ["async " + n for n in names]
+        finally:
+            for q in aqs:
+                await q.client.aclose()
+
+    asyncio.run(main())
+    for q in queues:
+        q.destroy()
+        q.client.close()
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("redis+cluster://", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1:99999", "bad port"),
+        ("redis+cluster://u:s3cret@127.0.0.1:x", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/1", "no databases"),
+        ("rediss+cluster://u:s3cret@127.0.0.1:7000/?socket_timeout=soon", "socket_timeout"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/?bogus=1", "bogus"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/?ssl_ca_certs=/x", "needs TLS"),
+    ],
+)
+def test_a_malformed_cluster_url_is_one_line_before_any_connection(url: str, why: str) -> None:
+    """(Nothing listens on these ports: a connection tried would be a ConnectionError.)"""
+    from keyqueue import ConfigurationError, aio
+
+    for made in (lambda: Queue("q", url=url), lambda: aio.Queue("q", url=url)):
+        with pytest.raises(ConfigurationError) as exc:
+            made()
+        text = str(exc.value)
+        assert why in text and "\n" not in text and "s3cret" not in text
+
+
+def test_an_unreachable_cluster_fails_at_its_first_operation(tmp_path: Path) -> None:
+    import asyncio
+
+    import redis
+
+    from keyqueue import aio
+
+    url = f"redis+cluster://u:s3cret@127.0.0.1:{free_port()}"
+    with pytest.raises(redis.ConnectionError) as exc:
+        Queue("q", url=url)
+    assert "s3cret" not in str(exc.value)
+    q = aio.Queue("q", url=url)  # the asyncio client connects at its first command
+
+    async def first() -> None:
+        try:
+            await q.enqueue("x")
+        finally:
+            await q.client.aclose()
+
+    with pytest.raises(redis.ConnectionError):
+        asyncio.run(first())
+    done = cli(url, "ls")
+    assert done.returncode == 1 and "s3cret" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def cli(url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "keyqueue", *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_cli_on_a_cluster_url(cluster_set: Cluster) -> None:
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        done = cli(cluster_set.url, "enqueue", n, "a", "b")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["1", "2"]
+    listed = cli(cluster_set.url, "ls")
+    assert listed.returncode == 0 and set(names) <= set(listed.stdout.split()), listed.stderr
+    stats = cli(cluster_set.url, "stats", names[2], "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["waiting"] == 2, stats.stderr
+    for n in names:
+        Queue(n, client=cluster_set.client).destroy()
+
+
+def test_worker_and_reaper_processes_on_a_cluster_url(cluster_set: Cluster, tmp_path: Path) -> None:
+    from ..support.handlers import DONE
+
+    procs = Procs(tmp_path)
+    client = cluster_set.client
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, client=client) for n in names]
+    try:
+        for q in queues:  # due in a moment: only a reap makes them waiting
+            q.enqueue("later", delay=0.5)
+        reaper = procs.spawn(cluster_set.url, "reaper", "--interval", "0.2")
+        wait_until(lambda: all(q.stats().waiting == 1 for q in queues), timeout=60, interval=0.1)
+        assert reaper.poll() is None, procs.log(reaper)
+        client.delete(DONE)
+        ids = queues[0].enqueue_many([f"m{i}" for i in range(20)])
+        worker = procs.spawn(cluster_set.url, "worker", "tests.support.handlers:record", "-q", names[0])
+        wanted = {i.encode() for i in ids}
+        wait_until(lambda: wanted <= set(client.hgetall(DONE)), timeout=60, interval=0.1)
+        assert queues[0].stats().waiting == 0  # the one the reaper released too
+        assert worker.poll() is None, procs.log(worker)
+    finally:
+        for p in procs.started:
+            p.terminate()
+            p.wait(30)
+        for q in queues:
+            q.destroy()
+
+
+def test_serve_on_a_cluster_url(cluster_set: Cluster) -> None:
+    """The dashboard's API, /metrics and the SQS API over a cluster URL."""
+    import boto3
+    import httpx
+
+    from keyqueue.web import create_app
+
+    from ..support.web_support import Served
+
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        Queue(n, client=cluster_set.client).enqueue_many(["a", "b", "c"])
+    served = Served(create_app(url=cluster_set.url, sqs=("AKID", "secret")))
+    try:
+        with httpx.Client(base_url=served.url, timeout=30) as c:
+            listed = {row["name"]: row for row in c.get("/api/queues").json()}
+            assert all(listed[n]["waiting"] == 3 for n in names)
+            metrics = c.get("/metrics").text
+            for n in names:
+                assert f'keyqueue_messages{{queue="{n}",state="waiting"}} 3.0' in metrics
+            assert c.get("/healthz").status_code == 200
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=served.url,
+            region_name="us-east-1",
+            aws_access_key_id="AKID",
+            aws_secret_access_key="secret",
+        )
+        url = sqs.get_queue_url(QueueName=names[1])["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="via sqs")
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [m["Body"] for m in got] == ["a", "b", "c", "via sqs"]
+    finally:
+        served.stop()
+        for n in names:
+            Queue(n, client=cluster_set.client).destroy()
+
+
+def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Cluster) -> None:
+    """Idle on three queues on three nodes, the worker takes a message to the last one as it
+    comes (one BLPOP per queue, all at once), on both faces."""
+    import asyncio
+    import statistics
+    import threading
+
+    from keyqueue import aio
+    from keyqueue.queue import claim_any
+
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, client=cluster_set.client) for n in names]
+    handled: dict[str, float] = {}
+    worker = Worker(queues, lambda m: handled.setdefault(m.text, time.monotonic()))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    latencies = []
+    try:
+        for i in range(5):
+            time.sleep(0.6)  # idle: every queue's wait is blocking
+            t0 = time.monotonic()
+            queues[2].enqueue(f"m{i}")
+            wait_until(lambda: f"m{i}" in handled, timeout=30)
+            latencies.append(handled[f"m{i}"] - t0)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert statistics.median(latencies) < 0.1, latencies
+
+    async def main() -> list[float]:
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+        node = cluster_set.client.get_default_node()
+        client = AsyncCluster(host=node.host, port=node.port)
+        aqs = [aio.Queue(n, client=client) for n in names]
+        out = []
+        try:
+            for i in range(5):
+                waiter = asyncio.create_task(aio.claim_any(aqs, 1, wait=10))
+                await asyncio.sleep(0.6)
+                t0 = time.monotonic()
+                await aqs[2].enqueue(f"a{i}")
+                q, got = await waiter
+                out.append(time.monotonic() - t0)
+                assert q is aqs[2] and [m.text for m in got] == [f"a{i}"]
+                await got[0].ack()
+        finally:
+            await client.aclose()
+        return out
+
+    alatencies = asyncio.run(main())
+    assert statistics.median(alatencies) < 0.1, alatencies
+    t0 = time.monotonic()  # and the blocking claim_any itself
+    assert claim_any(queues, 1, wait=0.3) == (None, []) and time.monotonic() - t0 >= 0.3
