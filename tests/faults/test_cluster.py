@@ -15,7 +15,6 @@ import pytest
 from redis.cluster import RedisCluster
 
 from keyqueue import Queue, Worker
-
 from keyqueue.server import free_port
 
 from ..support.cluster import Cluster
