@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from redis.exceptions import ConnectionError, RedisClusterException, ResponseError
+from redis.exceptions import ConnectionError, RedisClusterException, ResponseError, TimeoutError
 
 from ..core.roundtrip import (
     CLUSTER_ATTEMPTS,
@@ -23,7 +23,7 @@ from ..core.roundtrip import (
     node_groups,
     routing_key,
 )
-from .sync import is_cluster, pack
+from .sync import is_cluster, log, pack
 
 
 async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
@@ -69,6 +69,16 @@ class Pinned:
         if not is_cluster(self.client):
             return await round_trip(await self._conn(None), commands)
         await learn_slots(self.client)
+        try:
+            return await self._cluster_round_trip(commands)
+        except (ConnectionError, TimeoutError):
+            try:
+                await self.client.nodes_manager.initialize()  # see sync.forget_slots
+            except Exception:
+                log.debug("cluster slot map not refreshed", exc_info=True)
+            raise
+
+    async def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = await round_trip(await self._conn(node), [commands[i] for i in idx])

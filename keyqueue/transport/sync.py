@@ -3,6 +3,7 @@ per node on a cluster), each round trip one packed write and its replies."""
 
 from __future__ import annotations
 
+import logging
 import selectors
 import time
 from typing import Any, Sequence
@@ -26,6 +27,8 @@ from ..core.roundtrip import (
     routing_key,
 )
 from . import spares
+
+log = logging.getLogger("keyqueue.transport")
 
 #: redis-py's own pack_commands (a connection class overriding it keeps it: it may count or log)
 _STOCK_PACKERS = {
@@ -72,6 +75,15 @@ def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+def forget_slots(client: Any) -> None:
+    """Learn a cluster's slot map again after a node failed to answer: the next operation
+    goes to whichever node serves the slot by then (a replica promoted in its place)."""
+    try:
+        client.nodes_manager.initialize()
+    except Exception:  # no node answers now: the next operation tries again
+        log.debug("cluster slot map not refreshed", exc_info=True)
+
+
 class Pinned:
     """The connections one operation holds: one from the client's pool, or one per cluster
     node it touched, so a WATCH and its EXEC share a connection."""
@@ -94,6 +106,13 @@ class Pinned:
     def round_trip(self, commands: list[Command]) -> list[Any]:
         if not is_cluster(self.client):
             return round_trip(self._conn(None), commands)
+        try:
+            return self._cluster_round_trip(commands)
+        except (redis.ConnectionError, redis.TimeoutError):
+            forget_slots(self.client)
+            raise
+
+    def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = round_trip(self._conn(node), [commands[i] for i in idx])
@@ -165,6 +184,10 @@ def race(r: Race) -> list[Any]:
             replies[key.data] = _read(held[key.data][1])
             answered.add(key.data)
         return replies
+    except (redis.ConnectionError, redis.TimeoutError):
+        for target in {id(t): t for t, _ in r.waits if is_cluster(t)}.values():
+            forget_slots(target)
+        raise
     finally:
         for i, (pinned, _) in enumerate(held):
             pinned.release(i in answered)

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from keyqueue import Queue, Worker
+from keyqueue import KeyQueueError, Queue, Worker
 from keyqueue.server import free_port
 
 from ..support.cluster import Cluster
@@ -399,3 +399,65 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
     assert statistics.median(alatencies) < 0.1, alatencies
     t0 = time.monotonic()  # and the blocking claim_any itself
     assert claim_any(queues, 1, wait=0.3) == (None, []) and time.monotonic() - t0 >= 0.3
+
+
+@pytest.mark.timeout(400)
+def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """Three primaries with a replica each; the queue's primary is SIGKILLed while a producer
+    enqueues (min_replicas=1) and a worker process consumes: its replica is promoted, both
+    carry on, and every enqueue that returned is handled. The seed given is a replica."""
+    import threading
+
+    import redis
+
+    from ..support.handlers import DONE
+
+    c = Cluster(replicas=1, node_timeout_ms=1000)
+    procs = Procs(tmp_path)
+    stop = threading.Event()
+    sent: list[str] = []
+    errors: list[str] = []
+    try:
+        done_node = c.client.get_node_from_key(DONE).name
+        name = next(f"f{i}" for i in range(1000) if c.client.get_node_from_key(f"kq:{{f{i}}}:seq").name != done_node)
+        victim = c.server_of(f"kq:{{{name}}}:seq")
+        replica = next(
+            n
+            for n in c.nodes
+            if n.port != victim.port and redis.Redis(port=n.port).info("replication")["role"] == "slave"
+        )
+        url = f"redis+cluster://127.0.0.1:{replica.port}"
+        producer_q = Queue(name, url=url, min_replicas=1, replica_timeout=2)
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    sent.append(producer_q.enqueue(f"m{i}"))
+                    i += 1
+                except (redis.RedisError, KeyQueueError) as exc:  # the failover: tried again
+                    errors.append(repr(exc))
+                    time.sleep(0.05)
+                time.sleep(0.005)
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        worker = procs.spawn(url, "--min-replicas", "1", "worker", "tests.support.handlers:record", "-q", name)
+        wait_until(lambda: len(c.client.hgetall(DONE)) >= 50, timeout=60, interval=0.1)
+        victim.kill()
+        before = len(sent)
+        wait_until(lambda: len(sent) > before + 50, timeout=60, interval=0.1)  # the producer carries on
+        stop.set()
+        producer.join(30)
+        wanted = {i.encode() for i in sent}
+        wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=120, interval=0.2)
+        assert worker.poll() is None, procs.log(worker)
+        c.client.nodes_manager.initialize()
+        assert c.server_of(f"kq:{{{name}}}:seq").port != victim.port  # served by the promoted replica
+        assert errors  # (the kill was felt)
+    finally:
+        stop.set()
+        for p in procs.started:
+            p.terminate()
+            p.wait(30)
+        c.stop()
