@@ -347,9 +347,9 @@ def test_serve_on_a_cluster_url(cluster_set: Cluster) -> None:
 
 def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Cluster) -> None:
     """Idle on three queues on three nodes, the worker takes a message to the last one as it
-    comes (one BLPOP per queue, all at once), on both faces."""
+    comes (one BLPOP per queue, all at once), on both faces: nearly always within 100 ms
+    (polling the others between 0.25 s waits on the first took up to 0.3 s, half the time)."""
     import asyncio
-    import statistics
     import threading
 
     from keyqueue import aio
@@ -363,8 +363,8 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
     thread.start()
     latencies = []
     try:
-        for i in range(5):
-            time.sleep(0.6)  # idle: every queue's wait is blocking
+        for i in range(10):
+            time.sleep(0.3 + 0.07 * i)  # idle (every wait blocking), at a different point of each
             t0 = time.monotonic()
             queues[2].enqueue(f"m{i}")
             wait_until(lambda: f"m{i}" in handled, timeout=30)
@@ -372,7 +372,7 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
     finally:
         worker.stop()
         thread.join(30)
-    assert statistics.median(latencies) < 0.1, latencies
+    assert sum(t < 0.1 for t in latencies) >= 8, latencies
 
     async def main() -> list[float]:
         from redis.asyncio.cluster import RedisCluster as AsyncCluster
@@ -382,9 +382,9 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
         aqs = [aio.Queue(n, client=client) for n in names]
         out = []
         try:
-            for i in range(5):
+            for i in range(10):
                 waiter = asyncio.create_task(aio.claim_any(aqs, 1, wait=10))
-                await asyncio.sleep(0.6)
+                await asyncio.sleep(0.3 + 0.07 * i)
                 t0 = time.monotonic()
                 await aqs[2].enqueue(f"a{i}")
                 q, got = await waiter
@@ -396,7 +396,7 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
         return out
 
     alatencies = asyncio.run(main())
-    assert statistics.median(alatencies) < 0.1, alatencies
+    assert sum(t < 0.1 for t in alatencies) >= 8, alatencies
     t0 = time.monotonic()  # and the blocking claim_any itself
     assert claim_any(queues, 1, wait=0.3) == (None, []) and time.monotonic() - t0 >= 0.3
 
