@@ -9,13 +9,21 @@ from urllib.parse import parse_qsl, unquote
 
 import redis
 
+from .clusters import RedisCluster
 from .errors import ConfigurationError
 from .pools import MAX_CONNECTIONS, POOL_TIMEOUT, pool_class
 from .sentinels import SafeAsyncSentinel, SafeSentinel
 
 DEFAULT_URL = "redis://localhost:6379/0"
-#: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Redis errors a worker or reaper waits out: the server is down, restarting or failing over
+#: (a cluster: down, still forming, or moving a slot).
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
 #: Redis answered and refused who we are (a wrong password, a user the ACL denies keys or
 #: commands): configuration that no wait fixes, so a worker or reaper starting meets it with
 #: one error line (the CLI exits 78). (AuthenticationError is a ConnectionError: catch this first.)
@@ -214,24 +222,16 @@ def sentinel_client(url: str, cls: Any) -> Any:
 
 def cluster_client(url: str, cls: Any) -> Any:
     """A Redis Cluster client for a cluster URL, of redis-py's asyncio cluster after ``cls``
-    (no I/O: it learns the slots at its first command) or its blocking one, which learns them
-    as it is made: a cluster none of whose seeds answers is then redis' ConnectionError."""
+    or of its blocking one; no I/O: each learns the slot map at its first command."""
     hosts, settings = cluster_parts(url)
     if cls.__module__.startswith("redis.asyncio"):
         from redis.asyncio.cluster import ClusterNode as AsyncNode
         from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
         return AsyncCluster(startup_nodes=[AsyncNode(h, p) for h, p in hosts], **settings)
-    from redis.cluster import ClusterNode, RedisCluster
-    from redis.exceptions import RedisClusterException
+    from redis.cluster import ClusterNode
 
-    try:
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in hosts], **settings)
-    except (RedisClusterException, redis.ConnectionError, redis.TimeoutError) as exc:
-        if isinstance(exc, redis.AuthenticationError):
-            raise
-        seeds = ",".join(f"{h}:{p}" for h, p in hosts)
-        raise redis.ConnectionError(f"no node of the cluster {seeds} answered: {exc}") from None
+    return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in hosts], **settings)
 
 
 def from_url(url: str, cls: Any = redis.Redis) -> Any:
@@ -274,6 +274,8 @@ def default_url() -> str:
 
 def connection_kwargs(client: redis.Redis) -> dict[str, object]:
     """The settings of a client's connections (a Redis or a RedisCluster)."""
+    if isinstance(client, RedisCluster):  # (without connecting it)
+        return client.kwargs
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
         return dict(pool.connection_kwargs)

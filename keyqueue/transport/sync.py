@@ -78,6 +78,8 @@ def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
 def forget_slots(client: Any) -> None:
     """Learn a cluster's slot map again after a node failed to answer: the next operation
     goes to whichever node serves the slot by then (a replica promoted in its place)."""
+    if not client.__dict__.get("_kq_ready", True):  # (a keyqueue client that never connected)
+        return
     try:
         client.nodes_manager.initialize()
     except Exception:  # no node answers now: the next operation tries again

@@ -241,8 +241,9 @@ def test_an_unreachable_cluster_fails_at_its_first_operation(tmp_path: Path) -> 
     from keyqueue import aio
 
     url = f"redis+cluster://u:s3cret@127.0.0.1:{free_port()}"
+    sync = Queue("q", url=url)  # made without I/O, as a module-level Queue is
     with pytest.raises(redis.ConnectionError) as exc:
-        Queue("q", url=url)
+        sync.enqueue("x")
     assert "s3cret" not in str(exc.value)
     q = aio.Queue("q", url=url)  # the asyncio client connects at its first command
 
@@ -461,3 +462,27 @@ def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledg
             p.terminate()
             p.wait(30)
         c.stop()
+
+
+def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path: Path) -> None:
+    """A cluster down when the worker starts is an outage it waits out, as a server's is."""
+    from ..support.handlers import DONE
+
+    ports = [free_port() for _ in range(3)]
+    procs = Procs(tmp_path)
+    url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+    worker = procs.spawn(url, "worker", "tests.support.handlers:record", "-q", "early")
+    c = None
+    try:
+        time.sleep(1)  # it tries, fails and backs off meanwhile
+        assert worker.poll() is None, procs.log(worker)
+        c = Cluster(ports=ports)
+        ids = Queue("early", client=c.client).enqueue_many(["a", "b"])
+        wanted = {i.encode() for i in ids}
+        wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=90, interval=0.2)  # type: ignore[union-attr]
+        assert worker.poll() is None, procs.log(worker)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        if c is not None:
+            c.stop()

@@ -14,10 +14,14 @@ from keyqueue.server import RedisServer, free_port
 
 
 class Cluster:
-    """``primaries`` primaries and ``replicas`` replicas of each; a node is considered failed
-    after ``node_timeout_ms`` (small, so a failover is quick)."""
+    """``primaries`` primaries and ``replicas`` replicas of each (on ``ports`` when given); a
+    node is considered failed after ``node_timeout_ms`` (small, so a failover is quick)."""
 
-    def __init__(self, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 2000) -> None:
+    def __init__(
+        self, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 2000, ports: list[int] | None = None
+    ) -> None:
+        count = primaries * (1 + replicas)
+        ports = ports or [free_port() for _ in range(count)]
         self.nodes = [
             RedisServer(
                 [
@@ -29,9 +33,10 @@ class Cluster:
                     str(node_timeout_ms),
                     "--cluster-port",
                     str(free_port()),
-                ]
+                ],
+                port=port,
             )
-            for _ in range(primaries * (1 + replicas))
+            for port in ports
         ]
         try:
             for n in self.nodes:

@@ -27,5 +27,9 @@ def test_write_then_stream_on_a_cluster(spark: Any, tmp_path: Path) -> None:
         assert [len(b) for b in seen] == [80, 80, 40]
         s = q.stats()
         assert (s.waiting, s.processing) == (0, 0) and drain(q) == []  # every batch acknowledged
+        from keyqueue.spark.workers import _url_of
+
+        again = _url_of(Queue("cw", url=c.url))  # how run_workers' tasks reach a cluster queue
+        assert again.startswith("redis+cluster://") and set(again.split("//")[1].split(",")) == set(c.addresses)
     finally:
         c.stop()
