@@ -231,6 +231,9 @@ def test_a_malformed_cluster_url_is_one_line_before_any_connection(url: str, why
             made()
         text = str(exc.value)
         assert why in text and "\n" not in text and "s3cret" not in text
+    done = cli(url, "ls")
+    assert done.returncode == 2 and why in done.stderr and "s3cret" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_an_unreachable_cluster_fails_at_its_first_operation(tmp_path: Path) -> None:
