@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from keyqueue import KeyQueueError, Queue, Worker
+from keyqueue import KeyQueueError, Queue, Worker, aio
 from keyqueue.server import free_port
 
 from ..support.cluster import Cluster
@@ -407,9 +407,10 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
 
 @pytest.mark.timeout(400)
 def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    """Three primaries with a replica each; the queue's primary is SIGKILLed while a producer
-    enqueues (min_replicas=1) and a worker process consumes: its replica is promoted, both
+    """Three primaries with a replica each; the queue's primary is SIGKILLed while two
+    producers, blocking and asyncio, enqueue (min_replicas=1) and a worker process consumes: its replica is promoted, both
     carry on, and every enqueue that returned is handled. The seed given is a replica."""
+    import asyncio
     import threading
 
     import redis
@@ -420,6 +421,7 @@ def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledg
     procs = Procs(tmp_path)
     stop = threading.Event()
     sent: list[str] = []
+    sent_async: list[str] = []
     errors: list[str] = []
     try:
         done_node = c.client.get_node_from_key(DONE).name
@@ -444,16 +446,36 @@ def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledg
                     time.sleep(0.05)
                 time.sleep(0.005)
 
+        async def produce_async() -> None:
+            aq = aio.Queue(name, url=url, min_replicas=1, replica_timeout=2)
+            try:
+                i = 0
+                while not stop.is_set():
+                    try:
+                        sent_async.append(await aq.enqueue(f"a{i}"))
+                        i += 1
+                    except (redis.RedisError, KeyQueueError) as exc:
+                        errors.append(repr(exc))
+                        await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.005)
+            finally:
+                await aq.client.aclose()
+
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
+        aproducer = threading.Thread(target=asyncio.run, args=(produce_async(),), daemon=True)
+        aproducer.start()
         worker = procs.spawn(url, "--min-replicas", "1", "worker", "tests.support.handlers:record", "-q", name)
         wait_until(lambda: len(c.client.hgetall(DONE)) >= 50, timeout=60, interval=0.1)
         victim.kill()
-        before = len(sent)
-        wait_until(lambda: len(sent) > before + 50, timeout=60, interval=0.1)  # the producer carries on
+        before, abefore = len(sent), len(sent_async)
+        # both producers carry on against the promoted replica
+        wait_until(lambda: len(sent) > before + 50 and len(sent_async) > abefore + 50, timeout=60, interval=0.1)
         stop.set()
         producer.join(30)
-        wanted = {i.encode() for i in sent}
+        aproducer.join(30)
+        wanted = {i.encode() for i in sent + sent_async}
+        assert len(wanted) == len(sent) + len(sent_async)
         wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=120, interval=0.2)
         assert worker.poll() is None, procs.log(worker)
         c.client.nodes_manager.initialize()
