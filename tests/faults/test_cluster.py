@@ -511,3 +511,26 @@ def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path: Path) -> Non
         worker.wait(30)
         if c is not None:
             c.stop()
+
+
+def test_min_replicas_waits_on_the_queues_own_node(cluster_set: Cluster) -> None:
+    """WAIT goes with each write to the node that holds the queue (these primaries have no
+    replica: the write is refused as not replicated, and only that node saw WAIT)."""
+    import redis
+
+    from keyqueue import NotReplicated
+
+    def waits(port: int) -> int:
+        with redis.Redis(port=port) as r:
+            return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        before = {node.port: waits(node.port) for node in cluster_set.nodes}
+        q = Queue(n, url=cluster_set.url, min_replicas=1, replica_timeout=0.1)
+        with pytest.raises(NotReplicated):
+            q.enqueue("x")
+        own = cluster_set.server_of(f"kq:{{{n}}}:seq").port
+        grew = {port for port, count in before.items() if waits(port) > count}
+        assert grew == {own}
+        q.destroy()
