@@ -44,7 +44,7 @@ Op = Generator[Union[list[Command], Sleep], Replies, T]
 Plan = Generator[Union[tuple[Any, Op[Any]], Race], Any, T]
 
 #: Commands without a key: they go with the keyed command next to them (cluster routing).
-_KEYLESS = {"TIME", "MULTI", "EXEC", "DISCARD", "UNWATCH", "SCRIPT LOAD", "PING", "WAIT"}
+_KEYLESS = {"TIME", "MULTI", "EXEC", "DISCARD", "UNWATCH", "SCRIPT LOAD", "PING", "WAIT", "CONFIG"}
 
 
 def one(command: Command) -> Op[Any]:

@@ -407,7 +407,7 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
 
 @pytest.mark.timeout(400)
 def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    """Three primaries with a replica each; the queue's primary is SIGKILLed while two
+    """Three primaries with two replicas each; the queue's primary is SIGKILLed while two
     producers, blocking and asyncio, enqueue (min_replicas=1) and a worker process consumes: its replica is promoted, both
     carry on, and every enqueue that returned is handled. The seed given is a replica."""
     import asyncio
@@ -417,7 +417,7 @@ def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledg
 
     from ..support.handlers import DONE
 
-    c = Cluster(replicas=1, node_timeout_ms=1000)
+    c = Cluster(replicas=2, node_timeout_ms=1000)  # two each: the promoted one keeps a replica
     procs = Procs(tmp_path)
     stop = threading.Event()
     sent: list[str] = []

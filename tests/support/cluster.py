@@ -10,6 +10,7 @@ import time
 import redis
 from redis.cluster import RedisCluster
 
+from keyqueue.errors import KeyQueueError
 from keyqueue.server import RedisServer, free_port
 
 
@@ -21,26 +22,11 @@ class Cluster:
         self, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 2000, ports: list[int] | None = None
     ) -> None:
         count = primaries * (1 + replicas)
-        ports = ports or [free_port() for _ in range(count)]
-        self.nodes = [
-            RedisServer(
-                [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(node_timeout_ms),
-                    "--cluster-port",
-                    str(free_port()),
-                ],
-                port=port,
-            )
-            for port in ports
-        ]
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
         try:
-            for n in self.nodes:
-                n.start()
+            for i in range(count):
+                self.nodes.append(self._node(ports[i] if ports else None))
             cli = shutil.which("redis-cli")
             assert cli, "redis-cli is needed to form the cluster"
             subprocess.run(
@@ -54,6 +40,31 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
+
+    def _node(self, port: int | None) -> RedisServer:
+        """A started node; on a port of its own choosing, tried again when another process
+        took that port (or its bus port) between the choice and the start."""
+        for attempt in range(5):
+            node = RedisServer(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    str(self.node_timeout_ms),
+                    "--cluster-port",
+                    str(free_port()),
+                ],
+                port=port,
+            )
+            try:
+                return node.start()
+            except KeyQueueError:
+                node.cleanup()
+                if port is not None or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
     @property
     def addresses(self) -> list[str]:
