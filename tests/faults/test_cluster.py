@@ -534,3 +534,14 @@ def test_min_replicas_waits_on_the_queues_own_node(cluster_set: Cluster) -> None
         grew = {port for port, count in before.items() if waits(port) > count}
         assert grew == {own}
         q.destroy()
+
+
+def test_a_tls_cluster_url_sets_tls_on_both_faces_without_connecting() -> None:
+    from keyqueue import aio
+
+    url = f"rediss+cluster://u:s3cret@127.0.0.1:{free_port()}/?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required"
+    sync = Queue("q", url=url).client
+    kw = sync.kwargs
+    assert (kw["ssl"], kw["ssl_ca_certs"], kw["password"], kw["username"]) == (True, "/etc/ca.pem", "s3cret", "u")
+    (only,) = aio.Queue("q", url=url).client.nodes_manager.startup_nodes.values()
+    assert only.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem" and only.connection_class.__name__ == "SSLConnection"
