@@ -9,13 +9,21 @@ from urllib.parse import parse_qsl, unquote
 
 import redis
 
+from .clusters import RedisCluster
 from .errors import ConfigurationError
 from .pools import MAX_CONNECTIONS, POOL_TIMEOUT, pool_class
 from .sentinels import SafeAsyncSentinel, SafeSentinel
 
 DEFAULT_URL = "redis://localhost:6379/0"
-#: Redis errors a worker or reaper waits out: the server is down, restarting or failing over.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Redis errors a worker or reaper waits out: the server is down, restarting or failing over
+#: (a cluster: down, still forming, or moving a slot).
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
 #: Redis answered and refused who we are (a wrong password, a user the ACL denies keys or
 #: commands): configuration that no wait fixes, so a worker or reaper starting meets it with
 #: one error line (the CLI exits 78). (AuthenticationError is a ConnectionError: catch this first.)
@@ -44,7 +52,9 @@ def redact(url: str) -> str:
 
 #: Sentinel URLs: redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]
 SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
-SCHEMES = {"redis", "rediss", "unix", *SENTINEL_SCHEMES}
+#: Cluster URLs: redis+cluster://[user:password@]host:port[,host:port...][/?options]
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+SCHEMES = {"redis", "rediss", "unix", *SENTINEL_SCHEMES, *CLUSTER_SCHEMES}
 SENTINEL_PORT = 26379
 #: Query parameters of a Sentinel URL: the sentinels' own credentials, and connection
 #: settings applied to the servers and the sentinels alike (redis-py's URL parsers).
@@ -64,44 +74,42 @@ SENTINEL_OPTIONS = {
 }
 
 
-def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, Any], dict[str, Any]]:
-    """(sentinels, service, db, server kwargs, sentinel kwargs) of a Sentinel URL; ValueError
-    naming the first problem."""
-    scheme, _, rest = url.partition("://")
-    tls = SENTINEL_SCHEMES[scheme]
-    rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    userinfo, _, hostlist = netloc.rpartition("@")
-    server: dict[str, Any] = {}
-    if userinfo:
-        user, _, password = userinfo.partition(":")
-        if user:
-            server["username"] = unquote(user)
-        if password:
-            server["password"] = unquote(password)
+def _addresses(hostlist: str, default_port: int | None, what: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a comma-separated ``host:port`` list; ValueError naming the
+    first bad one (a port is required when there is no ``default_port``)."""
     hosts = []
     for item in hostlist.split(","):
         m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]+)(?::(\d*))?", item)
-        if not item or m is None:
-            raise ValueError(f"bad sentinel address {item!r} (want host:port[,host:port...])")
-        port = int(m.group(2)) if m.group(2) else SENTINEL_PORT
-        if not 0 < port < 65536:
-            raise ValueError(f"bad port in sentinel address {item!r}")
+        if not item or m is None or (default_port is None and not m.group(2)):
+            raise ValueError(f"bad {what} address {item!r} (want host:port[,host:port...])")
+        port = int(m.group(2)) if m.group(2) else default_port
+        if port is None or not 0 < port < 65536:
+            raise ValueError(f"bad port in {what} address {item!r}")
         hosts.append((m.group(1).strip("[]"), port))
-    names = [unquote(p) for p in path.split("/") if p] if path else []
-    if not names or len(names) > 2:
-        raise ValueError("the path must name the monitored service: /SERVICE or /SERVICE/DB")
-    if len(names) == 2 and not names[1].isdigit():
-        raise ValueError(f"the database must be a number, not {names[1]!r}")
-    db = int(names[1]) if len(names) == 2 else 0
-    sentinel: dict[str, Any] = {}
+    return hosts
+
+
+def _userinfo(userinfo: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    user, _, password = userinfo.partition(":")
+    if user:
+        out["username"] = unquote(user)
+    if password:
+        out["password"] = unquote(password)
+    return out
+
+
+def _options(query: str, tls: bool, scheme: str, extra: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(connection settings, the ``extra`` parameters as written) of a URL's query; ValueError
+    naming an unknown or unparsable parameter."""
     shared: dict[str, Any] = {"ssl": True} if tls else {}
+    others: dict[str, Any] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if name in SENTINEL_CREDENTIALS:
-            sentinel[name[len("sentinel_") :]] = value
+        if name in extra:
+            others[name] = value
         elif name in SENTINEL_OPTIONS:
             if name.startswith("ssl_") and not tls:
-                raise ValueError(f"{name} needs TLS: use rediss+sentinel://")
+                raise ValueError(f"{name} needs TLS: use {scheme.replace('redis+', 'rediss+')}://")
             try:
                 parsed = SENTINEL_OPTIONS[name](value)
             except ValueError:
@@ -113,9 +121,48 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str
             )
         else:
             raise ValueError(f"unknown query parameter {name!r}")
+    return shared, others
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str, Any], dict[str, Any]]:
+    """(sentinels, service, db, server kwargs, sentinel kwargs) of a Sentinel URL; ValueError
+    naming the first problem."""
+    scheme, _, rest = url.partition("://")
+    tls = SENTINEL_SCHEMES[scheme]
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    userinfo, _, hostlist = netloc.rpartition("@")
+    server = _userinfo(userinfo)
+    hosts = _addresses(hostlist, SENTINEL_PORT, "sentinel")
+    names = [unquote(p) for p in path.split("/") if p] if path else []
+    if not names or len(names) > 2:
+        raise ValueError("the path must name the monitored service: /SERVICE or /SERVICE/DB")
+    if len(names) == 2 and not names[1].isdigit():
+        raise ValueError(f"the database must be a number, not {names[1]!r}")
+    db = int(names[1]) if len(names) == 2 else 0
+    shared, credentials = _options(query, tls, scheme, SENTINEL_CREDENTIALS)
+    sentinel = {name[len("sentinel_") :]: value for name, value in credentials.items()}
     server.update(shared, db=db)
     sentinel.update({k: v for k, v in shared.items() if k not in POOL_OPTIONS})
     return hosts, names[0], db, server, sentinel
+
+
+def cluster_parts(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """(seed nodes, client settings) of a cluster URL; ValueError naming the first problem.
+    A cluster has one database, so the URL has no path."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    if path:
+        raise ValueError(f"a cluster has no databases: drop the path /{path}")
+    userinfo, _, hostlist = netloc.rpartition("@")
+    settings = _userinfo(userinfo)
+    hosts = _addresses(hostlist, None, "cluster node")
+    shared, _ = _options(query, CLUSTER_SCHEMES[scheme], scheme)
+    if "pool_timeout" in shared:
+        raise ValueError("pool_timeout is not taken on a cluster (each node has its own pool)")
+    settings.update(shared)
+    return hosts, settings
 
 
 #: Query parameters that size and time the pool of the client keyqueue makes (not the connections).
@@ -173,6 +220,20 @@ def sentinel_client(url: str, cls: Any) -> Any:
     return manager.master_for(service, redis_class=cls, connection_pool_class=pool_class(cls, True), **pool)
 
 
+def cluster_client(url: str, cls: Any) -> Any:
+    """A Redis Cluster client for a cluster URL, of redis-py's asyncio cluster after ``cls``
+    or of its blocking one; no I/O: each learns the slot map at its first command."""
+    hosts, settings = cluster_parts(url)
+    if cls.__module__.startswith("redis.asyncio"):
+        from redis.asyncio.cluster import ClusterNode as AsyncNode
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+        return AsyncCluster(startup_nodes=[AsyncNode(h, p) for h, p in hosts], **settings)
+    from redis.cluster import ClusterNode
+
+    return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in hosts], **settings)
+
+
 def from_url(url: str, cls: Any = redis.Redis) -> Any:
     """A client of ``cls`` (redis.Redis or redis.asyncio.Redis) for ``url``; no I/O."""
     if not isinstance(url, str) or not url:
@@ -180,9 +241,15 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
     try:
         scheme = url.partition("://")[0] if "://" in url else ""
         if scheme not in SCHEMES:
-            raise ValueError("the scheme must be redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://")
+            raise ValueError(
+                "the scheme must be redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://,"
+                " redis+cluster:// or rediss+cluster://"
+            )
         if scheme in SENTINEL_SCHEMES:
             return sentinel_client(url, cls)
+        if scheme in CLUSTER_SCHEMES:
+            cluster_parts(url)  # a bad URL is a ConfigurationError before any connection
+            return cluster_client(url, cls)
         rest, options = _split_pool_options(url)
         pool = pool_class(cls, False).from_url(rest, **_pool_settings(options))
         # redis-py checks unknown query parameters only when it first connects: make one
@@ -207,6 +274,8 @@ def default_url() -> str:
 
 def connection_kwargs(client: redis.Redis) -> dict[str, object]:
     """The settings of a client's connections (a Redis or a RedisCluster)."""
+    if isinstance(client, RedisCluster):  # (without connecting it)
+        return client.kwargs
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
         return dict(pool.connection_kwargs)

@@ -7,12 +7,9 @@ import time
 from typing import Any, Sequence
 
 from .queue_core import QueueCore
+from .replies import error_for
 from .results import Fields
-from .roundtrip import Plan
-
-#: Without one connection for all (several clients, or a cluster), the first queue is
-#: watched in slices this long and the others polled between them.
-POLL_SLICE = 0.25
+from .roundtrip import Plan, Race, must_resend
 
 
 def claim_any(
@@ -49,12 +46,22 @@ def claim_any(
             continue
         if held:  # wake when a held-back queue may take claims again
             remaining = min(remaining, min(held))
+        if len(open_) > 1 and not one_connection:
+            # Queues one BLPOP cannot watch together (several clients, or several cluster
+            # slots): one BLPOP each, all at once; whichever wakes, every queue is claimed
+            # again in order (a woken one's message may be in any of them by then).
+            seconds = targets[open_[0]][1].slice(remaining)
+            waits = [(targets[i][0], ("BLPOP", targets[i][1].keys.signal, seconds)) for i in open_]
+            replies = yield Race(waits)
+            for (_, command), reply in zip(waits, replies):
+                if isinstance(reply, Exception) and not must_resend([reply]):  # (a moved slot: the claims follow it)
+                    raise error_for(reply, command[1])
+            skip = None
+            continue
         skip = open_[0]
         target, first = targets[skip]
-        if one_connection:  # one BLPOP watches every open queue; the claim runs as it wakes
-            signals = [targets[i][1].keys.signal for i in open_]
-        else:
-            signals, remaining = [first.keys.signal], min(remaining, POLL_SLICE)
+        # one BLPOP watches every open queue; the claim runs as it wakes
+        signals = [targets[i][1].keys.signal for i in open_]
         got = yield target, first.wait_then_claim(signals, remaining, count, visibility_timeout)
         if got:
             return skip, got

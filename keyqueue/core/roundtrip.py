@@ -26,14 +26,25 @@ class Sleep:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Race:
+    """Yielded by a plan: blocking commands (BLPOPs) that must wait at once on connections of
+    their own (queues on different clients, or on different cluster nodes, which one
+    command cannot watch together). The transport sends them all; when the first answers
+    it drops the connections of the others, so no dropped command runs for it later. The
+    plan receives each command's reply, None for one cut short."""
+
+    waits: Sequence[tuple[Any, Command]]
+
+
 #: An operation: yields round trips (or a Sleep), receives their replies, returns its result.
 Op = Generator[Union[list[Command], Sleep], Replies, T]
 #: A plan over several operations (possibly on several clients): yields (target, op) pairs
-#: and receives each op's result. Used where one logical step spans queues.
-Plan = Generator[tuple[Any, Op[Any]], Any, T]
+#: (or a Race) and receives each op's result. Used where one logical step spans queues.
+Plan = Generator[Union[tuple[Any, Op[Any]], Race], Any, T]
 
 #: Commands without a key: they go with the keyed command next to them (cluster routing).
-_KEYLESS = {"TIME", "MULTI", "EXEC", "DISCARD", "UNWATCH", "SCRIPT LOAD", "PING"}
+_KEYLESS = {"TIME", "MULTI", "EXEC", "DISCARD", "UNWATCH", "SCRIPT LOAD", "PING", "WAIT", "CONFIG"}
 
 
 def one(command: Command) -> Op[Any]:

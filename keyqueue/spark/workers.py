@@ -121,12 +121,25 @@ def _comes_back_in(q: Queue, s: QueueStats, visibility: float) -> float:
 
 
 def _url_of(q: Queue) -> str:
+    manager = getattr(q.client, "nodes_manager", None)
+    if manager is not None:  # a cluster: every node it knows is a seed
+        kw = manager.connection_kwargs
+        seeds = ",".join(n.name for n in manager.nodes_cache.values()) or ",".join(manager.startup_nodes)
+        scheme = (
+            "rediss+cluster"
+            if kw.get("ssl") or kw.get("connection_class", object).__name__ == "SSLConnection"
+            else "redis+cluster"
+        )
+        return f"{scheme}://{_auth(kw)}{seeds}"
     pool = q.client.connection_pool
     kw = pool.connection_kwargs
     if "path" in kw:
         return f"unix://{kw['path']}?db={kw.get('db', 0)}"
-    auth = ""
-    if kw.get("password"):
-        auth = f"{quote(kw.get('username') or '', safe='')}:{quote(kw['password'], safe='')}@"
     scheme = "rediss" if pool.connection_class.__name__ == "SSLConnection" else "redis"
-    return f"{scheme}://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+    return f"{scheme}://{_auth(kw)}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def _auth(kw: dict[str, Any]) -> str:
+    if not kw.get("password"):
+        return ""
+    return f"{quote(kw.get('username') or '', safe='')}:{quote(kw['password'], safe='')}@"

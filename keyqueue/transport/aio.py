@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, RedisClusterException, ResponseError, TimeoutError
 
 from ..core.roundtrip import (
     CLUSTER_ATTEMPTS,
@@ -15,6 +15,7 @@ from ..core.roundtrip import (
     Command,
     Op,
     Plan,
+    Race,
     Sleep,
     Stepper,
     T,
@@ -22,7 +23,7 @@ from ..core.roundtrip import (
     node_groups,
     routing_key,
 )
-from .sync import is_cluster, pack
+from .sync import is_cluster, log, pack
 
 
 async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
@@ -35,6 +36,15 @@ async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
         except ResponseError as exc:
             out.append(exc)
     return out
+
+
+async def learn_slots(client: Any) -> None:
+    """The cluster's slot map, learnt once (a no-op afterwards); no seed answering is redis'
+    ConnectionError, as a single server down is (redis-py says RedisClusterException)."""
+    try:
+        await client.initialize()
+    except RedisClusterException as exc:
+        raise ConnectionError(str(exc)) from None
 
 
 class Pinned:
@@ -58,7 +68,17 @@ class Pinned:
     async def round_trip(self, commands: list[Command]) -> list[Any]:
         if not is_cluster(self.client):
             return await round_trip(await self._conn(None), commands)
-        await self.client.initialize()  # learns the slot map once (a no-op afterwards)
+        await learn_slots(self.client)
+        try:
+            return await self._cluster_round_trip(commands)
+        except (ConnectionError, TimeoutError):
+            try:
+                await self.client.nodes_manager.initialize()  # see sync.forget_slots
+            except Exception:
+                log.debug("cluster slot map not refreshed", exc_info=True)
+            raise
+
+    async def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = await round_trip(await self._conn(node), [commands[i] for i in idx])
@@ -128,11 +148,29 @@ async def run(client: Any, op: Op[T]) -> T:
         await pinned.release(step.clean)
 
 
-async def run_plan(plan: Plan[T]) -> T:
-    """Drive a plan: each (client, op) it yields runs on that client."""
+def _one(command: Command) -> Op[Any]:
+    (reply,) = yield [command]
+    return reply
+
+
+async def race(r: Race) -> list[Any]:
+    """Each wait a task on a connection of its own; the first to answer wins and the others
+    are cancelled, which drops their connections (see ``Race``)."""
+    tasks = [asyncio.ensure_future(run(target, _one(command))) for target, command in r.waits]
     try:
-        target, op = next(plan)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return [t.result() if t.done() and not t.cancelled() else None for t in tasks]
+
+
+async def run_plan(plan: Plan[T]) -> T:
+    """Drive a plan: each (client, op) it yields runs on that client; a Race races."""
+    try:
+        step = next(plan)
         while True:
-            target, op = plan.send(await run(target, op))
+            step = plan.send(await race(step) if isinstance(step, Race) else await run(*step))
     except StopIteration as stop:
         return stop.value

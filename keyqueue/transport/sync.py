@@ -3,6 +3,8 @@ per node on a cluster), each round trip one packed write and its replies."""
 
 from __future__ import annotations
 
+import logging
+import selectors
 import time
 from typing import Any, Sequence
 
@@ -16,6 +18,7 @@ from ..core.roundtrip import (
     Command,
     Op,
     Plan,
+    Race,
     Sleep,
     Stepper,
     T,
@@ -24,6 +27,8 @@ from ..core.roundtrip import (
     routing_key,
 )
 from . import spares
+
+log = logging.getLogger("keyqueue.transport")
 
 #: redis-py's own pack_commands (a connection class overriding it keeps it: it may count or log)
 _STOCK_PACKERS = {
@@ -70,6 +75,17 @@ def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+def forget_slots(client: Any) -> None:
+    """Learn a cluster's slot map again after a node failed to answer: the next operation
+    goes to whichever node serves the slot by then (a replica promoted in its place)."""
+    if not client.__dict__.get("_kq_ready", True):  # (a keyqueue client that never connected)
+        return
+    try:
+        client.nodes_manager.initialize()
+    except Exception:  # no node answers now: the next operation tries again
+        log.debug("cluster slot map not refreshed", exc_info=True)
+
+
 class Pinned:
     """The connections one operation holds: one from the client's pool, or one per cluster
     node it touched, so a WATCH and its EXEC share a connection."""
@@ -92,6 +108,13 @@ class Pinned:
     def round_trip(self, commands: list[Command]) -> list[Any]:
         if not is_cluster(self.client):
             return round_trip(self._conn(None), commands)
+        try:
+            return self._cluster_round_trip(commands)
+        except (redis.ConnectionError, redis.TimeoutError):
+            forget_slots(self.client)
+            raise
+
+    def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
         out: list[Any] = [None] * len(commands)
         for node, idx in node_groups(self.client, commands):
             replies = round_trip(self._conn(node), [commands[i] for i in idx])
@@ -135,11 +158,55 @@ def run(client: redis.Redis, op: Op[T]) -> T:
         pinned.release(step.clean)
 
 
-def run_plan(plan: Plan[T]) -> T:
-    """Drive a plan: each (client, op) it yields runs on that client."""
+#: Seconds a race waits past its commands' own timeout before it calls the servers silent.
+RACE_GRACE = 5.0
+
+
+def race(r: Race) -> list[Any]:
+    """Send each wait on a connection of its own, then wait on all the sockets at once: the
+    replies that came first are read, the other connections dropped (see ``Race``)."""
+    held: list[tuple[Pinned, Any]] = []
+    replies: list[Any] = [None] * len(r.waits)
+    answered: set[int] = set()
     try:
-        target, op = next(plan)
+        for target, command in r.waits:
+            pinned = Pinned(target)
+            held.append((pinned, None))
+            node = target.get_node_from_key(routing_key(command) or b"") if is_cluster(target) else None
+            conn = pinned._conn(node)
+            held[-1] = (pinned, conn)
+            conn.send_packed_command(pack(conn, [command]))
+        with selectors.DefaultSelector() as sel:
+            for i, (_, conn) in enumerate(held):
+                sel.register(conn._sock, selectors.EVENT_READ, i)
+            ready = sel.select(max(float(c[-1]) for _, c in r.waits) + RACE_GRACE)
+        if not ready:
+            raise redis.TimeoutError("no reply to a blocking wait in time")
+        for key, _ in ready:
+            replies[key.data] = _read(held[key.data][1])
+            answered.add(key.data)
+        return replies
+    except (redis.ConnectionError, redis.TimeoutError):
+        for target in {id(t): t for t, _ in r.waits if is_cluster(t)}.values():
+            forget_slots(target)
+        raise
+    finally:
+        for i, (pinned, _) in enumerate(held):
+            pinned.release(i in answered)
+
+
+def _read(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
+def run_plan(plan: Plan[T]) -> T:
+    """Drive a plan: each (client, op) it yields runs on that client; a Race races."""
+    try:
+        step = next(plan)
         while True:
-            target, op = plan.send(run(target, op))
+            step = plan.send(race(step) if isinstance(step, Race) else run(*step))
     except StopIteration as stop:
         return stop.value

@@ -17,6 +17,7 @@ import redis
 from keyqueue import InvalidArgument, Message, Queue
 from keyqueue.connection import REFUSED, outage_delay
 from keyqueue.core.queue_core import bounded_error
+from keyqueue.server import RedisServer
 from keyqueue.worker.rules import MAX_BACKOFF, backoff
 from keyqueue.worker.steps import Pause, drive, retrying
 
@@ -407,3 +408,20 @@ def test_a_handler_past_its_timeout_out_of_receives_is_dead_lettered(
     (dead,) = q.peek(source="dead")
     assert dead.text == "stuck" and (dead.last_error or "").startswith("HandlerTimeout")
     assert q.stats().waiting == q.stats().processing == 0
+
+
+def test_an_idle_worker_on_queues_of_two_clients_takes_from_either(
+    make_queue: Callable[..., Queue], workers: Workers, redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """One BLPOP cannot watch queues of two clients: the worker waits on both at once, and the
+    connections it drops when one wakes are closed (the server's clients stay bounded)."""
+    first, second = make_queue("first", url=redis_server.url), make_queue("second", url=redis_server.url)
+    seen: list[str] = []
+    with workers.running(workers.make([first, second], lambda m: seen.append(m.text), concurrency=1)):
+        for i in range(10):
+            time.sleep(0.05)  # (idle or not: either way the message is taken)
+            (second if i % 2 else first).enqueue(f"m{i}")
+            wait_until(lambda: len(seen) == i + 1, timeout=10)
+        clients = len(r.client_list())
+    assert seen == [f"m{i}" for i in range(10)]
+    assert clients < 20

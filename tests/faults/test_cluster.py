@@ -3,54 +3,35 @@ runs on one node, and queues spread over the nodes."""
 
 from __future__ import annotations
 
-import shutil
+import json
+import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 from redis.cluster import RedisCluster
 
-from keyqueue import Queue, Worker
-from keyqueue.server import RedisServer, free_port
+from keyqueue import KeyQueueError, Queue, Worker, aio
+from keyqueue.server import free_port
+
+from ..support.cluster import Cluster
+from ..support.helpers import ROOT, wait_until
+from ..support.processes import Procs
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    nodes = [
-        RedisServer(
-            [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--cluster-port",
-                str(free_port()),
-            ]
-        )
-        for _ in range(3)
-    ]
-    try:
-        for n in nodes:
-            n.start()
-        cli = shutil.which("redis-cli")
-        assert cli, "redis-cli is needed to form the cluster"
-        addrs = [f"127.0.0.1:{n.port}" for n in nodes]
-        subprocess.run(
-            [cli, "--cluster", "create", *addrs, "--cluster-yes"], check=True, capture_output=True, timeout=60
-        )
-        client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
-        end = time.monotonic() + 30
-        while client.cluster_info().get("cluster_state") != "ok":
-            assert time.monotonic() < end, "cluster did not come up"
-            time.sleep(0.1)
-        yield client
-        client.close()
-    finally:
-        for n in nodes:
-            n.cleanup()
+def cluster_set() -> Iterator[Cluster]:
+    c = Cluster()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_set: Cluster) -> RedisCluster:
+    return cluster_set.client
 
 
 def test_queues_work_on_a_cluster_and_spread_over_nodes(cluster: RedisCluster) -> None:
@@ -99,11 +80,16 @@ def test_a_decoding_cluster_client_is_refused_clearly(cluster: RedisCluster) -> 
         decoding.close()
 
 
-def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster: RedisCluster) -> None:
+def test_the_script_free_mode_is_refused_clearly_on_a_cluster(cluster_set: Cluster) -> None:
     from keyqueue import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server"):
-        Queue("q", client=cluster, scripting=False)
+    for made in (
+        lambda: Queue("q", client=cluster_set.client, scripting=False),
+        lambda: Queue("q", url=cluster_set.url, scripting=False),
+    ):
+        with pytest.raises(ConfigurationError, match="script-free mode needs a single Redis server") as exc:
+            made()
+        assert "\n" not in str(exc.value)
 
 
 def test_the_async_queue_on_a_cluster(cluster: RedisCluster) -> None:
@@ -172,3 +158,390 @@ def test_flow_control_on_a_cluster(cluster: RedisCluster) -> None:
     assert q.throttle(30) == 30 and q.rate_state().throttled_for > 29
     assert q.counters()["throttled"] == 2
     q.destroy()
+
+
+# --- every entry point on a redis+cluster:// URL -----------------------------------------
+
+
+def names_on_every_node(c: Cluster, count: int = 3) -> list[str]:
+    """Queue names whose keys live on ``count`` different nodes."""
+    seen: dict[str, str] = {}
+    for i in range(1000):
+        node = c.client.get_node_from_key(f"kq:{{n{i}}}:seq").name
+        seen.setdefault(node, f"n{i}")
+        if len(seen) == count:
+            return list(seen.values())
+    raise AssertionError("no names on every node")
+
+
+def test_a_cluster_url_on_both_faces(cluster_set: Cluster) -> None:
+    """Any seed (a dead one first), query options applied, queues on every node listed."""
+    import asyncio
+
+    from keyqueue import aio
+    from keyqueue.queue import list_queues
+
+    url = cluster_set.url.replace("://", "://127.0.0.1:1,") + "/?socket_timeout=5"
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, url=url) for n in names]
+    assert queues[0].client.nodes_manager.connection_kwargs["socket_timeout"] == 5.0
+    for q in queues:
+        q.enqueue(q.name)
+    assert set(names) <= set(list_queues(queues[0].client))
+    assert [q.claim().text for q in queues] == names  # type: ignore[union-attr]
+
+    async def main() -> None:
+        aqs = [aio.Queue(n, url=url) for n in names]
+        try:
+            for q in aqs:
+                await q.enqueue("async " + q.name)
+            assert set(names) <= set(await aio.list_queues(aqs[0].client))
+            got = [await q.claim() for q in aqs]
+            assert [m.text for m in got if m is not None] == ["async " + n for n in names]
+        finally:
+            for q in aqs:
+                await q.client.aclose()
+
+    asyncio.run(main())
+    for q in queues:
+        q.destroy()
+        q.client.close()
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("redis+cluster://", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1:99999", "bad port"),
+        ("redis+cluster://u:s3cret@127.0.0.1:x", "bad cluster node address"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/1", "no databases"),
+        ("rediss+cluster://u:s3cret@127.0.0.1:7000/?socket_timeout=soon", "socket_timeout"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/?bogus=1", "bogus"),
+        ("redis+cluster://u:s3cret@127.0.0.1:7000/?ssl_ca_certs=/x", "needs TLS"),
+    ],
+)
+def test_a_malformed_cluster_url_is_one_line_before_any_connection(url: str, why: str) -> None:
+    """(Nothing listens on these ports: a connection tried would be a ConnectionError.)"""
+    from keyqueue import ConfigurationError, aio
+
+    for made in (lambda: Queue("q", url=url), lambda: aio.Queue("q", url=url)):
+        with pytest.raises(ConfigurationError) as exc:
+            made()
+        text = str(exc.value)
+        assert why in text and "\n" not in text and "s3cret" not in text
+    done = cli(url, "ls")
+    assert done.returncode == 2 and why in done.stderr and "s3cret" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_cluster_fails_at_its_first_operation(tmp_path: Path) -> None:
+    import asyncio
+
+    import redis
+
+    from keyqueue import aio
+
+    url = f"redis+cluster://u:s3cret@127.0.0.1:{free_port()}"
+    sync = Queue("q", url=url)  # made without I/O, as a module-level Queue is
+    with pytest.raises(redis.ConnectionError) as exc:
+        sync.enqueue("x")
+    assert "s3cret" not in str(exc.value)
+    q = aio.Queue("q", url=url)  # the asyncio client connects at its first command
+
+    async def first() -> None:
+        try:
+            await q.enqueue("x")
+        finally:
+            await q.client.aclose()
+
+    with pytest.raises(redis.ConnectionError):
+        asyncio.run(first())
+    done = cli(url, "ls")
+    assert done.returncode == 1 and "s3cret" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def cli(url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "keyqueue", *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_cli_on_a_cluster_url(cluster_set: Cluster) -> None:
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        done = cli(cluster_set.url, "enqueue", n, "a", "b")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["1", "2"]
+    listed = cli(cluster_set.url, "ls")
+    assert listed.returncode == 0 and set(names) <= set(listed.stdout.split()), listed.stderr
+    stats = cli(cluster_set.url, "stats", names[2], "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["waiting"] == 2, stats.stderr
+    for n in names:
+        Queue(n, client=cluster_set.client).destroy()
+
+
+def test_worker_and_reaper_processes_on_a_cluster_url(cluster_set: Cluster, tmp_path: Path) -> None:
+    from ..support.handlers import DONE
+
+    procs = Procs(tmp_path)
+    client = cluster_set.client
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, client=client) for n in names]
+    try:
+        for q in queues:  # due in a moment: only a reap makes them waiting
+            q.enqueue("later", delay=0.5)
+        reaper = procs.spawn(cluster_set.url, "reaper", "--interval", "0.2")
+        wait_until(lambda: all(q.stats().waiting == 1 for q in queues), timeout=60, interval=0.1)
+        assert reaper.poll() is None, procs.log(reaper)
+        client.delete(DONE)
+        ids = queues[0].enqueue_many([f"m{i}" for i in range(20)])
+        worker = procs.spawn(cluster_set.url, "worker", "tests.support.handlers:record", "-q", names[0])
+        wanted = {i.encode() for i in ids}
+        wait_until(lambda: wanted <= set(client.hgetall(DONE)), timeout=60, interval=0.1)
+        assert queues[0].stats().waiting == 0  # the one the reaper released too
+        assert worker.poll() is None, procs.log(worker)
+    finally:
+        for p in procs.started:
+            p.terminate()
+            p.wait(30)
+        for q in queues:
+            q.destroy()
+
+
+def test_serve_on_a_cluster_url(cluster_set: Cluster) -> None:
+    """The dashboard's API, /metrics and the SQS API over a cluster URL."""
+    import boto3
+    import httpx
+
+    from keyqueue.web import create_app
+
+    from ..support.web_support import Served
+
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        Queue(n, client=cluster_set.client).enqueue_many(["a", "b", "c"])
+    served = Served(create_app(url=cluster_set.url, sqs=("AKID", "secret")))
+    try:
+        with httpx.Client(base_url=served.url, timeout=30) as c:
+            listed = {row["name"]: row for row in c.get("/api/queues").json()}
+            assert all(listed[n]["waiting"] == 3 for n in names)
+            metrics = c.get("/metrics").text
+            for n in names:
+                assert f'keyqueue_messages{{queue="{n}",state="waiting"}} 3.0' in metrics
+            assert c.get("/healthz").status_code == 200
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=served.url,
+            region_name="us-east-1",
+            aws_access_key_id="AKID",
+            aws_secret_access_key="secret",
+        )
+        url = sqs.get_queue_url(QueueName=names[1])["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="via sqs")
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [m["Body"] for m in got] == ["a", "b", "c", "via sqs"]
+    finally:
+        served.stop()
+        for n in names:
+            Queue(n, client=cluster_set.client).destroy()
+
+
+def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Cluster) -> None:
+    """Idle on three queues on three nodes, the worker takes a message to the last one as it
+    comes (one BLPOP per queue, all at once), on both faces: nearly always within 100 ms
+    (polling the others between 0.25 s waits on the first took up to 0.3 s, half the time)."""
+    import asyncio
+    import threading
+
+    from keyqueue import aio
+    from keyqueue.queue import claim_any
+
+    names = names_on_every_node(cluster_set)
+    queues = [Queue(n, client=cluster_set.client) for n in names]
+    handled: dict[str, float] = {}
+    worker = Worker(queues, lambda m: handled.setdefault(m.text, time.monotonic()))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    latencies = []
+    try:
+        for i in range(10):
+            time.sleep(0.3 + 0.07 * i)  # idle (every wait blocking), at a different point of each
+            t0 = time.monotonic()
+            queues[2].enqueue(f"m{i}")
+            wait_until(lambda: f"m{i}" in handled, timeout=30)
+            latencies.append(handled[f"m{i}"] - t0)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert sum(t < 0.1 for t in latencies) >= 8, latencies
+
+    async def main() -> list[float]:
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+        node = cluster_set.client.get_default_node()
+        client = AsyncCluster(host=node.host, port=node.port)
+        aqs = [aio.Queue(n, client=client) for n in names]
+        out = []
+        try:
+            for i in range(10):
+                waiter = asyncio.create_task(aio.claim_any(aqs, 1, wait=10))
+                await asyncio.sleep(0.3 + 0.07 * i)
+                t0 = time.monotonic()
+                await aqs[2].enqueue(f"a{i}")
+                q, got = await waiter
+                out.append(time.monotonic() - t0)
+                assert q is aqs[2] and [m.text for m in got] == [f"a{i}"]
+                await got[0].ack()
+        finally:
+            await client.aclose()
+        return out
+
+    alatencies = asyncio.run(main())
+    assert sum(t < 0.1 for t in alatencies) >= 8, alatencies
+    t0 = time.monotonic()  # and the blocking claim_any itself
+    assert claim_any(queues, 1, wait=0.3) == (None, []) and time.monotonic() - t0 >= 0.3
+
+
+@pytest.mark.timeout(400)
+def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """Three primaries with two replicas each; the queue's primary is SIGKILLed while two
+    producers, blocking and asyncio, enqueue (min_replicas=1) and a worker process consumes: its replica is promoted, both
+    carry on, and every enqueue that returned is handled. The seed given is a replica."""
+    import asyncio
+    import threading
+
+    import redis
+
+    from ..support.handlers import DONE
+
+    c = Cluster(replicas=2, node_timeout_ms=1000)  # two each: the promoted one keeps a replica
+    procs = Procs(tmp_path)
+    stop = threading.Event()
+    sent: list[str] = []
+    sent_async: list[str] = []
+    errors: list[str] = []
+    try:
+        done_node = c.client.get_node_from_key(DONE).name
+        name = next(f"f{i}" for i in range(1000) if c.client.get_node_from_key(f"kq:{{f{i}}}:seq").name != done_node)
+        victim = c.server_of(f"kq:{{{name}}}:seq")
+        replica = next(
+            n
+            for n in c.nodes
+            if n.port != victim.port and redis.Redis(port=n.port).info("replication")["role"] == "slave"
+        )
+        url = f"redis+cluster://127.0.0.1:{replica.port}"
+        producer_q = Queue(name, url=url, min_replicas=1, replica_timeout=2)
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    sent.append(producer_q.enqueue(f"m{i}"))
+                    i += 1
+                except (redis.RedisError, KeyQueueError) as exc:  # the failover: tried again
+                    errors.append(repr(exc))
+                    time.sleep(0.05)
+                time.sleep(0.005)
+
+        async def produce_async() -> None:
+            aq = aio.Queue(name, url=url, min_replicas=1, replica_timeout=2)
+            try:
+                i = 0
+                while not stop.is_set():
+                    try:
+                        sent_async.append(await aq.enqueue(f"a{i}"))
+                        i += 1
+                    except (redis.RedisError, KeyQueueError) as exc:
+                        errors.append(repr(exc))
+                        await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.005)
+            finally:
+                await aq.client.aclose()
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        aproducer = threading.Thread(target=asyncio.run, args=(produce_async(),), daemon=True)
+        aproducer.start()
+        worker = procs.spawn(url, "--min-replicas", "1", "worker", "tests.support.handlers:record", "-q", name)
+        wait_until(lambda: len(c.client.hgetall(DONE)) >= 50, timeout=60, interval=0.1)
+        victim.kill()
+        before, abefore = len(sent), len(sent_async)
+        # both producers carry on against the promoted replica
+        wait_until(lambda: len(sent) > before + 50 and len(sent_async) > abefore + 50, timeout=60, interval=0.1)
+        stop.set()
+        producer.join(30)
+        aproducer.join(30)
+        wanted = {i.encode() for i in sent + sent_async}
+        assert len(wanted) == len(sent) + len(sent_async)
+        wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=120, interval=0.2)
+        assert worker.poll() is None, procs.log(worker)
+        c.client.nodes_manager.initialize()
+        assert c.server_of(f"kq:{{{name}}}:seq").port != victim.port  # served by the promoted replica
+        assert errors  # (the kill was felt)
+    finally:
+        stop.set()
+        for p in procs.started:
+            p.terminate()
+            p.wait(30)
+        c.stop()
+
+
+def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path: Path) -> None:
+    """A cluster down when the worker starts is an outage it waits out, as a server's is."""
+    from ..support.handlers import DONE
+
+    ports = [free_port() for _ in range(3)]
+    procs = Procs(tmp_path)
+    url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+    worker = procs.spawn(url, "worker", "tests.support.handlers:record", "-q", "early")
+    c = None
+    try:
+        time.sleep(1)  # it tries, fails and backs off meanwhile
+        assert worker.poll() is None, procs.log(worker)
+        c = Cluster(ports=ports)
+        ids = Queue("early", client=c.client).enqueue_many(["a", "b"])
+        wanted = {i.encode() for i in ids}
+        wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=90, interval=0.2)  # type: ignore[union-attr]
+        assert worker.poll() is None, procs.log(worker)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        if c is not None:
+            c.stop()
+
+
+def test_min_replicas_waits_on_the_queues_own_node(cluster_set: Cluster) -> None:
+    """WAIT goes with each write to the node that holds the queue (these primaries have no
+    replica: the write is refused as not replicated, and only that node saw WAIT)."""
+    import redis
+
+    from keyqueue import NotReplicated
+
+    def waits(port: int) -> int:
+        with redis.Redis(port=port) as r:
+            return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    names = names_on_every_node(cluster_set)
+    for n in names:
+        before = {node.port: waits(node.port) for node in cluster_set.nodes}
+        q = Queue(n, url=cluster_set.url, min_replicas=1, replica_timeout=0.1)
+        with pytest.raises(NotReplicated):
+            q.enqueue("x")
+        own = cluster_set.server_of(f"kq:{{{n}}}:seq").port
+        grew = {port for port, count in before.items() if waits(port) > count}
+        assert grew == {own}
+        q.destroy()
+
+
+def test_a_tls_cluster_url_sets_tls_on_both_faces_without_connecting() -> None:
+    from keyqueue import aio
+
+    url = f"rediss+cluster://u:s3cret@127.0.0.1:{free_port()}/?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required"
+    sync = Queue("q", url=url).client
+    kw = sync.kwargs
+    assert (kw["ssl"], kw["ssl_ca_certs"], kw["password"], kw["username"]) == (True, "/etc/ca.pem", "s3cret", "u")
+    (only,) = aio.Queue("q", url=url).client.nodes_manager.startup_nodes.values()
+    assert only.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem" and only.connection_class.__name__ == "SSLConnection"

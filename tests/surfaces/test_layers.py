@@ -21,7 +21,7 @@ LAYERS = [
     "keyqueue.backends | keyqueue.transport",
     "keyqueue.core",
     "keyqueue.settings | keyqueue.keys | keyqueue.health | keyqueue.connection | keyqueue.server",
-    "keyqueue.pools | keyqueue.sentinels",  # the connection pools and Sentinel managers a URL gets
+    "keyqueue.pools | keyqueue.sentinels | keyqueue.clusters",  # the pools, Sentinel managers and cluster client a URL gets
     "keyqueue.errors",
 ]
 
