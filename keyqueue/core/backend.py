@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 from .replication import Replication
 from .results import (
@@ -25,9 +25,17 @@ from .roundtrip import Op
 Attributes = Sequence[bytes | None] | None
 
 
-#: One fire of ``schedule_fire_many``: the id, the hash read, the next fire ms, the index
-#: score, the missed count and the (fire ms, due ms) of each message.
-FireCall = tuple[str, dict[bytes, bytes], int | None, str, int, Sequence[tuple[int, int]]]
+class FireCall(NamedTuple):
+    """One fire of ``schedule_fire_many``: done only if the schedule still has the version
+    and next fire read."""
+
+    schedule_id: str
+    version: str
+    read_next_ms: int | None
+    next_ms: int | None
+    score: str
+    missed: int
+    messages: Sequence[tuple[int, int]]
 
 
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
@@ -140,9 +148,14 @@ class Backend(Protocol):
     #: compare-and-set that needs no WATCH per schedule.
     batched_fires: bool
 
-    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]: ...
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
+        """The schedules' hashes ({} for one absent), in one round trip."""
+        ...
 
-    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]: ...
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
+        """Many fires in one call, each a compare-and-set of its own: which were done (each
+        enqueued its messages), and whether the config hash is gone."""
+        ...
 
     def schedule_fire(
         self,

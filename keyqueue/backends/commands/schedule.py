@@ -18,11 +18,11 @@ class Schedules(CommandBase):
     #: One schedule at a time: each compare-and-set is a WATCH of its own schedule.
     batched_fires = False
 
-    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]:
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
         raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_get)")
         yield
 
-    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]:
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
         raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_fire)")
         yield
 
