@@ -36,6 +36,8 @@ class FireCall(NamedTuple):
     score: str
     missed: int
     messages: Sequence[tuple[int, int]]
+    #: The body read (a backend with ``watched_fires``; a script reads it itself).
+    body: bytes = b""
 
 
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
@@ -144,17 +146,18 @@ class Backend(Protocol):
         self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
     ) -> Op[bool]: ...
 
-    #: Whether fires go in batches (``schedule_get_many``, ``schedule_fire_many``): a
-    #: compare-and-set that needs no WATCH per schedule.
-    batched_fires: bool
+    #: Whether the fires of ``schedule_fire_many`` hold only if their schedules were read by
+    #: the ``schedule_get_many`` just before (which WATCHes them): then every fire reads first.
+    watched_fires: bool
 
     def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
         """The schedules' hashes ({} for one absent), in one round trip."""
         ...
 
     def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
-        """Many fires in one call, each a compare-and-set of its own: which were done (each
-        enqueued its messages), and whether the config hash is gone."""
+        """Many fires in one call, each a compare-and-set of its own schedule (the script-free
+        mode: of them all at once): which were done (each enqueued its messages), and whether
+        the config hash is gone."""
         ...
 
     def schedule_fire(

@@ -925,12 +925,7 @@ class QueueCore:
             later = [sc for sid, sc in pairs if sc > now]
             if later:
                 soonest = min(soonest, later[0] - now)
-            if self.ops.batched_fires:
-                fired = yield from self.fire_many(due, now, s.bucket_ms)
-            else:
-                fired = []
-                for sid, _ in due:
-                    fired.append((yield from self.fire_one(sid, s.bucket_ms)))
+            fired = (yield from self.fire_many(due, now, s.bucket_ms)) if due else []
             before = total
             for n, nxt in fired:
                 total += n
@@ -944,12 +939,6 @@ class QueueCore:
         self.fire_wake = mono + max(soonest, 0) / 1000.0
         self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
         return total
-
-    def plan_of(self, sid: str, raw: dict[bytes, bytes], now: int) -> tuple[Fire | None, int | None]:
-        """What firing a schedule read at ``now`` does (None: nothing: it is gone, paused,
-        not due, or unreadable), and its next fire (ms) as far as known."""
-        known = self.known_of(sid, raw)
-        return (None, None) if known is None else self.plan_known(sid, known, now)
 
     def known_of(self, sid: str, raw: dict[bytes, bytes]) -> Known | None:
         """A schedule's hash as read, kept for its next fires (None: gone or unreadable)."""
@@ -977,39 +966,23 @@ class QueueCore:
             log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
             return None, None
 
-    def fire_one(self, sid: str, bucket_ms: int) -> Op[tuple[int, int | None]]:
-        """One due schedule's fire: the messages it enqueued and its next fire (ms)."""
-        for _ in range(SCHEDULE_ATTEMPTS):
-            now, raw = yield from self.ops.schedule_get(sid)
-            plan, nxt = self.plan_of(sid, raw, now)
-            if plan is None:
-                yield from self.ops.schedule_done()
-                if not raw:
-                    yield from self.drop_stale(sid)
-                return 0, nxt
-            fired = yield from self.ops.schedule_fire(
-                sid, raw, plan.next_ms, score(plan.next_ms, False), plan.missed, plan.messages, bucket_ms
-            )
-            if fired.done:
-                yield from self._after(fired.config_missing)
-                return len(fired.ids), plan.next_ms
-        return 0, None
-
     def fire_many(self, due: Sequence[tuple[str, float]], now: int, bucket_ms: int) -> Op[list[tuple[int, int | None]]]:
-        """The fires of due schedules (id, index score) by one script call, for a backend whose
-        compare-and-set needs no WATCH. A schedule is read first (all in one round trip)
-        unless this Queue's last read or fire of it matches the index; a fire lost to
-        another firer or a change is read and tried again once, then left to the next look
-        (the index says whether it is still due): (0, now) stands for it."""
+        """The fires of due schedules (id, index score), in one call (a script, or a MULTI
+        whose WATCH covers them all). A schedule is read first (all in one round trip)
+        unless this Queue's last read or fire of it matches the index and the backend's
+        compare-and-set needs no WATCH; a fire lost to another firer or a change is read and
+        tried again once, then left to the next look (the index says whether it is still
+        due): (0, now) stands for it."""
         out: dict[str, tuple[int, int | None]] = {}
         todo = [(sid, sc) for sid, sc in due]
+        watched = self.ops.watched_fires
         for _ in range(2):
-            unread = [sid for sid, sc in todo if not self.fresh(sid, sc)]
+            unread = [sid for sid, sc in todo if watched or not self.fresh(sid, sc)]
+            read: dict[str, dict[bytes, bytes]] = {}
             if unread:
-                raws = yield from self.ops.schedule_get_many(unread)
-                for sid, raw in zip(unread, raws):
-                    if self.known_of(sid, raw) is None and not raw:
-                        yield from self.drop_stale(sid)
+                read = dict(zip(unread, (yield from self.ops.schedule_get_many(unread))))
+                for sid, raw in read.items():
+                    self.known_of(sid, raw)
             calls: list[tuple[str, Known, Fire]] = []
             alike: dict[tuple[Definition, int, int | None], tuple[Fire | None, int | None]] = {}
             for sid, _ in todo:
@@ -1029,11 +1002,22 @@ class QueueCore:
                     calls.append((sid, known, plan))
             done, missing = yield from self.ops.schedule_fire_many(
                 [
-                    FireCall(sid, k.version, k.next_ms, p.next_ms, score(p.next_ms, False), p.missed, p.messages)
+                    FireCall(
+                        sid,
+                        k.version,
+                        k.next_ms,
+                        p.next_ms,
+                        score(p.next_ms, False),
+                        p.missed,
+                        p.messages,
+                        read[sid].get(b"b", b"") if watched else b"",
+                    )
                     for sid, k, p in calls
                 ],
                 bucket_ms,
             )
+            for sid in [sid for sid, raw in read.items() if not raw]:  # (after the fire: it ends its WATCH)
+                yield from self.drop_stale(sid)
             yield from self._after(missing)
             todo = []
             for (sid, known, plan), ok in zip(calls, done):

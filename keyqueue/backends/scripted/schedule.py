@@ -12,7 +12,7 @@ from .scripts import ScriptBase
 
 
 class Schedules(ScriptBase):
-    batched_fires = True
+    watched_fires = False
 
     def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
         keys = [self.keys.schedule(i) for i in schedule_ids]
@@ -30,7 +30,7 @@ class Schedules(ScriptBase):
         k = self.keys
         keys = [k.schedules, k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters]
         args: list[Any] = [bucket_ms, self.field_bytes]
-        for sid, version, read_next, nxt, score, missed, messages in fires:
+        for sid, version, read_next, nxt, score, missed, messages, _ in fires:
             keys.append(k.schedule(sid))
             args += (version, "" if read_next is None else read_next, "" if nxt is None else nxt, score, missed)
             args.append(len(messages))
