@@ -26,12 +26,14 @@ Attributes = Sequence[bytes | None] | None
 
 
 class FireCall(NamedTuple):
-    """One fire of ``schedule_fire_many``: done only if the schedule still has the version
-    and next fire read."""
+    """One fire of ``schedule_fire_many``: done only if the schedule still has the version,
+    next fire, definition and anchor read."""
 
     schedule_id: str
     version: str
     read_next_ms: int | None
+    definition: bytes
+    anchor_ms: int
     next_ms: int | None
     score: str
     missed: int

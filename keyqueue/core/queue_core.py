@@ -75,8 +75,8 @@ CLAIM_REAP_LIMIT = 500
 MAX_ERROR_BYTES = 4096
 #: Ends a cut last_error.
 CUT = "\u2026"
-#: Schedules read per look at the head of the schedule index, and fired by one script call:
-#: a call of this many stays near a millisecond of Redis time.
+#: Schedules read per look at the head of the schedule index, and fired by one call (a
+#: script, or a MULTI): a call of this many holds Redis a few milliseconds at most.
 FIRE_BATCH = 200
 #: Seconds a reap goes on looking at the schedule index while full batches of due schedules
 #: remain (claim-time reaping takes one look): many due at once are fired in one reap, and
@@ -200,8 +200,9 @@ class QueueCore:
         #: when Redis lost them.
         self.upserted: dict[str, tuple[Definition, bytes, int]] = {}
         #: What this Queue last read or wrote of each schedule it fires (version, stored next
-        #: fire, paused, definition, anchor ms): a fire is a compare-and-set on the version and
-        #: next fire, so one that is out of date changes nothing and is read again.
+        #: fire, paused, definition, anchor ms): a fire is a compare-and-set on all but the
+        #: pause (a schedule made again may reach the same version and next fire), so one
+        #: that is out of date changes nothing and is read again.
         self.known: dict[str, Known] = {}
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
@@ -947,7 +948,8 @@ class QueueCore:
             return None
         try:
             nxt = None if b"n" not in raw else int(raw[b"n"])
-            known = Known(text(raw[b"v"]), nxt, raw.get(b"p") == b"1", Definition.load(raw[b"d"]), int(raw[b"a"]))
+            dump = raw[b"d"]
+            known = Known(text(raw[b"v"]), nxt, raw.get(b"p") == b"1", Definition.load(dump), dump, int(raw[b"a"]))
         except (KeyError, ValueError, TypeError, InvalidSchedule):
             log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
             return None
@@ -962,7 +964,7 @@ class QueueCore:
             return None, None if known.paused else nxt
         try:
             return plan_fire(sid, known.d, known.anchor_ms, nxt, now), None
-        except InvalidSchedule:
+        except (KeyError, ValueError, TypeError, InvalidSchedule):
             log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
             return None, None
 
@@ -1006,6 +1008,8 @@ class QueueCore:
                         sid,
                         k.version,
                         k.next_ms,
+                        k.dump,
+                        k.anchor_ms,
                         p.next_ms,
                         score(p.next_ms, False),
                         p.missed,

@@ -290,17 +290,19 @@ def jitter_ms(schedule_id: str, fire_ms: int, jitter: int) -> int:
 
 class Known(NamedTuple):
     """What a firer read of a stored schedule: its version, stored next fire (ms), pause,
-    definition and anchor (ms). (A tuple: a firer of many makes one per fire.)"""
+    definition (parsed and as stored) and anchor (ms). (A tuple: a firer of many makes one
+    per fire.)"""
 
     version: str
     next_ms: int | None
     paused: bool
     d: Definition
+    dump: bytes
     anchor_ms: int
 
     def fired(self, next_ms: int | None) -> Known:
         """The schedule as a fire of this version left it."""
-        return Known(str(int(self.version) + 1), next_ms, False, self.d, self.anchor_ms)
+        return self._replace(version=str(int(self.version) + 1), next_ms=next_ms, paused=False)
 
 
 @dataclass(frozen=True)

@@ -409,3 +409,25 @@ def test_a_firer_whose_last_fire_is_out_of_date_reads_again(make_queue: MakeQueu
     q.reap()
     assert drained_bodies(q) == Counter({b"new": 300})
     assert {s.fired for s in q.schedules()} == {3}
+
+
+def test_a_schedule_made_again_is_fired_by_its_new_definition(make_queue: MakeQueue) -> None:
+    """Made again by another Queue, a schedule can reach the version and next fire a firer
+    recorded of the one before: the fire compares its definition too."""
+    clock = FakeClock(float(int(time.time())))
+    q, other = make_queue("q", clock=clock), make_queue("q", clock=clock)
+    start = clock() - 1800
+    q.schedule("s", every=3600, start=start, body="old")
+    clock.advance(1800)
+    q.reap()
+    (before,) = q.schedules()
+    assert before.fired == 1 and before.next_fire == start + 7200
+    assert other.unschedule("s")
+    other.schedule("s", every=3600, start=start, end=start + 7200.5, body="new?")
+    again = other.schedule("s", every=3600, start=start, end=start + 7200.5, body="new")  # the version as before
+    assert again.next_fire == before.next_fire
+    clock.advance(3600)
+    q.reap()
+    (after,) = q.schedules()
+    assert (after.fired, after.next_fire) == (1, None)  # the new one's end: no fire after this one
+    assert [m.body for m in q.peek(5)] == [b"old", b"new"]

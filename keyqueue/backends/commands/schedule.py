@@ -58,7 +58,18 @@ class Schedules(CommandBase):
         bucket_ms: int,
     ) -> Op[Fired]:
         nxt = None if b"n" not in read else int(read[b"n"])
-        call = FireCall(schedule_id, text(read[b"v"]), nxt, next_ms, score, missed, messages, read.get(b"b", b""))
+        call = FireCall(
+            schedule_id,
+            text(read[b"v"]),
+            nxt,
+            read[b"d"],
+            int(read[b"a"]),
+            next_ms,
+            score,
+            missed,
+            messages,
+            read.get(b"b", b""),
+        )
         ids, missing = yield from self._fire([call], bucket_ms)
         return Fired(False, []) if ids is None else Fired(True, ids, missing)
 

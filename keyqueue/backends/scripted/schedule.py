@@ -30,10 +30,10 @@ class Schedules(ScriptBase):
         k = self.keys
         keys = [k.schedules, k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters]
         args: list[Any] = [bucket_ms, self.field_bytes]
-        for sid, version, read_next, nxt, score, missed, messages, _ in fires:
+        for sid, version, read_next, dump, anchor, nxt, score, missed, messages, _ in fires:
             keys.append(k.schedule(sid))
-            args += (version, "" if read_next is None else read_next, "" if nxt is None else nxt, score, missed)
-            args.append(len(messages))
+            args += (version, "" if read_next is None else read_next, dump, anchor)
+            args += ("" if nxt is None else nxt, score, missed, len(messages))
             for pair in messages:
                 args += pair
         missing, *firsts = yield from self.call("schedule_fire_many", keys, args)
