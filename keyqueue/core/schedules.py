@@ -28,6 +28,9 @@ CATCH_UP = ("one", "all", "none")
 CATCH_UP_LIMIT = 1000
 #: Fire times one fire steps through at most; any further back are counted missed.
 SCAN_LIMIT = 100_000
+#: Fire times of a cron expression worked out one at a time, each kept for schedules alike
+#: (a fire steps through a few); a longer catch-up steps through the rest in one go.
+CRON_CACHED_STEPS = 8
 #: How late a fire time may be fired and still be the current one (catch_up="none"): above
 #: the couple of seconds a Reaper or Worker at its default interval takes.
 LATE_MS = 5000
@@ -224,11 +227,14 @@ def fire_times_ms(d: Definition, anchor_ms: int, after_ms: int) -> Iterator[int]
             t += d.every_ms
         return
     assert d.cron is not None
-    first = _cron_next(d.cron, d.tz, after_ms)
-    if first is None or (d.end_ms is not None and first > d.end_ms):
-        return
-    yield first
-    for instant in _cron_times(d.cron, zone(d.tz), datetime.fromtimestamp(first / 1000, UTC)):
+    last = after_ms
+    for _ in range(CRON_CACHED_STEPS + 1):
+        step = _cron_next(d.cron, d.tz, last)
+        if step is None or (d.end_ms is not None and step > d.end_ms):
+            return
+        yield step
+        last = step
+    for instant in _cron_times(d.cron, zone(d.tz), datetime.fromtimestamp(last / 1000, UTC)):
         ms = round(instant.timestamp() * 1000)
         if d.end_ms is not None and ms > d.end_ms:
             return
