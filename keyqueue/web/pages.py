@@ -85,24 +85,28 @@ async def overview_rows(request: Request) -> Response:
 
 
 async def queue_page(request: Request) -> Response:
-    store = store_of(request)
-    view = await store.view(request.path_params["name"])
+    live = await live_part(request)
     source, count = source_and_count(request, PAGE_COUNT)
-    messages = await store.peek(view.name, count, source)
+    messages = await store_of(request).peek(live["view"].name, count, source)
     return render(
         request,
         "queue.html",
-        view=view,
-        schedules=await store.schedules(view.name),
+        **live,
         source=source,
         count=count,
-        sources=PEEK_SOURCES,
         messages=[(m, body_view(m.body)) for m in messages],
         notice=notice_text(request),
         purge_sources=PURGE_SOURCES,
         max_count=MAX_COUNT,
         more=min(max(count * 4, PAGE_COUNT), MAX_COUNT),
     )  # ("?count=0" asks for more than 0)
+
+
+async def live_part(request: Request) -> dict[str, Any]:
+    """What the part of a queue page that refreshes itself shows: the counts, the tabs and the schedules."""
+    store = store_of(request)
+    view = await store.view(request.path_params["name"])
+    return {"view": view, "schedules": await store.schedules(view.name), "sources": PEEK_SOURCES}
 
 
 def notice_text(request: Request) -> str | None:
@@ -124,10 +128,9 @@ def notice_text(request: Request) -> str | None:
 
 
 async def queue_live(request: Request) -> Response:
-    """The counts and the tabs of a queue page, for its script to swap in."""
-    view = await store_of(request).view(request.path_params["name"])
+    """The refreshing part of a queue page, for its script to swap in."""
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", view=view, source=source, sources=PEEK_SOURCES)
+    return render(request, "_queue_live.html", **(await live_part(request)), source=source)
 
 
 # -- actions ----------------------------------------------------------------------------

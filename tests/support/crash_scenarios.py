@@ -91,6 +91,17 @@ def _scheduled(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+def _scheduled_many(q: Queue) -> dict[str, Any]:
+    """Waiting messages and three schedules behind, with fire times of their own and bodies
+    of their own: one reap fires them in one call (catch_up all: one of them enqueues two)."""
+    ctx = _waiting(q)
+    q.schedule("s", every=10, catch_up="all", body="tick")
+    q.schedule("s7", every=7, body="seven")
+    q.schedule("s9", every=9, catch_up="all", body="nine")
+    q._ops.clock.advance(25)
+    return ctx
+
+
 def _limited(**settings: Any) -> Callable[[Queue], dict[str, Any]]:
     """Flow-control settings for the dying client to read, two messages claimed under them
     and three waiting (its claims take what the limits leave)."""
@@ -164,6 +175,7 @@ SCENARIOS: dict[str, Scenario] = {
     "schedule_change": Scenario(_scheduled, lambda q, c: q.schedule("s", every=5, body="tock")),
     "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
     "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
+    "schedule_fire_many": Scenario(_scheduled_many, lambda q, c: q.reap()),
     "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
     "claim_rate_limited": Scenario(_limited(rate_limit="3/1000"), lambda q, c: q.claim_many(3)),
     "claim_in_flight_capped": Scenario(_limited(max_in_flight=3), lambda q, c: q.claim_many(3)),

@@ -32,6 +32,7 @@ SCRIPT_NAMES = (
     "stats",
     "schedule_put",
     "schedule_fire",
+    "schedule_fire_many",
 )
 #: Scripts that never write: no WAIT after them.
 READ_ONLY = frozenset({"peek", "stats"})
