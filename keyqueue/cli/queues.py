@@ -23,7 +23,7 @@ from .progress import progress
 SETTING_TYPES: dict[str, type] = {
     f.name: (
         int
-        if f.name in ("max_receives", "max_body_bytes", "max_in_flight")
+        if f.name in ("max_receives", "max_body_bytes", "max_in_flight", "group_concurrency")
         else str
         if f.name == "rate_limit"
         else float
@@ -205,10 +205,11 @@ def parse_setting(text: str) -> tuple[str, Any]:
         value = SETTING_TYPES[name](raw)
     except ValueError:
         value = None
-    if value is None or name in ("max_receives", "max_in_flight") and value < 1:
+    if value is None or name in ("max_receives", "max_in_flight", "group_concurrency") and value < 1:
         kind = {
             "max_receives": "a whole number >= 1, or none for no limit",
             "max_in_flight": "a whole number >= 1, or none for no limit",
+            "group_concurrency": "a whole number >= 1",
             "max_body_bytes": "a whole number of bytes",
             "retention": "a number of seconds, or empty for none",
             "dead_retention": "a number of seconds, or empty for none",

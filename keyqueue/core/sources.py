@@ -8,8 +8,9 @@ from typing import Literal, TypeVar, get_args
 
 from ..errors import InvalidArgument
 
-#: Where peek, ids and Spark snapshots read (every state a message can be in).
-PeekSource = Literal["waiting", "processing", "delayed", "dead"]
+#: Where peek, ids and Spark snapshots read (every state a message can be in; held: grouped
+#: messages waiting behind their group's released ones, which count as waiting too).
+PeekSource = Literal["waiting", "processing", "delayed", "dead", "held"]
 #: What purge deletes: a state, or "all" (every message; processing included).
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
 #: Where requeue takes messages from.
