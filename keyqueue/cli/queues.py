@@ -61,7 +61,9 @@ def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows[queue] if queue else rows, indent=None if queue else 2))
         return
-    header = f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11} {'held':>9}"
+    header = (
+        f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11} {'held':>9}"
+    )
     click.echo(header)
     for name, s in rows.items():
         age = "-" if s["oldest_age"] is None else f"{s['oldest_age']:.1f}s"

@@ -18,6 +18,9 @@ RequeueSource = Literal["dead", "processing"]
 
 PEEK_SOURCES: tuple[PeekSource, ...] = get_args(PeekSource)
 PURGE_SOURCES: tuple[PurgeSource, ...] = get_args(PurgeSource)
+#: The states whose counts the dashboard and /metrics show: held messages are counted in
+#: waiting already.
+SHOWN_STATES: tuple[PeekSource, ...] = tuple(s for s in PEEK_SOURCES if s != "held")
 REQUEUE_SOURCES: tuple[RequeueSource, ...] = get_args(RequeueSource)
 
 S = TypeVar("S", bound=str)

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
-from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, purge_source
+from ..core.sources import PURGE_SOURCES, SHOWN_STATES, purge_source
 from ..errors import InvalidArgument, UnknownSchedule
 from ..keys import NAME_RE
 from .api import MAX_COUNT, BadRequest, source_and_count, store_of
@@ -96,7 +96,7 @@ async def queue_page(request: Request) -> Response:
         schedules=await store.schedules(view.name),
         source=source,
         count=count,
-        sources=PEEK_SOURCES,
+        sources=SHOWN_STATES,
         messages=[(m, body_view(m.body)) for m in messages],
         notice=notice_text(request),
         purge_sources=PURGE_SOURCES,
@@ -127,7 +127,7 @@ async def queue_live(request: Request) -> Response:
     """The counts and the tabs of a queue page, for its script to swap in."""
     view = await store_of(request).view(request.path_params["name"])
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", view=view, source=source, sources=PEEK_SOURCES)
+    return render(request, "_queue_live.html", view=view, source=source, sources=SHOWN_STATES)
 
 
 # -- actions ----------------------------------------------------------------------------
