@@ -640,3 +640,16 @@ def test_message_groups_in_config_stats_len_and_peek(redis_server, r: redis.Redi
     held = [json.loads(line) for line in kq("peek", "jobs", "--source", "held", "--json", url=url).stdout.splitlines()]
     assert [(m["id"], m["group"]) for m in held] == [(ids[1], "g"), (ids[2], "g")]
     assert "group=g" in kq("peek", "jobs", "--source", "held", url=url).stdout
+
+
+def test_check_exits_0_on_a_consistent_grouped_queue(redis_server, r: redis.Redis) -> None:
+    q = Queue("q", client=r, group_concurrency=2)
+    q.enqueue_many(["a", "b", "c"], group="g")
+    q.enqueue("later", group="g", delay=60)
+    assert q.claim() is not None
+    res = kq("--url", redis_server.url, "check", "q", "--settle", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().endswith("0 problems, 0 notes: consistent")
+    r.hset("kq:{q}:groups", "g", 9)
+    bad = kq("--url", redis_server.url, "check", "q", "--settle", "0")
+    assert bad.returncode == 1 and bad.stdout.startswith("group-count: g -- ")
