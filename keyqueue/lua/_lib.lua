@@ -67,6 +67,20 @@ local function timer_del(timers, id, t, bucket_ms)
   if rcall('SREM', k, id) == 1 and rcall('EXISTS', k) == 0 then rcall('ZREM', timers, b) end
 end
 
+-- The item keys of new ids first .. first+n-1 (their ids into `ids`), or nil when one exists:
+-- item keys are new by construction, so one that exists means seq was overwritten.
+local function new_item_keys(first, n, ids)
+  local iks = {}
+  for j = 1, n do
+    local id = fmt(first + j - 1)
+    ids[j] = id; iks[j] = BASE .. 'item:' .. id
+  end
+  for i = 1, n, 1000 do
+    if rcall('EXISTS', unpack(iks, i, math.min(i + 999, n))) > 0 then return nil end
+  end
+  return iks
+end
+
 -- Wake one long-poll waiter; the list never holds more than one token.
 local function signal(sig)
   if rcall('LLEN', sig) == 0 then rcall('RPUSH', sig, '1') end

@@ -29,11 +29,9 @@ if held and not tonumber(held) then return corrupt(BASE .. 'held') end
 if existing then return {existing, 0, lost} end
 
 local first = (tonumber(seq) or 0) + 1
-local iks = {}
-for j = 1, n do iks[j] = item_key(fmt(first + j - 1)) end
-for i = 1, n, 1000 do
-  if rcall('EXISTS', unpack(iks, i, math.min(i + 999, n))) > 0 then return corrupt(KEYS[1]) end
-end
+local ids = {}
+local iks = new_item_keys(first, n, ids)
+if not iks then return corrupt(KEYS[1]) end
 
 local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
@@ -42,7 +40,7 @@ if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 local at = delay > 0 and tonumber(now_s) + delay
 local released = false
 for j = 1, n do
-  local id = fmt(first + j - 1)
+  local id = ids[j]
   local head = {'t', now_s, 'n', '0', 'g', g}
   if at then head[7] = 'd'; head[8] = fmt(at) end
   rcall('HSET', iks[j], unpack(body_fields(head, ARGV[7 + j], chunk)))

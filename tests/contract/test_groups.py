@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 import redis
 
-from keyqueue import ConfigurationError, Message, Queue
+from keyqueue import ConfigurationError, CorruptQueue, Message, Queue
 
 from ..support.helpers import FakeClock, snapshot
 
@@ -326,3 +326,28 @@ def test_a_bad_group_concurrency_raises_and_writes_nothing(
     with pytest.raises(ValueError, match="group_concurrency"):
         make_queue("fresh", visibility_timeout=5, group_concurrency=bad)
     assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("key", ["kq:{q}:group:g", "kq:{q}:groups", "kq:{q}:held"])
+def test_a_group_key_of_the_wrong_type_fails_the_operation_writing_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, key: str
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many(["1", "2"], group="g")
+    m = q.claim()
+    assert m is not None
+    saved = r.dump(key)
+    r.delete(key)
+    r.sadd(key, "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=key):
+        q.enqueue("3", group="g")
+    with pytest.raises(CorruptQueue, match=key):
+        q.ack(m)
+    assert snapshot(r) == before
+    r.delete(key)
+    if saved is not None:
+        r.restore(key, 0, saved)
+    assert q.ack(m)
