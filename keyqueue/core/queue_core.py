@@ -347,7 +347,7 @@ class QueueCore:
                 raise InvalidArgument(f"{name} cannot be given with group")
         if not self.ops.groups:
             raise ConfigurationError(
-                "message groups need the scripted mode: the script-free mode cannot release a "
+                "message groups need the scripted mode: the script-free mode does not release a "
                 "group's next message in the same atomic step that ends the current one"
             )
         return g

@@ -17,8 +17,8 @@ from .base import CommandBase, _signal
 
 class Produce(CommandBase):
     #: Message groups are refused here: ending a group's current message and releasing its
-    #: next must be one atomic step, and a client that dies between the two WATCHed commits
-    #: would leave the group blocked with nothing in the state that the reaper could settle.
+    #: next must be one atomic step, which this mode's operations that end a message (and its
+    #: reaper's recoveries) do not take yet.
     groups = False
 
     def enqueue_group(
