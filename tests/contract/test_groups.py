@@ -7,6 +7,7 @@ checks in place of the rest."""
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -351,3 +352,27 @@ def test_a_group_key_of_the_wrong_type_fails_the_operation_writing_nothing(
     if saved is not None:
         r.restore(key, 0, saved)
     assert q.ack(m)
+
+
+def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2", "3"], group="g")
+    others = q.enqueue_many(["x", "y"], group="h")
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            seen.append((m.id, m.receives))
+        if m.id == ids[0] and m.receives == 1:
+            raise RuntimeError("first try fails")
+
+    workers.run(workers.make(q, handler, concurrency=4, retry_backoff=0))
+    mine = [x for x in seen if x[0] in ids]
+    assert mine == [(ids[0], 1), (ids[0], 2), (ids[1], 1), (ids[2], 1)]
+    assert [i for i, _ in seen if i in others] == others
+    assert len(q) == 0 and q.groups() == []
