@@ -376,3 +376,20 @@ def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
     assert mine == [(ids[0], 1), (ids[0], 2), (ids[1], 1), (ids[2], 1)]
     assert [i for i, _ in seen if i in others] == others
     assert len(q) == 0 and q.groups() == []
+
+
+def test_the_script_free_mode_does_not_serve_a_grouped_queue(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = make_queue("q")
+    Queue("q", client=r).enqueue_many(["1", "2"], group="g")  # a scripted producer's
+    if scripting:
+        assert [m.text for m in q.claim_many(5)] == ["1"]
+        return
+    before = snapshot(r)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.claim_many(5)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.reap()
+    assert snapshot(r) == before
+    assert len(q) == 2 and q.stats().held == 1 and q.groups() == [("g", 1, 1)]  # reading is fine
