@@ -382,14 +382,20 @@ def test_the_script_free_mode_does_not_serve_a_grouped_queue(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:
     q = make_queue("q")
-    Queue("q", client=r).enqueue_many(["1", "2"], group="g")  # a scripted producer's
+    producer = Queue("q", client=r)  # a scripted client's groups
+    producer.enqueue_many(["1", "2", "3"], group="g")
+    first = producer.claim()
+    assert first is not None and first.dead_letter("bad")
     if scripting:
-        assert [m.text for m in q.claim_many(5)] == ["1"]
+        assert [m.text for m in q.claim_many(5)] == ["2"]
         return
     before = snapshot(r)
     with pytest.raises(ConfigurationError, match="holds message groups"):
         q.claim_many(5)
     with pytest.raises(ConfigurationError, match="holds message groups"):
         q.reap()
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.requeue()
     assert snapshot(r) == before
     assert len(q) == 2 and q.stats().held == 1 and q.groups() == [("g", 1, 1)]  # reading is fine
+    assert q.requeue([]) == 0  # (nothing asked for: nothing refused)

@@ -222,7 +222,10 @@ class Maintain(Consume):
                     if source == "dead"
                     else ("SSCAN", k.processing, cursor, "COUNT", limit)
                 )
-            now, got = yield from self._open(self.waking_keys, reads, watch=watch)
+            now, (grouped, *got) = yield from self._open(self.waking_keys, [("EXISTS", k.groups), *reads], watch=watch)
+            if grouped:
+                (yield from one(("UNWATCH",)))
+            refuse_groups(grouped, k.name)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))
