@@ -12,7 +12,7 @@ import redis
 
 from .connection import TRANSIENT
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
-from .core.results import QueueStats, RateState, ReapResult
+from .core.results import GroupInfo, QueueStats, RateState, ReapResult
 from .core.roundtrip import Op, T
 from .core.schedules import Schedule
 from .core.sources import PeekSource, PurgeSource, RequeueSource
@@ -47,6 +47,8 @@ class Queue(QueueFace):
             every consumer: at most N claims per S seconds ("N/S" or (N, S); windows aligned
             on the server's clock), and at most this many messages owned at once. Settings
             too; None: no limit.
+        group_concurrency: at most this many messages of one message group (``group=``)
+            released at once; 1 (the default) delivers a group in order, one at a time. A setting.
         scripting: False selects the script-free mode (servers without EVAL).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
@@ -78,11 +80,19 @@ class Queue(QueueFace):
     # -- producing ------------------------------------------------------------------------
 
     def enqueue(
-        self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None, attributes: bytes | None = None
+        self,
+        body: bytes | str,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        attributes: bytes | None = None,
+        group: str | None = None,
     ) -> str:
         """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id.
-        ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``."""
-        return self._run(self._core.enqueue(body, delay, dedup_key, attributes))
+        ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``.
+        ``group``: its message group, whose messages are delivered in order (at most
+        group_concurrency of them released at once)."""
+        return self._run(self._core.enqueue(body, delay, dedup_key, attributes, group))
 
     def enqueue_many(
         self,
@@ -93,6 +103,7 @@ class Queue(QueueFace):
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: str | None = None,
     ) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
 
@@ -100,8 +111,8 @@ class Queue(QueueFace):
         message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does.
         ``enqueued_at`` (epoch seconds, one per body; None or a time to come: now) is the
         time each message's age counts from, so one moved from another queue keeps its first
-        enqueue time and its retention."""
-        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at))
+        enqueue time and its retention. ``group``: every message joins that message group, in order."""
+        return self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at, group))
 
     def get(self, ids: Iterable[str]) -> list[Message]:
         """The messages with these ids, in order, without claiming them (no receipt); ids
@@ -270,6 +281,10 @@ class Queue(QueueFace):
 
     def stats(self) -> QueueStats:
         return self._run(self._core.stats())
+
+    def groups(self, count: int = 100) -> list[GroupInfo]:
+        """Message groups with released or held messages, by id (a drained group is absent)."""
+        return self._run(self._core.groups(count))
 
     def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         """Read messages without claiming them; they carry no receipt."""

@@ -10,7 +10,7 @@ import redis.asyncio
 
 from ..connection import sentinels_of
 from ..core.queue_core import list_queues_op
-from ..core.results import QueueStats, RateState, ReapResult
+from ..core.results import GroupInfo, QueueStats, RateState, ReapResult
 from ..core.roundtrip import Op, T
 from ..core.schedules import Schedule
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
@@ -73,9 +73,15 @@ class Queue(QueueFace):
     # -- producing ------------------------------------------------------------------------
 
     async def enqueue(
-        self, body: bytes | str, *, delay: float = 0.0, dedup_key: str | None = None, attributes: bytes | None = None
+        self,
+        body: bytes | str,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        attributes: bytes | None = None,
+        group: str | None = None,
     ) -> str:
-        return await self._run(self._core.enqueue(body, delay, dedup_key, attributes))
+        return await self._run(self._core.enqueue(body, delay, dedup_key, attributes, group))
 
     async def enqueue_many(
         self,
@@ -86,8 +92,11 @@ class Queue(QueueFace):
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: str | None = None,
     ) -> list[str]:
-        return await self._run(self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at))
+        return await self._run(
+            self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at, group)
+        )
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
         return self._bind(await self._run(self._core.get(ids)), with_receipt=False)
@@ -239,6 +248,9 @@ class Queue(QueueFace):
 
     async def ids(self, source: PeekSource = "waiting") -> list[str]:
         return await self._run(self._core.ids(source))
+
+    async def groups(self, count: int = 100) -> list[GroupInfo]:
+        return await self._run(self._core.groups(count))
 
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)

@@ -23,7 +23,7 @@ from .progress import progress
 SETTING_TYPES: dict[str, type] = {
     f.name: (
         int
-        if f.name in ("max_receives", "max_body_bytes", "max_in_flight")
+        if f.name in ("max_receives", "max_body_bytes", "max_in_flight", "group_concurrency")
         else str
         if f.name == "rate_limit"
         else float
@@ -61,11 +61,16 @@ def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows[queue] if queue else rows, indent=None if queue else 2))
         return
-    header = f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11}"
+    header = (
+        f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11} {'held':>9}"
+    )
     click.echo(header)
     for name, s in rows.items():
         age = "-" if s["oldest_age"] is None else f"{s['oldest_age']:.1f}s"
-        click.echo(f"{name:<24} {s['waiting']:>9} {s['processing']:>10} {s['delayed']:>9} {s['dead']:>9} {age:>11}")
+        click.echo(
+            f"{name:<24} {s['waiting']:>9} {s['processing']:>10} {s['delayed']:>9} {s['dead']:>9} {age:>11} "
+            f"{s['held']:>9}"
+        )
 
 
 #: Control characters (C0, DEL, C1) shown escaped, so a body cannot move the cursor,
@@ -104,6 +109,7 @@ def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> Non
                         "enqueued_at": m.enqueued_at,
                         "deadline": m.deadline,
                         "last_error": m.last_error,
+                        "group": m.group,
                         "body": body,
                         "body_base64": b64,
                     }
@@ -111,7 +117,8 @@ def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> Non
             )
         else:
             error = f"  last_error={m.last_error!r}" if m.last_error else ""
-            click.echo(f"{m.id}  receives={m.receives}{error}  {shown_body(m.body)}")
+            group = f"  group={m.group}" if m.group is not None else ""
+            click.echo(f"{m.id}  receives={m.receives}{group}{error}  {shown_body(m.body)}")
 
 
 @cli.command()
@@ -205,10 +212,11 @@ def parse_setting(text: str) -> tuple[str, Any]:
         value = SETTING_TYPES[name](raw)
     except ValueError:
         value = None
-    if value is None or name in ("max_receives", "max_in_flight") and value < 1:
+    if value is None or name in ("max_receives", "max_in_flight", "group_concurrency") and value < 1:
         kind = {
             "max_receives": "a whole number >= 1, or none for no limit",
             "max_in_flight": "a whole number >= 1, or none for no limit",
+            "group_concurrency": "a whole number >= 1",
             "max_body_bytes": "a whole number of bytes",
             "retention": "a number of seconds, or empty for none",
             "dead_retention": "a number of seconds, or empty for none",

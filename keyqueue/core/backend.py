@@ -52,6 +52,8 @@ class Backend(Protocol):
     field_bytes: int
     #: The WAIT that follows every write (min_replicas).
     replication: Replication
+    #: Whether the mode supports message groups (``enqueue_group``).
+    groups: bool
 
     def enqueue_one(
         self,
@@ -65,6 +67,16 @@ class Backend(Protocol):
 
     def enqueue(
         self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int, attributes: Attributes = None
+    ) -> Op[Enqueued]: ...
+
+    def enqueue_group(
+        self,
+        bodies: Sequence[bytes],
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        group: str,
     ) -> Op[Enqueued]: ...
 
     def enqueue_each(

@@ -11,7 +11,15 @@ import math
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import CorruptQueue, InvalidArgument, InvalidSchedule, KeyQueueError, MessageTooLarge, UnknownSchedule
+from ..errors import (
+    ConfigurationError,
+    CorruptQueue,
+    InvalidArgument,
+    InvalidSchedule,
+    KeyQueueError,
+    MessageTooLarge,
+    UnknownSchedule,
+)
 from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend, FireCall
@@ -23,6 +31,7 @@ from .results import (
     Enqueued,
     ExpirePosition,
     Fields,
+    GroupInfo,
     QueueStats,
     RateState,
     ReapPosition,
@@ -146,6 +155,22 @@ def enqueued_ms(at: object) -> int | None:
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
+
+
+#: Longest message group id.
+MAX_GROUP = 128
+
+
+def check_group(group: object) -> str | None:
+    """A message group: None, or 1 to MAX_GROUP printable ASCII characters without spaces
+    (letters, digits, punctuation: what SQS takes as a MessageGroupId)."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP or not all("!" <= ch <= "~" for ch in group):
+        raise InvalidArgument(
+            f"group must be a str of 1 to {MAX_GROUP} printable ASCII characters without spaces, not {group!r}"
+        )
+    return group
 
 
 def bounded_error(error: str) -> str:
@@ -334,15 +359,42 @@ class QueueCore:
             )
         return data
 
-    def enqueue(self, body: object, delay: float, dedup_key: str | None, attributes: bytes | None = None) -> Op[str]:
+    def grouped(self, group: object, alone: Iterable[tuple[str, object]]) -> str | None:
+        """``group`` checked, and that this mode and the other arguments given allow it."""
+        g = check_group(group)
+        if g is None:
+            return None
+        for name, value in alone:
+            if value is not None:
+                raise InvalidArgument(f"{name} cannot be given with group")
+        if not self.ops.groups:
+            raise ConfigurationError(
+                "message groups need the scripted mode: the script-free mode does not release a "
+                "group's next message in the same atomic step that ends the current one"
+            )
+        return g
+
+    def enqueue(
+        self,
+        body: object,
+        delay: float,
+        dedup_key: str | None,
+        attributes: bytes | None = None,
+        group: object = None,
+    ) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
         check_attributes([attributes])
+        g = self.grouped(group, [("attributes", attributes)])
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
-        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
+        done: Enqueued
+        if g is not None:
+            done = yield from self.ops.enqueue_group([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, g)
+        else:
+            done = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
         yield from self._after(done.config_missing)
         return done.ids[0]
 
@@ -354,6 +406,7 @@ class QueueCore:
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: object = None,
     ) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
@@ -373,13 +426,19 @@ class QueueCore:
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
         for key in dedup_keys or ():
             check_dedup_key("each dedup key", key)
+        g = self.grouped(
+            group,
+            [("delays", delays), ("dedup_keys", dedup_keys), ("attributes", attributes), ("enqueued_at", enqueued_at)],
+        )
         s = yield from self.ready()
         data = [self.fits(b, s) for b in raw]
         if not data:
             return []
         yield from self.register()
-        if each_ms is None and dedup_keys is None and since is None:
-            done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
+        if g is not None:
+            done: Enqueued = yield from self.ops.enqueue_group(data, delay_ms, s.bucket_ms, None, s.dedup_ms, g)
+        elif each_ms is None and dedup_keys is None and since is None:
+            done = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
             done = yield from self.ops.enqueue_each(
                 data,
@@ -1099,10 +1158,14 @@ class QueueCore:
     # -- reading --------------------------------------------------------------------------
 
     def length(self) -> Op[int]:
-        (n,) = yield [("SCARD", self.keys.items)]
-        if isinstance(n, Exception):
-            raise error_for(n, self.keys.items)
-        return int(n)
+        """Messages waiting to be claimed, held ones of message groups included."""
+        n, held = yield [("SCARD", self.keys.items), ("GET", self.keys.held)]
+        for reply, key in ((n, self.keys.items), (held, self.keys.held)):
+            if isinstance(reply, Exception):
+                raise error_for(reply, key)
+        if held is not None and not text(held).lstrip("-").isdigit():
+            raise CorruptQueue(self.keys.held, "holds a count that is not a number")
+        return int(n) + max(int(held or 0), 0)
 
     def counters(self) -> Op[dict[str, int]]:
         """The totals the operations keep in Redis (0 for one never counted)."""
@@ -1117,14 +1180,34 @@ class QueueCore:
     def stats(self) -> Op[QueueStats]:
         c = yield from self.ops.stats()
         age = None if c.oldest_ms is None else max(0.0, (c.now_ms - c.oldest_ms) / 1000.0)
-        return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age)
+        return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age, c.held)
+
+    def groups(self, count: int) -> Op[list[GroupInfo]]:
+        """Up to ``count`` message groups with released or held messages, by id."""
+        whole_number("count", count, 0)
+        k = self.keys
+        (raw,) = yield [("HGETALL", k.groups)]
+        if isinstance(raw, Exception):
+            raise error_for(raw, k.groups)
+        active = sorted((text(g), v) for g, v in hash_reply(raw).items())[:count]
+        if not active:
+            return []
+        lengths = yield [("LLEN", k.group(g)) for g, _ in active]
+        out = []
+        for (g, v), n in zip(active, lengths):
+            if isinstance(n, Exception):
+                raise error_for(n, k.group(g))
+            if not text(v).isdigit():
+                raise CorruptQueue(k.groups, f"holds a count that is not a number for group {g!r}")
+            out.append(GroupInfo(g, int(n), int(v)))
+        return out
 
     def ids(self, source: str) -> Op[list[str]]:
         """Every id in one state, in the order peek gives them (for snapshots)."""
         source = peek_source(source)
         k = self.keys
-        if source == "delayed":
-            return [f.id for f in (yield from self.ops.peek("delayed", 2**31 - 1))]
+        if source in ("delayed", "held"):
+            return [f.id for f in (yield from self.ops.peek(source, 2**31 - 1))]
         if source == "processing":
             (members,) = yield [("SMEMBERS", k.processing)]
             if isinstance(members, Exception):

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..core.sources import PEEK_SOURCES
+from ..core.sources import SHOWN_STATES
 from .store import QueueView, Store
 
-STATES = PEEK_SOURCES
+STATES = SHOWN_STATES
 #: Counter name in Redis -> metric name (without ``_total``) and help.
 COUNTERS = {
     "enqueued": ("keyqueue_enqueued", "Messages enqueued (a deduplicated enqueue is none)."),

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
-from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, purge_source
+from ..core.sources import PURGE_SOURCES, SHOWN_STATES, purge_source
 from ..errors import InvalidArgument, UnknownSchedule
 from ..keys import NAME_RE
 from .api import MAX_COUNT, BadRequest, source_and_count, store_of
@@ -94,6 +94,7 @@ async def queue_page(request: Request) -> Response:
         **live,
         source=source,
         count=count,
+        sources=SHOWN_STATES,
         messages=[(m, body_view(m.body)) for m in messages],
         notice=notice_text(request),
         purge_sources=PURGE_SOURCES,
@@ -130,7 +131,7 @@ def notice_text(request: Request) -> str | None:
 async def queue_live(request: Request) -> Response:
     """The refreshing part of a queue page, for its script to swap in."""
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", **(await live_part(request)), source=source)
+    return render(request, "_queue_live.html", **(await live_part(request)), source=source, sources=SHOWN_STATES)
 
 
 # -- actions ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Each records what it did in Redis, so the test can see it from outside the proce
 from __future__ import annotations
 
 import os
+import random
 import time
 
 from keyqueue import Message
@@ -70,4 +71,17 @@ def busy(m: Message) -> None:
     client.rpush(PEAK, client.incr(RUNNING))
     time.sleep(0.1)
     client.decr(RUNNING)
+    client.hincrby(DONE, m.id, 1)
+
+
+GROUP_LOG = "test:group-log"  # list of "start|end <group> <id> <pid> <epoch s>", in the server's order
+
+
+def grouped(m: Message) -> None:
+    """Logs its start and end around a random 2-30 ms of work; a body "hang" on its first
+    delivery hangs (the test kills its process there)."""
+    client = _client(m)
+    client.rpush(GROUP_LOG, f"start {m.group} {m.id} {os.getpid()} {time.time()!r}")
+    time.sleep(3600 if m.text == "hang" and m.receives == 1 else random.uniform(0.002, 0.03))
+    client.rpush(GROUP_LOG, f"end {m.group} {m.id} {os.getpid()} {time.time()!r}")
     client.hincrby(DONE, m.id, 1)

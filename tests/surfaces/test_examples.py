@@ -51,7 +51,7 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
             [
                 r"^sending to ada@example.com\nsending to bob@example.com\n"
                 r"sending to cy@example.com\nsending to dee@example.com\n",
-                r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None\)",
+                r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None, held=0\)",
             ],
         ),
     ],
@@ -88,6 +88,17 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
                 r"2026-10-25T02:00:00\+02:00\n2026-10-25T02:30:00\+02:00\n2026-10-26T02:00:00\+01:00\n\Z"
             ],
         ),
+    ],
+    "groups": [
+        (
+            "groups/per_customer.py",
+            [
+                r"\A6 waiting, 3 of them held behind their group\n"
+                r"customer-1 active 1 held 2\ncustomer-2 active 1 held 1\n"
+                r"\['None: newsletter', 'customer-1: open', 'customer-2: open'\]\n"
+                r"customer-1 \['deposit 100', 'withdraw 30'\]\ncustomer-2 \['deposit 5'\]\n\[\] 0\n\Z"
+            ],
+        )
     ],
     # (the worker's threads print at once: one pattern a line, in any order)
     "flow": [
