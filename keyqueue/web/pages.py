@@ -94,7 +94,6 @@ async def queue_page(request: Request) -> Response:
         **live,
         source=source,
         count=count,
-        sources=SHOWN_STATES,
         messages=[(m, body_view(m.body)) for m in messages],
         notice=notice_text(request),
         purge_sources=PURGE_SOURCES,
@@ -107,7 +106,7 @@ async def live_part(request: Request) -> dict[str, Any]:
     """What the part of a queue page that refreshes itself shows: the counts, the tabs and the schedules."""
     store = store_of(request)
     view = await store.view(request.path_params["name"])
-    return {"view": view, "schedules": await store.schedules(view.name), "sources": PEEK_SOURCES}
+    return {"view": view, "schedules": await store.schedules(view.name), "sources": SHOWN_STATES}
 
 
 def notice_text(request: Request) -> str | None:
@@ -131,7 +130,7 @@ def notice_text(request: Request) -> str | None:
 async def queue_live(request: Request) -> Response:
     """The refreshing part of a queue page, for its script to swap in."""
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", **(await live_part(request)), source=source, sources=SHOWN_STATES)
+    return render(request, "_queue_live.html", **(await live_part(request)), source=source)
 
 
 # -- actions ----------------------------------------------------------------------------
