@@ -282,9 +282,10 @@ class Queue(QueueFace):
     def stats(self) -> QueueStats:
         return self._run(self._core.stats())
 
-    def groups(self, count: int = 100) -> list[GroupInfo]:
-        """Message groups with released or held messages, by id (a drained group is absent)."""
-        return self._run(self._core.groups(count))
+    def groups(self, count: int = 100, *, busiest: bool = False) -> list[GroupInfo]:
+        """Message groups with released or held messages, by id (a drained group is absent);
+        ``busiest``: those with the most messages first (among the first 10,000 by id)."""
+        return self._run(self._core.groups(count, busiest))
 
     def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         """Read messages without claiming them; they carry no receipt."""

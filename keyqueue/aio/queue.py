@@ -249,8 +249,8 @@ class Queue(QueueFace):
     async def ids(self, source: PeekSource = "waiting") -> list[str]:
         return await self._run(self._core.ids(source))
 
-    async def groups(self, count: int = 100) -> list[GroupInfo]:
-        return await self._run(self._core.groups(count))
+    async def groups(self, count: int = 100, *, busiest: bool = False) -> list[GroupInfo]:
+        return await self._run(self._core.groups(count, busiest))
 
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)

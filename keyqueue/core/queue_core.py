@@ -98,6 +98,8 @@ FIRE_KNOWN = 100_000
 #: schedule to fall due sooner (a schedule another process adds is found this late): one
 #: small read per period, a long-poll's slice, for a queue without schedules.
 SCHEDULE_POLL = WAIT_SLICE
+#: Most message groups ``groups(busiest=True)`` compares (the first ones by id).
+BUSIEST_LOOK = 10_000
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
@@ -1182,14 +1184,16 @@ class QueueCore:
         age = None if c.oldest_ms is None else max(0.0, (c.now_ms - c.oldest_ms) / 1000.0)
         return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age, c.held)
 
-    def groups(self, count: int) -> Op[list[GroupInfo]]:
-        """Up to ``count`` message groups with released or held messages, by id."""
+    def groups(self, count: int, busiest: bool = False) -> Op[list[GroupInfo]]:
+        """Up to ``count`` message groups with released or held messages, by id; ``busiest``:
+        those with the most messages first (among the first BUSIEST_LOOK by id, whose
+        lengths are read in one round trip)."""
         whole_number("count", count, 0)
         k = self.keys
         (raw,) = yield [("HGETALL", k.groups)]
         if isinstance(raw, Exception):
             raise error_for(raw, k.groups)
-        active = sorted((text(g), v) for g, v in hash_reply(raw).items())[:count]
+        active = sorted((text(g), v) for g, v in hash_reply(raw).items())[: BUSIEST_LOOK if busiest else count]
         if not active:
             return []
         lengths = yield [("LLEN", k.group(g)) for g, _ in active]
@@ -1200,6 +1204,8 @@ class QueueCore:
             if not text(v).isdigit():
                 raise CorruptQueue(k.groups, f"holds a count that is not a number for group {g!r}")
             out.append(GroupInfo(g, int(n), int(v)))
+        if busiest:
+            out = sorted(out, key=lambda info: (-(info.held + info.active), info.id))[:count]
         return out
 
     def ids(self, source: str) -> Op[list[str]]:

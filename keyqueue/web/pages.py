@@ -3,6 +3,7 @@ swaps in to refresh itself, the actions behind a confirmation, and the login for
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import time
@@ -25,6 +26,8 @@ from .present import body_view
 
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
+#: Message groups a queue page lists (the busiest).
+GROUPS_SHOWN = 10
 NOTICES = {
     "requeue": "Requeued {n} dead letter{s}.",
     "purge": "Purged {n} {source} message{s}.",
@@ -103,10 +106,12 @@ async def queue_page(request: Request) -> Response:
 
 
 async def live_part(request: Request) -> dict[str, Any]:
-    """What the part of a queue page that refreshes itself shows: the counts, the tabs and the schedules."""
+    """What the part of a queue page that refreshes itself shows: the counts, the tabs, the
+    schedules and the busiest message groups."""
     store = store_of(request)
     view = await store.view(request.path_params["name"])
-    return {"view": view, "schedules": await store.schedules(view.name), "sources": SHOWN_STATES}
+    schedules, groups = await asyncio.gather(store.schedules(view.name), store.groups(view.name, GROUPS_SHOWN))
+    return {"view": view, "schedules": schedules, "groups": groups, "sources": SHOWN_STATES}
 
 
 def notice_text(request: Request) -> str | None:

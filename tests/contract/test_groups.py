@@ -162,6 +162,18 @@ def test_a_long_group_does_not_starve_a_later_one(
     assert [i for i in delivered if i in late] == late
 
 
+def test_groups_by_id_or_busiest_first(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    for g, n in (("a", 2), ("b", 5), ("c", 1), ("d", 5)):
+        q.enqueue_many([f"{g}{i}" for i in range(n)], group=g)
+    assert q.groups() == [("a", 1, 1), ("b", 4, 1), ("c", 0, 1), ("d", 4, 1)]
+    assert q.groups(2) == [("a", 1, 1), ("b", 4, 1)]
+    assert q.groups(3, busiest=True) == [("b", 4, 1), ("d", 4, 1), ("a", 1, 1)]  # ties by id
+    assert q.groups(0, busiest=True) == []
+
+
 def test_a_delayed_grouped_message_joins_its_group_when_due(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:
