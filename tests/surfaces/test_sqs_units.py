@@ -91,8 +91,11 @@ def test_receipt_handles_are_bound_to_secret_prefix_queue_and_delivery() -> None
 
 def test_sqs_rules_for_names_bodies_and_attributes() -> None:
     assert queue_name("a-Z_09" * 13 + "ab") == "a-Z_09" * 13 + "ab"  # 80 characters
-    for bad in ("a" * 81, "", "a.b", "q.fifo", "a b"):
+    for bad in ("a" * 81, "", "a.b", "a b", "a" * 76 + ".fifo", ".fifo", "a.b.fifo"):
         assert shape_of(lambda: queue_name(bad)) == "InvalidParameterValue", bad
+    assert queue_name("a" * 75 + ".fifo", True) == "a" * 75 + ".fifo"  # 80 with the suffix
+    assert shape_of(lambda: queue_name("q.fifo", False)) == "InvalidParameterValue"  # a standard queue's name
+    assert shape_of(lambda: queue_name("q", True)) == "InvalidParameterValue"  # a FIFO queue's name
     assert body({"MessageBody": "tab\tnew\nline \U0010ffff"})
     for bad in ("\x00", "\x1f", "\ufffe", "\ud800"):
         assert shape_of(lambda: body({"MessageBody": "a" + bad})) == "InvalidMessageContents", repr(bad)
