@@ -45,6 +45,8 @@ STORED = {
 }
 #: Attributes that are keyqueue settings.
 SETTINGS = ("VisibilityTimeout", "MaximumMessageSize", "MessageRetentionPeriod")
+#: SQS FIFO's deduplication interval: a FIFO queue's dedup_window.
+DEDUPLICATION_SECONDS = 300.0
 #: SQS's default MessageRetentionPeriod (4 days): a queue CreateQueue makes without one gets it.
 DEFAULT_RETENTION = 345_600
 READ_ONLY = (
@@ -320,7 +322,7 @@ class Directory:
                     )
             return known
         settings = {
-            **({"group_concurrency": 1} if is_fifo(name) else {}),
+            **({"group_concurrency": 1, "dedup_window": DEDUPLICATION_SECONDS} if is_fifo(name) else {}),
             "visibility_timeout": 30.0,
             "max_body_bytes": MAX_MESSAGE_BYTES,
             "retention": DEFAULT_RETENTION,

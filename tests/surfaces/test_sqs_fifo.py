@@ -268,7 +268,7 @@ def test_the_library_sees_a_fifo_queue_as_a_grouped_queue(kq: Server, rc: redis.
     c.send_message(QueueUrl=url, MessageBody="one", MessageGroupId="g")
     c.send_message(QueueUrl=url, MessageBody="two", MessageGroupId="g")
     q = Queue(name, client=rc, prefix=PREFIX)
-    assert q.settings.group_concurrency == 1 and len(q) == 2 and q.groups() == [("g", 1, 1)]
+    assert q.settings.group_concurrency == 1 and q.settings.dedup_window == 300 and len(q) == 2 and q.groups() == [("g", 1, 1)]
     m = q.claim()
     assert m is not None and m.body == b"one" and m.group == "g"
     assert q.claim() is None
