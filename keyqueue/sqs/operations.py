@@ -68,15 +68,13 @@ class Sqs:
         policy = attributes.get("RedrivePolicy")
         if policy:
             reason = f"Value {policy} for parameter RedrivePolicy is invalid. Reason: "
-            if fifo:
-                raise invalid(reason + "keyqueue does not move the dead letters of FIFO queues.")
             arn = json.loads(policy)["deadLetterTargetArn"]
             try:
                 target = await self.directory.get(self.directory.name_of_arn(arn))
             except SqsError:
                 raise invalid(reason + "Dead letter target does not exist.") from None
-            if target.fifo:
-                raise invalid(reason + "Dead-letter target owner queue must be of the same type.")
+            if target.fifo != fifo:
+                raise invalid(reason + "Dead-letter target owner queue must be of the same type (FIFO or standard).")
 
     async def get_queue_url(self, p: Params, host: str) -> Result:
         known = await self.directory.get(queue_name(p.get("QueueName")))
@@ -384,6 +382,8 @@ class Sqs:
         source = await self._by_arn(p.get("SourceArn"), "SourceArn")
         destination = await self._by_arn(p["DestinationArn"], "DestinationArn") if p.get("DestinationArn") else None
         per_second = integer(p, "MaxNumberOfMessagesPerSecond", 1, 500)
+        if destination is not None and destination.fifo != source.fifo:
+            raise invalid("The destination queue must be of the same type (FIFO or standard) as the source queue.")
         task = await self.moves.start(source, destination, per_second)
         return {"TaskHandle": task.handle}
 

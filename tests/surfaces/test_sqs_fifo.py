@@ -14,6 +14,7 @@ import redis
 
 from keyqueue import Queue
 
+from ..support.helpers import wait_until
 from . import test_sqs
 from .test_sqs import PREFIX, Server, aws_cli, error_of
 
@@ -240,15 +241,57 @@ def test_queue_delay_applies_and_standard_queues_refuse_fifo_parameters(kq: Serv
     assert code(lambda: c.send_message(QueueUrl=std, MessageBody="a", MessageDeduplicationId="d")) == (
         "InvalidParameterValue"
     )
-    # a FIFO queue's dead letters are not moved: a redrive policy is refused, and so is a FIFO target
-    fifo_arn = kq.arn(url)
-    policy = json.dumps({"deadLetterTargetArn": fifo_arn, "maxReceiveCount": 2})
-    assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})) == (
+    # a dead-letter queue is of its source's kind
+    fifo_policy = json.dumps({"deadLetterTargetArn": kq.arn(url), "maxReceiveCount": 2})
+    std_policy = json.dumps({"deadLetterTargetArn": kq.arn(kq.queue()), "maxReceiveCount": 2})
+    assert code(lambda: c.set_queue_attributes(QueueUrl=std, Attributes={"RedrivePolicy": fifo_policy})) == (
         "InvalidParameterValue"
     )
-    assert code(lambda: c.set_queue_attributes(QueueUrl=std, Attributes={"RedrivePolicy": policy})) == (
+    assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": std_policy})) == (
         "InvalidParameterValue"
     )
+
+
+def test_a_fifo_dead_letter_queue_keeps_the_group(sqs: Server) -> None:
+    c = sqs.sqs
+    dlq = fifo_queue(sqs)
+    src = fifo_queue(
+        sqs,
+        ContentBasedDeduplication="true",
+        RedrivePolicy=json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 1}),
+    )
+    for body in ("a1", "a2"):
+        c.send_message(QueueUrl=src, MessageBody=body, MessageGroupId="a")
+    first = receive(sqs, src, 1, VisibilityTimeout=1)
+    assert [m["Body"] for m in first] == ["a1"]
+    # out of receives, a1 goes to the dead-letter queue; its group goes on with a2
+    nxt = wait_until(lambda: receive(sqs, src, 1, WaitTimeSeconds=1), 30)
+    assert [m["Body"] for m in nxt] == ["a2"]
+    dead = wait_until(lambda: receive(sqs, dlq, 1, WaitTimeSeconds=1), 30)
+    assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in dead] == [("a1", "a")]
+    assert dead[0]["MessageId"] == first[0]["MessageId"]
+
+
+def test_a_move_task_puts_fifo_dead_letters_back_in_their_groups(kq: Server) -> None:
+    c = kq.sqs
+    dlq = fifo_queue(kq)
+    src = fifo_queue(
+        kq,
+        ContentBasedDeduplication="true",
+        RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": 1}),
+    )
+    for body, group in (("a1", "a"), ("b1", "b")):
+        c.send_message(QueueUrl=src, MessageBody=body, MessageGroupId=group)
+    assert len(receive(kq, src, VisibilityTimeout=1)) == 2
+    wait_until(lambda: not receive(kq, src, WaitTimeSeconds=1) and kq.count(dlq) == 2, 30)
+    assert code(lambda: c.start_message_move_task(SourceArn=kq.arn(dlq), DestinationArn=kq.arn(kq.queue()))) == (
+        "InvalidParameterValue"
+    )
+    c.start_message_move_task(SourceArn=kq.arn(dlq))
+    wait_until(lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"][0]["Status"] == "COMPLETED", 30)
+    back = receive(kq, src)
+    assert sorted((m["Body"], m["Attributes"]["MessageGroupId"]) for m in back) == [("a1", "a"), ("b1", "b")]
+    assert kq.count(dlq) == 0
 
 
 def test_deduplication_scope_message_group(kq: Server) -> None:
@@ -268,7 +311,12 @@ def test_the_library_sees_a_fifo_queue_as_a_grouped_queue(kq: Server, rc: redis.
     c.send_message(QueueUrl=url, MessageBody="one", MessageGroupId="g")
     c.send_message(QueueUrl=url, MessageBody="two", MessageGroupId="g")
     q = Queue(name, client=rc, prefix=PREFIX)
-    assert q.settings.group_concurrency == 1 and q.settings.dedup_window == 300 and len(q) == 2 and q.groups() == [("g", 1, 1)]
+    assert (
+        q.settings.group_concurrency == 1
+        and q.settings.dedup_window == 300
+        and len(q) == 2
+        and q.groups() == [("g", 1, 1)]
+    )
     m = q.claim()
     assert m is not None and m.body == b"one" and m.group == "g"
     assert q.claim() is None
