@@ -37,6 +37,14 @@ def code(call: Any) -> str:
     return str(error_of(call)["Error"]["Code"])
 
 
+def with_dead_letters(s: Server) -> tuple[str, str]:
+    """A FIFO queue (content-based deduplication) whose messages go to a FIFO dead-letter
+    queue at their second receive: both URLs."""
+    dlq = fifo_queue(s)
+    policy = json.dumps({"deadLetterTargetArn": s.arn(dlq), "maxReceiveCount": 1})
+    return fifo_queue(s, ContentBasedDeduplication="true", RedrivePolicy=policy), dlq
+
+
 def receive(s: Server, url: str, n: int = 10, **kw: Any) -> list[dict[str, Any]]:
     got = s.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=n, AttributeNames=["All"], **kw)
     return list(got.get("Messages", []))
@@ -254,12 +262,7 @@ def test_queue_delay_applies_and_standard_queues_refuse_fifo_parameters(kq: Serv
 
 def test_a_fifo_dead_letter_queue_keeps_the_group(sqs: Server) -> None:
     c = sqs.sqs
-    dlq = fifo_queue(sqs)
-    src = fifo_queue(
-        sqs,
-        ContentBasedDeduplication="true",
-        RedrivePolicy=json.dumps({"deadLetterTargetArn": sqs.arn(dlq), "maxReceiveCount": 1}),
-    )
+    src, dlq = with_dead_letters(sqs)
     for body in ("a1", "a2"):
         c.send_message(QueueUrl=src, MessageBody=body, MessageGroupId="a")
     first = receive(sqs, src, 1, VisibilityTimeout=1)
@@ -274,12 +277,7 @@ def test_a_fifo_dead_letter_queue_keeps_the_group(sqs: Server) -> None:
 
 def test_a_move_task_puts_fifo_dead_letters_back_in_their_groups(kq: Server) -> None:
     c = kq.sqs
-    dlq = fifo_queue(kq)
-    src = fifo_queue(
-        kq,
-        ContentBasedDeduplication="true",
-        RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": 1}),
-    )
+    src, dlq = with_dead_letters(kq)
     for body, group in (("a1", "a"), ("b1", "b")):
         c.send_message(QueueUrl=src, MessageBody=body, MessageGroupId=group)
     assert len(receive(kq, src, VisibilityTimeout=1)) == 2
