@@ -56,12 +56,12 @@ class Sqs:
     async def create_queue(self, p: Params, host: str) -> Result:
         raw = p.get("Attributes")
         kind = raw.get("FifoQueue") if isinstance(raw, dict) else None
-        fifo = kind == "true"
-        name = queue_name(p.get("QueueName"), fifo)
+        fifo = isinstance(kind, str) and kind.lower() == "true"
         attributes = check_attributes(raw, self.directory.name_of_arn, fifo, creating=True)
+        name = queue_name(p.get("QueueName"), fifo)
         tags = valid_tags(p.get("tags") or p.get("Tags"))
         await self.check_redrive_target(attributes, fifo)
-        await self.directory.create(name, attributes, tags, fifo)
+        await self.directory.create(name, attributes, tags)
         return {"QueueUrl": self.directory.url(host, name)}
 
     async def check_redrive_target(self, attributes: Mapping[str, str], fifo: bool) -> None:

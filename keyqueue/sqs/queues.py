@@ -98,10 +98,11 @@ def check_attributes(attributes: object, arn_to_name: Any, fifo: bool, creating:
     out: dict[str, str] = {}
     for name, value in attributes.items():
         if name in FIFO and (fifo or name == "FifoQueue" and creating):
-            if value not in FIFO_VALUES[name]:
+            known = {v.lower(): v for v in FIFO_VALUES[name]}
+            if not isinstance(value, str) or value.lower() not in known:
                 raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
             if name != "FifoQueue":
-                out[name] = value
+                out[name] = known[value.lower()]
             elif not creating:
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
             continue
@@ -297,19 +298,14 @@ class Directory:
         """Every queue under the prefix that SQS can name (a name with '.' cannot be)."""
         return [n for n in await list_queues(self.client, self.prefix) if QUEUE_NAME.fullmatch(n)]
 
-    async def create(self, name: str, attributes: dict[str, str], tags: dict[str, str], fifo: bool = False) -> Known:
+    async def create(self, name: str, attributes: dict[str, str], tags: dict[str, str]) -> Known:
         """CreateQueue: a new queue with these attributes, or the existing one when they match
         its own (QueueAlreadyExists when one differs)."""
         queue_name(name)
         existing = self.queue(name)
         if await existing.exists():
             known = await self.get(name)
-            current = await self.attributes(known, [*attributes, "FifoQueue"])
-            if fifo != known.fifo:
-                raise SqsError(
-                    "QueueNameExists",
-                    "A queue already exists with the same name and a different value for attribute FifoQueue",
-                )
+            current = await self.attributes(known, list(attributes))
             for k, v in attributes.items():
                 if k == "RedrivePolicy" and v:
                     same = json.loads(v) == json.loads(current.get(k) or "{}")

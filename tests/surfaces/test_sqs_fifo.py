@@ -86,8 +86,12 @@ def test_a_fifo_name_without_the_attribute_is_refused(kq: Server) -> None:
     assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "x"})) == (
         "InvalidAttributeValue"
     )
-    # the same name again with the same kind is the same queue; as a standard queue it is refused
-    assert c.create_queue(QueueName=url.rsplit("/", 1)[1], Attributes={"FifoQueue": "true"})["QueueUrl"] == url
+    # the same name again is the same queue (the booleans in any case)
+    again = {"FifoQueue": "True", "ContentBasedDeduplication": "FALSE"}
+    assert c.create_queue(QueueName=url.rsplit("/", 1)[1], Attributes=again)["QueueUrl"] == url
+    assert code(lambda: c.create_queue(QueueName=url.rsplit("/", 1)[1], Attributes={"FifoQueue": "yes"})) == (
+        "InvalidAttributeValue"
+    )
     assert url in c.list_queues()["QueueUrls"]
 
 
