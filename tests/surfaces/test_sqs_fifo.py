@@ -128,7 +128,7 @@ def test_deduplication_over_the_window_explicit_id_over_content(sqs: Server) -> 
     assert [(m["Body"], m["Attributes"]["MessageDeduplicationId"]) for m in got] == [("same", "other")]
 
 
-def test_deduplication_outlives_the_delete_and_a_duplicate_answers_the_first(kq: Server) -> None:
+def test_deduplication_outlives_delete_and_purge_and_a_duplicate_answers_the_first(kq: Server) -> None:
     # SQS deduplicates for 5 minutes from the first send, deleted or not, and answers a
     # duplicate with the first's MessageId (moto forgets a deleted message's id and makes a new one)
     c = kq.sqs
@@ -139,6 +139,11 @@ def test_deduplication_outlives_the_delete_and_a_duplicate_answers_the_first(kq:
     again = c.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g", MessageDeduplicationId="d")
     assert again["MessageId"] == first["MessageId"] and again["SequenceNumber"] == first["SequenceNumber"]
     assert receive(kq, url) == [] and kq.count(url) == 0
+    c.purge_queue(QueueUrl=url)  # (messages, not deduplication ids)
+    c.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="g", MessageDeduplicationId="d")
+    assert kq.count(url) == 0
+    c.send_message(QueueUrl=url, MessageBody="d", MessageGroupId="g", MessageDeduplicationId="e")
+    assert [m["Body"] for m in receive(kq, url)] == ["d"]
 
 
 def test_each_group_in_order_and_blocked_while_in_flight(sqs: Server) -> None:
