@@ -77,6 +77,7 @@ class Backend(Protocol):
         dedup_key: str | None,
         dedup_ms: int,
         group: str,
+        attributes: Attributes = None,
     ) -> Op[Enqueued]: ...
 
     def enqueue_each(

@@ -388,13 +388,14 @@ class QueueCore:
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
         check_attributes([attributes])
-        g = self.grouped(group, [("attributes", attributes)])
+        g = self.grouped(group, [])
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
         done: Enqueued
         if g is not None:
-            done = yield from self.ops.enqueue_group([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, g)
+            a = None if attributes is None else [attributes]
+            done = yield from self.ops.enqueue_group([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, g, a)
         else:
             done = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
         yield from self._after(done.config_missing)
@@ -430,7 +431,7 @@ class QueueCore:
             check_dedup_key("each dedup key", key)
         g = self.grouped(
             group,
-            [("delays", delays), ("dedup_keys", dedup_keys), ("attributes", attributes), ("enqueued_at", enqueued_at)],
+            [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)],
         )
         s = yield from self.ready()
         data = [self.fits(b, s) for b in raw]
@@ -438,7 +439,9 @@ class QueueCore:
             return []
         yield from self.register()
         if g is not None:
-            done: Enqueued = yield from self.ops.enqueue_group(data, delay_ms, s.bucket_ms, None, s.dedup_ms, g)
+            done: Enqueued = yield from self.ops.enqueue_group(
+                data, delay_ms, s.bucket_ms, None, s.dedup_ms, g, attributes
+            )
         elif each_ms is None and dedup_keys is None and since is None:
             done = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:

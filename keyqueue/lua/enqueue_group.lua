@@ -5,14 +5,16 @@
   KEYS[1] seq  KEYS[2] queue  KEYS[3] items  KEYS[4] timers  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
-  ARGV[6] bytes per body field (body_fields)  ARGV[7] group  ARGV[8..] bodies
+  ARGV[6] bytes per body field (body_fields)  ARGV[7] group  ARGV[8] '1' when each body is
+  followed by its attributes (field a, opaque bytes; '' = none), else ''  ARGV[9..] bodies
   Returns {first_id, count, config_missing}, or {existing_id, 0, config_missing} on a dedup hit.
 ]]
 local delay = tonumber(ARGV[3])
 local bucket_ms = tonumber(ARGV[4])
 local chunk = tonumber(ARGV[6])
 local g = ARGV[7]
-local n = #ARGV - 7
+local step = ARGV[8] == '1' and 2 or 1
+local n = (#ARGV - 8) / step
 local dedup = KEYS[8]
 
 local lost = rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
@@ -43,7 +45,9 @@ for j = 1, n do
   local id = ids[j]
   local head = {'t', now_s, 'n', '0', 'g', g}
   if at then head[7] = 'd'; head[8] = fmt(at) end
-  rcall('HSET', iks[j], unpack(body_fields(head, ARGV[7 + j], chunk)))
+  rcall('HSET', iks[j], unpack(body_fields(head, ARGV[8 + step * (j - 1) + 1], chunk)))
+  local a = step == 2 and ARGV[8 + step * j]
+  if a and a ~= '' then rcall('HSET', iks[j], 'a', a) end
   if at then timer_add(KEYS[4], id, at, bucket_ms)
   elseif group_join(id, g) then released = true end
 end

@@ -274,6 +274,26 @@ def test_dedup_key_is_per_queue_not_per_group(
     assert len(q) == 1 and q.groups() == [("g", 0, 1)]
 
 
+def test_grouped_messages_keep_their_attributes(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1)
+    if q is None:
+        return
+    q.enqueue("a", group="g", attributes=b"\x00one")
+    q.enqueue_many(["b", "c"], group="g", attributes=[b"two", None])
+    q.enqueue("d", group="g", attributes=b"four", delay=5)
+    clock.advance(5)
+    q.reap()
+    got = []
+    for _ in range(4):
+        (m,) = q.claim_many(10)
+        got.append((m.body, m.attributes, m.group))
+        assert m.ack()
+    assert got == [(b"a", b"\x00one", "g"), (b"b", b"two", "g"), (b"c", None, "g"), (b"d", b"four", "g")]
+
+
 @pytest.mark.parametrize("source", ["waiting", "all"])
 def test_purge_and_destroy_leave_no_group_key(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, source: str

@@ -118,7 +118,14 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
         (
             "sqs/boto3_client.py",
             [r"^http://127.0.0.1:\d+/000000000000/emails$", r'^\{"to": "a@example.com"\} welcome$', r"^from boto3 1$"],
-        )
+        ),
+        (
+            "sqs/fifo_queue.py",
+            [
+                r"\Aa1 (\d{20})\nb1 (\d{20})\na2 (\d{20})\na2 \3\n",
+                r"^\[\('alice', 'a1'\), \('bob', 'b1'\)\]\n\[\('alice', 'a2'\)\]\nalice a3\n\Z",
+            ],
+        ),
     ],
 }
 #: Extra environment of a run (beyond KEYQUEUE_URL).

@@ -29,6 +29,7 @@ class Produce(CommandBase):
         dedup_key: str | None,
         dedup_ms: int,
         group: str,
+        attributes: Attributes = None,
     ) -> Op[Enqueued]:
         raise ConfigurationError("message groups need the scripted mode")
         yield  # (an operation: a generator)

@@ -35,12 +35,13 @@ class Produce(ScriptBase):
         dedup_key: str | None,
         dedup_ms: int,
         group: str,
+        attributes: Attributes = None,
     ) -> Op[Enqueued]:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
-        calls = [
-            (keys, [delay_ms, bucket_ms, dedup_ms, self.field_bytes, group, *bodies[i : i + CHUNK]])
-            for i in range(0, len(bodies), CHUNK)
-        ]
+        calls = []
+        for i in range(0, len(bodies), CHUNK):
+            paired, values = _values(bodies[i : i + CHUNK], None if attributes is None else attributes[i : i + CHUNK])
+            calls.append((keys, [delay_ms, bucket_ms, dedup_ms, self.field_bytes, group, paired, *values]))
         replies = yield from self.call_many("enqueue_group", calls)
         ids: list[str] = []
         for first, n, _ in replies:
