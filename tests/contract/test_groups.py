@@ -150,7 +150,7 @@ def test_a_long_group_does_not_starve_a_later_one(
     q = grouped(make_queue, r, scripting)
     if q is None:
         return
-    q.enqueue_many([f"long{i}" for i in range(2000)], group="long")
+    q.enqueue_many([f"long{i}" for i in range(10_000)], group="long")
     late = q.enqueue_many([f"late{i}" for i in range(10)], group="late")
     delivered = []
     for _ in range(30):
@@ -407,6 +407,33 @@ def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
     mine = [x for x in seen if x[0] in ids]
     assert mine == [(ids[0], 1), (ids[0], 2), (ids[1], 1), (ids[2], 1)]
     assert [i for i, _ in seen if i in others] == others
+    assert len(q) == 0 and q.groups() == []
+
+
+def test_a_poison_message_holds_its_group_until_dead_lettered_while_others_flow(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
+) -> None:
+    q = grouped(make_queue, r, scripting, max_receives=3)
+    if q is None:
+        return
+    poison, after = q.enqueue_many(["poison", "after"], group="p")
+    others = q.enqueue_many([f"a{i}" for i in range(20)], group="a")
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            seen.append((m.id, m.receives))
+        if m.id == poison:
+            raise RuntimeError("cannot be processed")
+
+    workers.run(workers.make(q, handler, concurrency=2, retry_backoff=0))
+    tries = [i for i, (mid, _) in enumerate(seen) if mid == poison]
+    assert [seen[i][1] for i in tries] == [1, 2, 3]
+    assert [(m.id, m.group) for m in q.peek(source="dead")] == [(poison, "p")]
+    assert [mid for mid, _ in seen].index(after) > tries[-1]  # its group waited for the dead letter
+    assert any(mid in others for mid, _ in seen[tries[0] : tries[-1]])  # the other group flowed meanwhile
+    assert [mid for mid, _ in seen if mid in others] == others
     assert len(q) == 0 and q.groups() == []
 
 

@@ -9,7 +9,6 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import redis
@@ -333,12 +332,6 @@ def test_the_cli_runs_a_decorated_async_worker_with_its_options(
 
 
 # -- Redis stopped and restarted under running workers and reapers -------------------------
-
-
-@pytest.fixture
-def durable() -> Iterator[RedisServer]:
-    with RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server:
-        yield server
 
 
 def test_worker_and_reaper_survive_a_redis_restart(durable: RedisServer, procs, scripting: bool) -> None:
