@@ -82,8 +82,12 @@ local function new_item_keys(first, n, ids)
 end
 
 -- Wake one long-poll waiter; the list never holds more than one token.
+-- (Once a call: after the first, the list holds a token, and no script takes one.)
+local signalled = false
 local function signal(sig)
+  if signalled then return end
   if rcall('LLEN', sig) == 0 then rcall('RPUSH', sig, '1') end
+  signalled = true
 end
 
 -- Move a waiting-eligible id to the tail of the FIFO.
@@ -224,13 +228,18 @@ local function group_bad(gs)
   return wrong_type(checks)
 end
 
-local function group_limit()
-  return tonumber(rcall('HGET', BASE .. 'config', 'group_concurrency') or '') or 1
+local group_limit_read
+local function group_limit()  -- (read once a call)
+  if not group_limit_read then
+    group_limit_read = tonumber(rcall('HGET', BASE .. 'config', 'group_concurrency') or '') or 1
+  end
+  return group_limit_read
 end
 
 -- Release held messages of group g while fewer than the limit are released (`active` of
--- them now) to the tail of the FIFO, and store the count. Returns how many were released.
-local function group_fill(g, active)
+-- them now) to the tail of the FIFO, and store the count unless it is still `stored`.
+-- Returns how many were released.
+local function group_fill(g, active, stored)
   local limit, gk, n = group_limit(), group_key(g), 0
   while active < limit do
     local id = rcall('LPOP', gk)
@@ -242,7 +251,9 @@ local function group_fill(g, active)
       active, n = active + 1, n + 1
     end
   end
-  if active > 0 then rcall('HSET', BASE .. 'groups', g, active) else rcall('HDEL', BASE .. 'groups', g) end
+  if active ~= stored then
+    if active > 0 then rcall('HSET', BASE .. 'groups', g, active) else rcall('HDEL', BASE .. 'groups', g) end
+  end
   if n > 0 then signal(BASE .. 'signal') end
   return n
 end
@@ -250,8 +261,8 @@ end
 -- A released message of group g ended (acked, dead-lettered, expired, purged): the group's
 -- next takes its place.
 local function group_end(g)
-  local active = (tonumber(rcall('HGET', BASE .. 'groups', g) or '') or 1) - 1
-  return group_fill(g, math.max(active, 0))
+  local stored = tonumber(rcall('HGET', BASE .. 'groups', g) or '')
+  return group_fill(g, math.max((stored or 1) - 1, 0), stored)
 end
 
 -- A grouped message `id` joins group g at its end (enqueued, due after its delay, requeued):

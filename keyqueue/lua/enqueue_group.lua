@@ -40,16 +40,30 @@ rcall('INCRBY', KEYS[1], n)
 rcall('HINCRBY', KEYS[7], 'enqueued', n)
 if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 local at = delay > 0 and tonumber(now_s) + delay
-local released = false
+-- As group_join, message by message, with the group read once: released while the group
+-- has room and holds nothing, else held (behind the first one held, all the rest).
+local stored = not at and tonumber(rcall('HGET', BASE .. 'groups', g) or '')
+local room = not at and rcall('LLEN', group_key(g)) == 0 and group_limit() - (stored or 0) or 0
+local released, kept = {}, {}
 for j = 1, n do
   local id = ids[j]
   local head = {'t', now_s, 'n', '0', 'g', g}
-  if at then head[7] = 'd'; head[8] = fmt(at) end
+  if at then head[7] = 'd'; head[8] = fmt(at)
+  elseif #released < room then head[7] = 'j'; head[8] = '1'; released[#released + 1] = id
+  else kept[#kept + 1] = id end
   rcall('HSET', iks[j], unpack(body_fields(head, ARGV[8 + step * (j - 1) + 1], chunk)))
   local a = step == 2 and ARGV[8 + step * j]
   if a and a ~= '' then rcall('HSET', iks[j], 'a', a) end
-  if at then timer_add(KEYS[4], id, at, bucket_ms)
-  elseif group_join(id, g) then released = true end
+  if at then timer_add(KEYS[4], id, at, bucket_ms) end
 end
-if released then signal(KEYS[5]) end
+if #released > 0 then
+  rcall('RPUSH', KEYS[2], unpack(released))
+  rcall('SADD', KEYS[3], unpack(released))
+  rcall('HSET', BASE .. 'groups', g, (stored or 0) + #released)
+  signal(KEYS[5])
+end
+if #kept > 0 then
+  rcall('RPUSH', group_key(g), unpack(kept))
+  rcall('INCRBY', BASE .. 'held', #kept)
+end
 return {fmt(first), n, lost}

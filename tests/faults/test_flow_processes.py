@@ -33,6 +33,10 @@ def claim_windows(r: redis.Redis, window_ms: int) -> Counter[int]:
 
 
 def stop(procs: Procs, *ps: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, once each has its signal handlers (it logged its options: on a busy machine
+    one may still be starting when the others have done the work), and exit 0."""
+    for p in ps:
+        wait_until(lambda p=p: "worker options:" in procs.log(p), timeout=60)
     for p in ps:
         p.send_signal(signal.SIGTERM)
     for p in ps:
