@@ -62,6 +62,7 @@ FIXED_TYPES = {
     "meta": "hash",
     "schedules": "zset",
     "throttle": "string",
+    "shards": "string",
 }
 FAMILY_TYPES = {
     "item:": "hash",
@@ -156,6 +157,15 @@ class QueueKeys:
     def rate(self, window: int) -> str:
         """Claims made in one rate-limit window (``floor(now_ms / window_ms)``); expires at its end."""
         return f"{self.base}rate:{window}"
+
+    @property
+    def shards(self) -> str:
+        """A sharded queue's shard count, fixed when it is first made (absent: unsharded)."""
+        return self.base + "shards"
+
+    def shard(self, index: int) -> QueueKeys:
+        """The keys of one shard of a sharded queue: its hash tag is ``{NAME#index}``."""
+        return QueueKeys(self.prefix, f"{self.name}#{index}")
 
     @property
     def registry(self) -> str:

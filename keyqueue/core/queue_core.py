@@ -11,7 +11,16 @@ import math
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import CorruptQueue, InvalidArgument, InvalidSchedule, KeyQueueError, MessageTooLarge, UnknownSchedule
+from ..errors import (
+    ConfigurationError,
+    CorruptQueue,
+    InvalidArgument,
+    InvalidSchedule,
+    KeyQueueError,
+    MessageTooLarge,
+    ShardsFound,
+    UnknownSchedule,
+)
 from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend
@@ -185,6 +194,11 @@ class QueueCore:
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
         self.limited_until = 0.0
+        #: The name the registry lists this queue under (a shard's: its logical queue's).
+        self.listed_as = keys.name
+        #: The shard count this Queue was given: None adopts a stored one (the Queue turns
+        #: sharded), 1 refuses it; False: a shard itself, which has no count of its own.
+        self.expect_shards: int | None | bool = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -199,11 +213,14 @@ class QueueCore:
         """Read the config hash and write the values this Queue was given (last writer
         wins); log which values in force the given ones changed."""
         k = self.keys
-        stored_raw, registered, limits = yield [
+        stored_raw, registered, limits, *count = yield [
             ("HGETALL", k.config),
-            ("SISMEMBER", k.registry, self.name),
+            ("SISMEMBER", k.registry, self.listed_as),
             ("CONFIG", "GET", "hash-max-*-value"),
+            *([("GET", k.shards)] if self.expect_shards is not False else []),
         ]
+        if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
+            self.sharded(count[0])
         if isinstance(stored_raw, Exception):
             raise error_for(stored_raw, k.config)
         self.ops.field_bytes = field_bytes(limits)
@@ -229,6 +246,18 @@ class QueueCore:
         self.held = settings.to_hash({f.decode() for f in stored} & SETTING_NAMES | set(self.given))
         self.settings = settings
 
+    def sharded(self, reply: object) -> None:
+        """The queue is sharded (``reply``: its stored count): a Queue given no count adopts
+        it (ShardsFound: the face rebuilds itself sharded), one given shards=1 is refused."""
+        if isinstance(reply, Exception) or not text(reply).isdigit():
+            raise error_for(reply, self.keys.shards) if isinstance(reply, Exception) else CorruptQueue(self.keys.shards)
+        count = int(text(reply))
+        if self.expect_shards is None:
+            raise ShardsFound(count)
+        raise ConfigurationError(
+            f"queue {self.name!r} has {count} shards, not {self.expect_shards}; nothing was written"
+        )
+
     def refresh_settings(self) -> Op[QueueSettings]:
         """Re-read the config hash (the reaper does this every pass). A hash that vanished
         keeps the settings held until a write restores it, rather than falling to defaults."""
@@ -245,7 +274,7 @@ class QueueCore:
     def register(self) -> Op[None]:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
         if not self.registered:
-            (reply,) = yield [("SADD", self.keys.registry, self.name)]
+            (reply,) = yield [("SADD", self.keys.registry, self.listed_as)]
             self.registry_ok(reply)
             self.registered = True
 
@@ -275,7 +304,7 @@ class QueueCore:
         self.restored_at = now
         k = self.keys
         commands: list[Command] = [("HSETNX", k.config, name, value) for name, value in self.held.items()]
-        replies = yield [*commands, ("SADD", k.registry, self.name)]
+        replies = yield [*commands, ("SADD", k.registry, self.listed_as)]
         for reply in replies[:-1]:
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
@@ -312,10 +341,18 @@ class QueueCore:
             )
         return data
 
-    def enqueue(self, body: object, delay: float, dedup_key: str | None, attributes: bytes | None = None) -> Op[str]:
+    def enqueue(
+        self,
+        body: object,
+        delay: float,
+        dedup_key: str | None,
+        attributes: bytes | None = None,
+        shard_key: str | None = None,
+    ) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
+        check_dedup_key("shard_key", shard_key)  # (one queue: every key routes to it)
         check_attributes([attributes])
         s = yield from self.ready()
         self.fits(data, s)
@@ -332,6 +369,7 @@ class QueueCore:
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
         not_one(bodies, "bodies", "enqueue(body)")
         raw = [to_bytes(b) for b in bodies]
@@ -345,12 +383,15 @@ class QueueCore:
             ("dedup_keys", dedup_keys),
             ("attributes", attributes),
             ("enqueued_at", enqueued_at),
+            ("shard_keys", shard_keys),
         ):
             if per is not None and len(per) != len(raw):
                 raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
         each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
         for key in dedup_keys or ():
             check_dedup_key("each dedup key", key)
+        for key in shard_keys or ():
+            check_dedup_key("each shard key", key)
         s = yield from self.ready()
         data = [self.fits(b, s) for b in raw]
         if not data:
@@ -985,7 +1026,7 @@ class QueueCore:
 
     def exists(self) -> Op[bool]:
         """Whether the queue is registered (made with settings, or written to)."""
-        (reply,) = yield [("SISMEMBER", self.keys.registry, self.name)]
+        (reply,) = yield [("SISMEMBER", self.keys.registry, self.listed_as)]
         if isinstance(reply, Exception):
             raise error_for(reply, self.keys.registry)
         return bool(reply)
@@ -1021,7 +1062,7 @@ class QueueCore:
                 yield [("UNLINK", *found[i : i + BATCH])]
             if cursor == "0":
                 break
-        (reply,) = yield [("SREM", self.keys.registry, self.name)]
+        (reply,) = yield [("SREM", self.keys.registry, self.listed_as)]
         if isinstance(reply, Exception):
             raise error_for(reply, self.keys.registry)
         self.registered, self.held = False, {}
