@@ -135,6 +135,41 @@ def enqueued_ms(at: object) -> int | None:
     return int(at * 1000)
 
 
+def batch_args(
+    bodies: Iterable[object],
+    delay: float,
+    delays: Sequence[float] | None,
+    dedup_keys: Sequence[str | None] | None,
+    attributes: Sequence[bytes | None] | None,
+    enqueued_at: Sequence[float | None] | None,
+    shard_keys: Sequence[str | None] | None,
+) -> tuple[list[bytes], int, list[int] | None, list[int | None] | None]:
+    """An ``enqueue_many``'s arguments checked before any I/O (a bad one writes nothing):
+    the bodies as bytes, the delay and each message's (ms), each enqueue time (ms)."""
+    not_one(bodies, "bodies", "enqueue(body)")
+    raw = [to_bytes(b) for b in bodies]
+    delay_ms = seconds_arg("delay", delay)
+    if attributes is not None:
+        not_one(attributes, "attributes", "enqueue(body, attributes=...)")
+        check_attributes(attributes)
+    since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
+    for name, per in (
+        ("delays", delays),
+        ("dedup_keys", dedup_keys),
+        ("attributes", attributes),
+        ("enqueued_at", enqueued_at),
+        ("shard_keys", shard_keys),
+    ):
+        if per is not None and len(per) != len(raw):
+            raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
+    each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
+    for key in dedup_keys or ():
+        check_dedup_key("each dedup key", key)
+    for key in shard_keys or ():
+        check_dedup_key("each shard key", key)
+    return raw, delay_ms, each_ms, since
+
+
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
@@ -371,27 +406,9 @@ class QueueCore:
         enqueued_at: Sequence[float | None] | None = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
-        not_one(bodies, "bodies", "enqueue(body)")
-        raw = [to_bytes(b) for b in bodies]
-        delay_ms = seconds_arg("delay", delay)
-        if attributes is not None:
-            not_one(attributes, "attributes", "enqueue(body, attributes=...)")
-            check_attributes(attributes)
-        since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
-        for name, per in (
-            ("delays", delays),
-            ("dedup_keys", dedup_keys),
-            ("attributes", attributes),
-            ("enqueued_at", enqueued_at),
-            ("shard_keys", shard_keys),
-        ):
-            if per is not None and len(per) != len(raw):
-                raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
-        each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
-        for key in dedup_keys or ():
-            check_dedup_key("each dedup key", key)
-        for key in shard_keys or ():
-            check_dedup_key("each shard key", key)
+        raw, delay_ms, each_ms, since = batch_args(
+            bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys
+        )
         s = yield from self.ready()
         data = [self.fits(b, s) for b in raw]
         if not data:

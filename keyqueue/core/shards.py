@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
-from .queue_core import QueueCore, not_one
+from .queue_core import QueueCore, batch_args, not_one
 from .replies import error_for, text
 from .results import Fields, QueueStats, RateState, ReapResult
 from .roundtrip import Op
@@ -186,9 +186,12 @@ class ShardedCore:
         enqueued_at: Sequence[float | None] | None = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
-        """The batch split over the shards (by key, else round robin): one call per shard."""
-        not_one(bodies, "bodies", "enqueue(body)")
-        items = list(bodies)
+        """The batch split over the shards (by key, else round robin): one call per shard;
+        every argument is checked first, so a bad one writes to no shard."""
+        items = batch_args(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)[0]
+        s = yield from self.ready()
+        for data in items:
+            self.base.fits(data, s)
         per: dict[str, Sequence[Any] | None] = {
             "delays": delays,
             "dedup_keys": dedup_keys,
@@ -196,17 +199,12 @@ class ShardedCore:
             "enqueued_at": enqueued_at,
             "shard_keys": shard_keys,
         }
-        for name, values in per.items():
-            if values is not None:
-                not_one(values, name, "enqueue(body, ...)")
-                if len(values) != len(items):
-                    raise InvalidArgument(f"{name} has {len(values)} entries for {len(items)} bodies")
         positions: list[list[int]] = [[] for _ in self.cores]
         for j in range(len(items)):
             key = shard_keys[j] if shard_keys is not None else None
             if key is None and dedup_keys is not None:
                 key = dedup_keys[j]
-            positions[self.pick(key if isinstance(key, str) else None)].append(j)
+            positions[self.pick(key)].append(j)
         ids: list[str] = [""] * len(items)
         for shard, where in enumerate(positions):
             if not where:

@@ -234,3 +234,70 @@ def test_a_worker_drains_a_sharded_queue_once_each(make_queue: MakeQueue, worker
     workers.run(workers.make(q, lambda m: seen.append(m.id), concurrency=4))
     assert sorted(seen) == sorted(ids)
     assert q.stats().processing == 0 and len(q) == 0
+
+
+def test_the_registry_and_an_all_queues_reaper_see_the_logical_queue_once(
+    make_queue: MakeQueue, r: redis.Redis, scripting: bool
+) -> None:
+    from keyqueue import Reaper
+    from keyqueue.queue import list_queues
+
+    q = make_queue("listed", shards=4, visibility_timeout=0.2)
+    make_queue("plain").enqueue("x")
+    q.enqueue_many([f"m{i}" for i in range(8)])
+    assert list_queues(r) == ["listed", "plain"]
+    assert len(q.claim_many(8)) == 8
+    reaper = Reaper(client=r, scripting=scripting)
+    deadline = time.monotonic() + 10
+    requeued = 0
+    while requeued < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        requeued += reaper.reap_once()["listed"].requeued
+    assert requeued == 8 and len(q) == 8
+
+
+def test_a_dedup_key_meets_its_repeat_on_one_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("dedup", shards=6, dedup_window=60)
+    first = [q.enqueue(f"m{i}", dedup_key=f"k{i}") for i in range(12)]
+    again = [q.enqueue("repeat", dedup_key=f"k{i}") for i in range(12)]
+    assert again == first
+    assert q.enqueue_many(["a", "b"], dedup_keys=["k0", "k1"]) == first[:2]
+    assert len(q) == 12
+
+
+def test_an_id_of_no_shard_is_refused_by_settling(make_queue: MakeQueue) -> None:
+    q = make_queue("foreign", shards=2)
+    q.enqueue("x")
+    m = q.claim()
+    assert m is not None
+    inner = m._m if hasattr(m, "_m") else m  # (the async face's message behind the test's proxy)
+    for wrong in ("7", "5#1", "x#1"):
+        object.__setattr__(inner, "id", wrong)
+        with pytest.raises(InvalidArgument, match="not an id of sharded queue"):
+            q.extend(m, 10)
+
+
+def test_limits_apply_to_each_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("limited", shards=2, max_in_flight=1)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    got = q.claim_many(6)
+    assert len(got) == 2  # one in flight per shard
+    assert {shard_of(m.id) for m in got} == {0, 1}
+    assert q.rate_state().in_flight == 2
+    q.throttle(30)
+    for m in got:
+        q.ack(m)
+    assert q.claim() is None  # a throttle holds back every shard
+
+
+def test_a_bad_batch_writes_to_no_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("badbatch", shards=3, max_body_bytes=10)
+    for bad in (
+        dict(bodies=["a", "b", "c", "d", 5]),
+        dict(bodies=["a", "b", "c", "d", "x" * 11]),
+        dict(bodies=["a", "b", "c", "d"], shard_keys=["k", "k", "k", 7]),
+        dict(bodies=["a", "b", "c", "d"], delays=[0, 0, 0, -1]),
+    ):
+        with pytest.raises((TypeError, ValueError)):
+            q.enqueue_many(**bad)  # type: ignore[arg-type]
+    assert q.counters()["enqueued"] == 0 and len(q) == 0
