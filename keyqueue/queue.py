@@ -49,6 +49,8 @@ class Queue(QueueFace):
             on the server's clock), and at most this many messages owned at once. Settings
             too; None: no limit.
         scripting: False selects the script-free mode (servers without EVAL).
+        shards: store the queue as this many shards (``{name#i}``) that a cluster spreads
+            over its nodes; fixed when the queue is first made, None adopts the stored count.
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
 
