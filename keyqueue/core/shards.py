@@ -16,7 +16,7 @@ from ..settings import QueueSettings
 from .queue_core import QueueCore, batch_args, not_one
 from .replies import error_for, text
 from .results import Fields, QueueStats, RateState, ReapResult
-from .roundtrip import Op
+from .roundtrip import Op, together
 from .schedules import Schedule
 from .sources import peek_source, purge_source, requeue_source
 
@@ -373,41 +373,36 @@ class ShardedCore:
 
     # -- reading --------------------------------------------------------------------------
 
+    # (The reads of every shard go together: one round trip on a single server.)
+
     def length(self) -> Op[int]:
-        total = 0
-        for core in self.cores:
-            total += yield from core.length()
-        return total
+        return sum((yield from together([core.length() for core in self.cores])))
 
     def counters(self) -> Op[dict[str, int]]:
         total: dict[str, int] = {}
-        for core in self.cores:
-            for name, n in (yield from core.counters()).items():
+        for one in (yield from together([core.counters() for core in self.cores])):
+            for name, n in one.items():
                 total[name] = total.get(name, 0) + n
         return total
 
     def shard_stats(self) -> Op[list[QueueStats]]:
-        out: list[QueueStats] = []
-        for core in self.cores:
-            out.append((yield from core.stats()))
-        return out
+        return (yield from together([core.stats() for core in self.cores]))
 
     def stats(self) -> Op[QueueStats]:
         return summed((yield from self.shard_stats()))
 
     def ids(self, source: str) -> Op[list[str]]:
         source = peek_source(source)
-        out: list[str] = []
-        for shard, core in enumerate(self.cores):
-            out += [tag(shard, i) for i in (yield from core.ids(source))]
-        return out
+        each = yield from together([core.ids(source) for core in self.cores])
+        return [tag(shard, i) for shard, ids in enumerate(each) for i in ids]
 
     def peek(self, count: int, source: str) -> Op[list[Fields]]:
         """Up to ``count`` of each shard, merged by enqueue time (timer for delayed and in
         flight messages), and cut to ``count``."""
         found: list[Fields] = []
-        for shard, core in enumerate(self.cores):
-            found += self.tagged(shard, (yield from core.peek(count, source)))
+        each = yield from together([core.peek(count, source) for core in self.cores])
+        for shard, fields in enumerate(each):
+            found += self.tagged(shard, fields)
         timed = source in ("delayed", "processing")
         found.sort(key=lambda f: (f.timer_ms or 0) if timed else f.enqueued_ms)
         return found[:count]

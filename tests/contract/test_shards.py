@@ -301,3 +301,15 @@ def test_a_bad_batch_writes_to_no_shard(make_queue: MakeQueue) -> None:
         with pytest.raises((TypeError, ValueError)):
             q.enqueue_many(**bad)  # type: ignore[arg-type]
     assert q.counters()["enqueued"] == 0 and len(q) == 0
+
+
+def test_the_reads_of_every_shard_go_in_one_round_trip(r: redis.Redis, scripting: bool, round_trips: list[int]) -> None:
+    q = Queue("reads", client=r, scripting=scripting, shards=6)
+    q.enqueue_many([f"m{i}" for i in range(12)])
+    q.enqueue("later", delay=60)
+    for read, want in ((len, 12), (lambda q: q.counters()["enqueued"], 13), (lambda q: q.stats().delayed, 1)):
+        round_trips.clear()
+        assert read(q) == want
+        assert len(round_trips) <= 4  # one per step of one shard's read (script-free stats: 4), not per shard
+    round_trips.clear()
+    assert len(q.peek(4)) == 4 and len(round_trips) <= 3
