@@ -120,8 +120,7 @@ class ShardedCore:
     def ready(self) -> Op[QueueSettings]:
         if not self.made:
             yield from self.make()
-        for core in self.cores:
-            yield from core.ready()
+            yield from together([core.ready() for core in self.cores])  # (one round trip a step)
         self.made = True
         settings = self.cores[0].settings
         assert settings is not None
@@ -139,7 +138,10 @@ class ShardedCore:
                 raise ConfigurationError(
                     f"queue {self.name!r} exists unsharded; it cannot take shards={self.count} (nothing was written)"
                 )
-            won, _ = yield [("SET", k.shards, self.count, "NX"), ("SADD", k.registry, self.name)]
+            won, listed = yield [("SET", k.shards, self.count, "NX"), ("SADD", k.registry, self.name)]
+            if isinstance(won, Exception):
+                raise error_for(won, k.shards)
+            self.base.registry_ok(listed)
             if won:
                 return
             (stored,) = yield [("GET", k.shards)]
@@ -147,8 +149,7 @@ class ShardedCore:
             self.base.sharded(stored)
 
     def refresh_settings(self) -> Op[QueueSettings]:
-        for core in self.cores:
-            yield from core.refresh_settings()
+        yield from together([core.refresh_settings() for core in self.cores])
         settings = self.cores[0].settings
         assert settings is not None
         return settings
@@ -156,7 +157,8 @@ class ShardedCore:
     # -- producing ------------------------------------------------------------------------
 
     def pick(self, routing_key: str | None) -> int:
-        """The shard of one message: by its routing key, else the next in round robin."""
+        """The shard of one message: by its routing key (``shard_key``, else its dedup key;
+        a message group's key is to be passed here the same way), else round robin."""
         if routing_key is not None:
             return shard_for(routing_key, self.count)
         shard = self.next
