@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -313,3 +313,37 @@ def test_the_reads_of_every_shard_go_in_one_round_trip(r: redis.Redis, scripting
         assert len(round_trips) <= 4  # one per step of one shard's read (script-free stats: 4), not per shard
     round_trips.clear()
     assert len(q.peek(4)) == 4 and len(round_trips) <= 3
+
+
+def test_an_asyncio_queue_adopts_the_count_at_its_first_operation(r: redis.Redis, redis_server: RedisServer) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from keyqueue import aio
+
+    Queue("lazy", client=r, shards=4).enqueue_many([f"m{i}" for i in range(8)])
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        try:
+            first_len = aio.Queue("lazy", client=client)  # no I/O yet
+            assert first_len.shards == 1  # (not known before its first operation)
+            assert await first_len.length() == 8 and first_len.shards == 4
+            first_claim = aio.Queue("lazy", client=client)
+            got = await first_claim.claim_many(3)
+            assert len(got) == 3 and all("#" in m.id for m in got)
+            assert await first_claim.ack_many(got) == 3
+            seen: list[str] = []
+
+            async def handle(m: Any) -> None:
+                seen.append(m.id)
+
+            await aio.Worker(aio.Queue("lazy", client=client), handle).run(burst=True)  # first use: the worker's claim
+            assert len(seen) == 5 and len(set(seen)) == 5
+            with pytest.raises(ConfigurationError):
+                await aio.Queue("lazy", client=client, shards=1).length()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
