@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core.results import QueueStats, RateState, ReapResult
+from .core.results import GroupInfo, QueueStats, RateState, ReapResult
 from .core.schedules import Schedule, next_fires
 from .errors import (
     ConfigurationError,
@@ -31,6 +31,7 @@ __all__ = [
     # the queue
     "Queue",
     "Message",
+    "GroupInfo",
     "QueueStats",
     "ReapResult",
     "RateState",

@@ -137,6 +137,7 @@ class QueueFace:
         dead_retention: float | None | Unset = UNSET,
         rate_limit: str | tuple[int, float] | None | Unset = UNSET,
         max_in_flight: int | None | Unset = UNSET,
+        group_concurrency: int | Unset = UNSET,
         scripting: bool = True,
         clock: Callable[[], float] | None = None,
         min_replicas: int = 0,
@@ -153,6 +154,7 @@ class QueueFace:
             dead_retention=dead_retention,
             rate_limit=rate_limit,
             max_in_flight=max_in_flight,
+            group_concurrency=group_concurrency,
         )
         given = {k: v for k, v in given.items() if v is not UNSET}
         keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read

@@ -63,6 +63,8 @@ FIXED_TYPES = {
     "schedules": "zset",
     "throttle": "string",
     "shards": "string",
+    "groups": "hash",
+    "held": "string",
 }
 FAMILY_TYPES = {
     "item:": "hash",
@@ -71,6 +73,7 @@ FAMILY_TYPES = {
     "stream:": "hash",
     "schedule:": "hash",
     "rate:": "string",
+    "group:": "list",
 }
 
 
@@ -157,6 +160,20 @@ class QueueKeys:
     def rate(self, window: int) -> str:
         """Claims made in one rate-limit window (``floor(now_ms / window_ms)``); expires at its end."""
         return f"{self.base}rate:{window}"
+
+    @property
+    def groups(self) -> str:
+        """Each message group with released messages (waiting or in flight): their count."""
+        return self.base + "groups"
+
+    def group(self, group_id: str) -> str:
+        """A message group's held messages, in order, waiting for the group to have room."""
+        return f"{self.base}group:{group_id}"
+
+    @property
+    def held(self) -> str:
+        """How many messages every ``group:`` list holds together (absent: none)."""
+        return self.base + "held"
 
     @property
     def shards(self) -> str:

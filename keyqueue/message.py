@@ -53,6 +53,8 @@ class BaseMessage:
     first_claimed_at: float | None = field(default=None, repr=False)
     #: The fire time (epoch seconds) a schedule made this message for; None otherwise.
     scheduled_for: float | None = field(default=None, repr=False)
+    #: The message group it was enqueued in (``group=``); None for an ungrouped message.
+    group: str | None = field(default=None, repr=False)
     #: What was last done to this delivery through its queue: "ack", "release" or
     #: "dead_letter" (None: nothing yet). A Worker reads it, so a handler that settled its
     #: own message is taken at its word.
@@ -97,6 +99,7 @@ class BaseMessage:
             f.attributes,
             None if f.first_ms is None else f.first_ms / 1000.0,
             None if f.scheduled_ms is None else f.scheduled_ms / 1000.0,
+            f.group,
         )
 
     def _bound(self) -> Any:

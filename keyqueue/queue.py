@@ -12,7 +12,7 @@ import redis
 
 from .connection import TRANSIENT
 from .core.queue_core import BATCH, REAP_INTERVAL, REQUEUE_BATCH, WAIT_SLICE, list_queues_op
-from .core.results import QueueStats, RateState, ReapResult
+from .core.results import GroupInfo, QueueStats, RateState, ReapResult
 from .core.roundtrip import Op, T
 from .core.schedules import Schedule
 from .core.shards import Core, ShardedCore, settle_core, shard_stats
@@ -48,6 +48,8 @@ class Queue(QueueFace):
             every consumer: at most N claims per S seconds ("N/S" or (N, S); windows aligned
             on the server's clock), and at most this many messages owned at once. Settings
             too; None: no limit.
+        group_concurrency: at most this many messages of one message group (``group=``)
+            released at once; 1 (the default) delivers a group in order, one at a time. A setting.
         scripting: False selects the script-free mode (servers without EVAL).
         shards: store the queue as this many shards (``{name#i}``) that a cluster spreads
             over its nodes; fixed when the queue is first made, None adopts the stored count.
@@ -95,11 +97,15 @@ class Queue(QueueFace):
         delay: float = 0.0,
         dedup_key: str | None = None,
         attributes: bytes | None = None,
+        group: str | None = None,
         shard_key: str | None = None,
     ) -> str:
         """Add a message; with ``dedup_key``, a repeat within dedup_window returns the first id.
-        ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``."""
-        return self._run(lambda: self._core.enqueue(body, delay, dedup_key, attributes, shard_key))
+        ``attributes``: opaque bytes kept with it and returned as ``Message.attributes``.
+        ``group``: its message group, whose messages are delivered in order (at most
+        group_concurrency of them released at once). ``shard_key`` (a sharded queue): the
+        messages of one key go to one shard (a group's go by their group)."""
+        return self._run(lambda: self._core.enqueue(body, delay, dedup_key, attributes, group, shard_key))
 
     def enqueue_many(
         self,
@@ -110,6 +116,7 @@ class Queue(QueueFace):
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: str | None = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> list[str]:
         """Add many messages in one round trip; ids are returned in order.
@@ -118,9 +125,12 @@ class Queue(QueueFace):
         message its own; a repeated dedup key returns the first message's id, as ``enqueue`` does.
         ``enqueued_at`` (epoch seconds, one per body; None or a time to come: now) is the
         time each message's age counts from, so one moved from another queue keeps its first
-        enqueue time and its retention."""
+        enqueue time and its retention. ``group``: every message joins that message group, in order.
+        ``shard_keys`` (a sharded queue, one per body): as ``enqueue``'s ``shard_key``."""
         return self._run(
-            lambda: self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)
+            lambda: self._core.enqueue_many(
+                bodies, delay, delays, dedup_keys, attributes, enqueued_at, group, shard_keys
+            )
         )
 
     def get(self, ids: Iterable[str]) -> list[Message]:
@@ -300,6 +310,11 @@ class Queue(QueueFace):
     def shard_stats(self) -> list[QueueStats]:
         """The stats of each shard, in shard order (an unsharded queue: its own, alone)."""
         return self._run(lambda: shard_stats(self._core))
+
+    def groups(self, count: int = 100, *, busiest: bool = False) -> list[GroupInfo]:
+        """Message groups with released or held messages, by id (a drained group is absent);
+        ``busiest``: those with the most messages first (among the first 10,000 by id)."""
+        return self._run(lambda: self._core.groups(count, busiest))
 
     def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         """Read messages without claiming them; they carry no receipt."""

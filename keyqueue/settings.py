@@ -59,6 +59,9 @@ class QueueSettings:
     rate_limit: str | None = None
     #: At most this many messages of the queue owned at once, by every consumer; None: no cap.
     max_in_flight: int | None = None
+    #: At most this many messages of one message group released (waiting or in flight) at
+    #: once; 1 delivers a group's messages one at a time, in order.
+    group_concurrency: int = 1
 
     @cached_property
     def visibility_ms(self) -> int:
@@ -110,7 +113,7 @@ class QueueSettings:
                     values[f.name] = None
                 elif f.name == "rate_limit":
                     values[f.name] = text
-                elif f.name in ("max_receives", "max_body_bytes", "max_in_flight"):
+                elif f.name in ("max_receives", "max_body_bytes", "max_in_flight", "group_concurrency"):
                     values[f.name] = int(text)
                 else:
                     values[f.name] = float(text)
@@ -134,6 +137,9 @@ def validate(base: QueueSettings, given: Mapping[str, Any]) -> QueueSettings:
             value = None if value is None else rate_text(*parse_rate(value))
         elif name == "max_body_bytes":
             whole_number(name, value, 1)
+        elif name == "group_concurrency":
+            if not _is_int(value) or not 1 <= value <= MAX_RATE_COUNT:
+                raise InvalidArgument(f"group_concurrency must be a whole number >= 1, not {value!r}")
         elif name in ("retention", "dead_retention"):
             if value is not None:
                 check_retention(name, value)

@@ -10,7 +10,7 @@ import redis.asyncio
 
 from ..connection import sentinels_of
 from ..core.queue_core import list_queues_op
-from ..core.results import QueueStats, RateState, ReapResult
+from ..core.results import GroupInfo, QueueStats, RateState, ReapResult
 from ..core.roundtrip import Op, T
 from ..core.schedules import Schedule
 from ..core.shards import Core, ShardedCore, settle_core, shard_stats
@@ -89,9 +89,10 @@ class Queue(QueueFace):
         delay: float = 0.0,
         dedup_key: str | None = None,
         attributes: bytes | None = None,
+        group: str | None = None,
         shard_key: str | None = None,
     ) -> str:
-        return await self._run(lambda: self._core.enqueue(body, delay, dedup_key, attributes, shard_key))
+        return await self._run(lambda: self._core.enqueue(body, delay, dedup_key, attributes, group, shard_key))
 
     async def enqueue_many(
         self,
@@ -102,10 +103,13 @@ class Queue(QueueFace):
         dedup_keys: Sequence[str | None] | None = None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: str | None = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> list[str]:
         return await self._run(
-            lambda: self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)
+            lambda: self._core.enqueue_many(
+                bodies, delay, delays, dedup_keys, attributes, enqueued_at, group, shard_keys
+            )
         )
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
@@ -265,6 +269,9 @@ class Queue(QueueFace):
 
     async def ids(self, source: PeekSource = "waiting") -> list[str]:
         return await self._run(lambda: self._core.ids(source))
+
+    async def groups(self, count: int = 100, *, busiest: bool = False) -> list[GroupInfo]:
+        return await self._run(lambda: self._core.groups(count, busiest))
 
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
         return self._bind(await self._run(lambda: self._core.peek(count, source)), with_receipt=False)

@@ -23,7 +23,7 @@ from .progress import progress
 SETTING_TYPES: dict[str, type] = {
     f.name: (
         int
-        if f.name in ("max_receives", "max_body_bytes", "max_in_flight")
+        if f.name in ("max_receives", "max_body_bytes", "max_in_flight", "group_concurrency")
         else str
         if f.name == "rate_limit"
         else float
@@ -73,14 +73,17 @@ def stats(cfg: Config, queue: str | None, as_json: bool, per_shard: bool) -> Non
     if as_json:
         click.echo(json.dumps(rows[queue] if queue else rows, indent=None if queue else 2))
         return
-    header = f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11}"
+    header = (
+        f"{'queue':<24} {'waiting':>9} {'processing':>10} {'delayed':>9} {'dead':>9} {'oldest age':>11} {'held':>9}"
+    )
     click.echo(header)
     for name, s in rows.items():
         listed = [(name, s)] + [(f"{name}#{i}", one) for i, one in enumerate(shard_rows.get(name, []))]
         for shown, row in listed:
             age = "-" if row["oldest_age"] is None else f"{row['oldest_age']:.1f}s"
             click.echo(
-                f"{shown:<24} {row['waiting']:>9} {row['processing']:>10} {row['delayed']:>9} {row['dead']:>9} {age:>11}"
+                f"{shown:<24} {row['waiting']:>9} {row['processing']:>10} {row['delayed']:>9} {row['dead']:>9} "
+                f"{age:>11} {row['held']:>9}"
             )
 
 
@@ -120,6 +123,7 @@ def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> Non
                         "enqueued_at": m.enqueued_at,
                         "deadline": m.deadline,
                         "last_error": m.last_error,
+                        "group": m.group,
                         "body": body,
                         "body_base64": b64,
                     }
@@ -127,7 +131,8 @@ def peek(cfg: Config, queue: str, source: str, count: int, as_json: bool) -> Non
             )
         else:
             error = f"  last_error={m.last_error!r}" if m.last_error else ""
-            click.echo(f"{m.id}  receives={m.receives}{error}  {shown_body(m.body)}")
+            group = f"  group={m.group}" if m.group is not None else ""
+            click.echo(f"{m.id}  receives={m.receives}{group}{error}  {shown_body(m.body)}")
 
 
 @cli.command()
@@ -221,10 +226,11 @@ def parse_setting(text: str) -> tuple[str, Any]:
         value = SETTING_TYPES[name](raw)
     except ValueError:
         value = None
-    if value is None or name in ("max_receives", "max_in_flight") and value < 1:
+    if value is None or name in ("max_receives", "max_in_flight", "group_concurrency") and value < 1:
         kind = {
             "max_receives": "a whole number >= 1, or none for no limit",
             "max_in_flight": "a whole number >= 1, or none for no limit",
+            "group_concurrency": "a whole number >= 1",
             "max_body_bytes": "a whole number of bytes",
             "retention": "a number of seconds, or empty for none",
             "dead_retention": "a number of seconds, or empty for none",

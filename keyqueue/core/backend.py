@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 from .replication import Replication
 from .results import (
@@ -25,9 +25,21 @@ from .roundtrip import Op
 Attributes = Sequence[bytes | None] | None
 
 
-#: One fire of ``schedule_fire_many``: the id, the hash read, the next fire ms, the index
-#: score, the missed count and the (fire ms, due ms) of each message.
-FireCall = tuple[str, dict[bytes, bytes], int | None, str, int, Sequence[tuple[int, int]]]
+class FireCall(NamedTuple):
+    """One fire of ``schedule_fire_many``: done only if the schedule still has the version,
+    next fire, definition and anchor read."""
+
+    schedule_id: str
+    version: str
+    read_next_ms: int | None
+    definition: bytes
+    anchor_ms: int
+    next_ms: int | None
+    score: str
+    missed: int
+    messages: Sequence[tuple[int, int]]
+    #: The body read (a backend with ``watched_fires``; a script reads it itself).
+    body: bytes = b""
 
 
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
@@ -40,6 +52,8 @@ class Backend(Protocol):
     field_bytes: int
     #: The WAIT that follows every write (min_replicas).
     replication: Replication
+    #: Whether the mode supports message groups (``enqueue_group``).
+    groups: bool
 
     def enqueue_one(
         self,
@@ -53,6 +67,17 @@ class Backend(Protocol):
 
     def enqueue(
         self, bodies: Sequence[bytes], delay_ms: int, bucket_ms: int, attributes: Attributes = None
+    ) -> Op[Enqueued]: ...
+
+    def enqueue_group(
+        self,
+        bodies: Sequence[bytes],
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        group: str,
+        attributes: Attributes = None,
     ) -> Op[Enqueued]: ...
 
     def enqueue_each(
@@ -136,13 +161,19 @@ class Backend(Protocol):
         self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
     ) -> Op[bool]: ...
 
-    #: Whether fires go in batches (``schedule_get_many``, ``schedule_fire_many``): a
-    #: compare-and-set that needs no WATCH per schedule.
-    batched_fires: bool
+    #: Whether the fires of ``schedule_fire_many`` hold only if their schedules were read by
+    #: the ``schedule_get_many`` just before (which WATCHes them): then every fire reads first.
+    watched_fires: bool
 
-    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]: ...
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
+        """The schedules' hashes ({} for one absent), in one round trip."""
+        ...
 
-    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]: ...
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
+        """Many fires in one call, each a compare-and-set of its own schedule (the script-free
+        mode: of them all at once): which were done (each enqueued its messages), and whether
+        the config hash is gone."""
+        ...
 
     def schedule_fire(
         self,

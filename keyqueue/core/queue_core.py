@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
-from .backend import Backend
+from .backend import Backend, FireCall
 from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, scored, text
 from .results import (
     EXPIRE_START,
@@ -32,13 +32,25 @@ from .results import (
     Enqueued,
     ExpirePosition,
     Fields,
+    GroupInfo,
     QueueStats,
     RateState,
     ReapPosition,
     ReapResult,
 )
 from .roundtrip import Command, Op, Sleep, transaction
-from .schedules import Definition, Fire, Schedule, check_id, definition, next_fire_ms, plan_fire, score, stored
+from .schedules import (
+    Definition,
+    Fire,
+    Known,
+    Schedule,
+    check_id,
+    definition,
+    next_fire_ms,
+    plan_fire,
+    score,
+    stored,
+)
 from .sources import PEEK_SOURCES, one_of, peek_source, purge_source, requeue_source
 
 #: The exact totals of the counters hash, kept by the operations in the change they count.
@@ -73,14 +85,22 @@ CLAIM_REAP_LIMIT = 500
 MAX_ERROR_BYTES = 4096
 #: Ends a cut last_error.
 CUT = "\u2026"
-#: Schedules read per look at the head of the schedule index.
-FIRE_BATCH = 100
-#: Looks a reap takes at the schedule index (claim-time reaping takes one).
-FIRE_LOOKS = 20
+#: Schedules read per look at the head of the schedule index, and fired by one call (a
+#: script, or a MULTI): a call of this many holds Redis a few milliseconds at most.
+FIRE_BATCH = 200
+#: Seconds a reap goes on looking at the schedule index while full batches of due schedules
+#: remain (claim-time reaping takes one look): many due at once are fired in one reap, and
+#: a reap still ends.
+FIRE_SECONDS = 1.0
+#: Schedules whose last read a Queue keeps to fire them without reading them again (a
+#: larger queue of schedules is read again as it fires).
+FIRE_KNOWN = 100_000
 #: Seconds between the looks a claiming Queue takes at the schedule index while it knows no
 #: schedule to fall due sooner (a schedule another process adds is found this late): one
 #: small read per period, a long-poll's slice, for a queue without schedules.
 SCHEDULE_POLL = WAIT_SLICE
+#: Most message groups ``groups(busiest=True)`` compares (the first ones by id).
+BUSIEST_LOOK = 10_000
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
@@ -175,6 +195,22 @@ def check_dedup_key(what: str, key: object) -> None:
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
 
 
+#: Longest message group id.
+MAX_GROUP = 128
+
+
+def check_group(group: object) -> str | None:
+    """A message group: None, or 1 to MAX_GROUP printable ASCII characters without spaces
+    (letters, digits, punctuation: what SQS takes as a MessageGroupId)."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP or not all("!" <= ch <= "~" for ch in group):
+        raise InvalidArgument(
+            f"group must be a str of 1 to {MAX_GROUP} printable ASCII characters without spaces, not {group!r}"
+        )
+    return group
+
+
 def bounded_error(error: str) -> str:
     """``error`` if it fits MAX_ERROR_BYTES, else its start cut on a character boundary and
     ending with CUT."""
@@ -226,6 +262,11 @@ class QueueCore:
         #: The schedules this Queue upserted (definition, body, anchor ms), written again
         #: when Redis lost them.
         self.upserted: dict[str, tuple[Definition, bytes, int]] = {}
+        #: What this Queue last read or wrote of each schedule it fires (version, stored next
+        #: fire, paused, definition, anchor ms): a fire is a compare-and-set on all but the
+        #: pause (a schedule made again may reach the same version and next fire), so one
+        #: that is out of date changes nothing and is read again.
+        self.known: dict[str, Known] = {}
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
         self.limited_until = 0.0
@@ -376,12 +417,28 @@ class QueueCore:
             )
         return data
 
+    def grouped(self, group: object, alone: Iterable[tuple[str, object]]) -> str | None:
+        """``group`` checked, and that this mode and the other arguments given allow it."""
+        g = check_group(group)
+        if g is None:
+            return None
+        for name, value in alone:
+            if value is not None:
+                raise InvalidArgument(f"{name} cannot be given with group")
+        if not self.ops.groups:
+            raise ConfigurationError(
+                "message groups need the scripted mode: the script-free mode does not release a "
+                "group's next message in the same atomic step that ends the current one"
+            )
+        return g
+
     def enqueue(
         self,
         body: object,
         delay: float,
         dedup_key: str | None,
         attributes: bytes | None = None,
+        group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
@@ -389,10 +446,16 @@ class QueueCore:
         check_dedup_key("dedup_key", dedup_key)
         check_dedup_key("shard_key", shard_key)  # (one queue: every key routes to it)
         check_attributes([attributes])
+        g = self.grouped(group, [])
         s = yield from self.ready()
         self.fits(data, s)
         yield from self.register()
-        done: Enqueued = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
+        done: Enqueued
+        if g is not None:
+            a = None if attributes is None else [attributes]
+            done = yield from self.ops.enqueue_group([data], delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, g, a)
+        else:
+            done = yield from self.ops.enqueue_one(data, delay_ms, s.bucket_ms, dedup_key, s.dedup_ms, attributes)
         yield from self._after(done.config_missing)
         return done.ids[0]
 
@@ -404,18 +467,27 @@ class QueueCore:
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: object = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
         raw, delay_ms, each_ms, since = batch_args(
             bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys
+        )
+        g = self.grouped(
+            group,
+            [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)],
         )
         s = yield from self.ready()
         data = [self.fits(b, s) for b in raw]
         if not data:
             return []
         yield from self.register()
-        if each_ms is None and dedup_keys is None and since is None:
-            done: Enqueued = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
+        if g is not None:
+            done: Enqueued = yield from self.ops.enqueue_group(
+                data, delay_ms, s.bucket_ms, None, s.dedup_ms, g, attributes
+            )
+        elif each_ms is None and dedup_keys is None and since is None:
+            done = yield from self.ops.enqueue(data, delay_ms, s.bucket_ms, attributes)
         else:
             done = yield from self.ops.enqueue_each(
                 data,
@@ -531,7 +603,7 @@ class QueueCore:
         now = time.monotonic()
         if not self.claim_reaping:
             return False
-        fired = (yield from self.fire_due(1)) > 0 if now >= self.fire_at else False
+        fired = (yield from self.fire_due(0.0)) > 0 if now >= self.fire_at else False
         if now < self.next_reap():
             return fired
         s = yield from self.ready()
@@ -674,7 +746,7 @@ class QueueCore:
         if s.retention_ms or s.dead_retention_ms:
             total = total + ReapResult(expired=(yield from self.expire(s)))
         yield from self._after(missing)
-        yield from self.fire_due(FIRE_LOOKS)
+        yield from self.fire_due(FIRE_SECONDS)
         if broken:
             raise CorruptQueue(broken[0], f"holds the wrong type (reaped the rest: {total})")
         return total
@@ -860,6 +932,7 @@ class QueueCore:
     def unschedule(self, schedule_id: object) -> Op[bool]:
         sid = check_id(schedule_id)
         self.upserted.pop(sid, None)
+        self.known.pop(sid, None)
         commands: list[Command] = [("DEL", self.keys.schedule(sid)), ("ZREM", self.keys.schedules, sid)]
         replies = yield from transaction(commands, self.replication)
         raise_errors(commands, replies or [], self.keys.schedules)
@@ -930,18 +1003,22 @@ class QueueCore:
                 return fired.ids[0]
         raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing; try again")
 
-    def fire_due(self, looks: int) -> Op[int]:
-        """Fire every due schedule (at most ``looks`` batches of the index): the messages
-        enqueued. Each fire is a compare-and-set, so any number of processes may do this."""
+    def fire_due(self, seconds: float) -> Op[int]:
+        """Fire the due schedules: the messages enqueued. Looks at the head of the index go on
+        while each finds a full batch due and fires some of it, for up to ``seconds`` (one
+        look at least). Each fire is a compare-and-set, so any number of processes may do this."""
         s = yield from self.ready()
         k = self.keys
         clock = getattr(self.ops, "clock", None)
         total = 0
         soonest = math.inf  # ms from now to the earliest fire time known
-        for _ in range(looks):
+        until = time.monotonic() + seconds
+        look: list[Command] = [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
+        timed = False  # whether the server's time comes with the look
+        while True:
             # A queue without schedules costs this one read; the clock is read only when
-            # the index holds something that may be due.
-            (raw,) = yield [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
+            # the index holds something that may be due (with the looks after the first).
+            raw, *tm = yield look + [("TIME",)] if timed else look
             if isinstance(raw, Exception):
                 raise error_for(raw, k.schedules)
             pairs = [(text(m), sc) for m, sc in scored(raw)]
@@ -950,85 +1027,128 @@ class QueueCore:
             if clock is not None:
                 now = round(clock() * 1000)
             else:
-                ((sec, usec),) = yield [("TIME",)]
+                ((sec, usec),) = tm or (yield [("TIME",)])
                 now = int(sec) * 1000 + int(usec) // 1000
-            due = [sid for sid, sc in pairs if sc <= now]
+                timed = True
+            due = [(sid, sc) for sid, sc in pairs if sc <= now]
             later = [sc for sid, sc in pairs if sc > now]
             if later:
                 soonest = min(soonest, later[0] - now)
-            if self.ops.batched_fires:
-                fired = yield from self.fire_many(due, s.bucket_ms)
-            else:
-                fired = []
-                for sid in due:
-                    fired.append((yield from self.fire_one(sid, s.bucket_ms)))
+            fired = (yield from self.fire_many(due, now, s.bucket_ms)) if due else []
+            before = total
             for n, nxt in fired:
                 total += n
                 if nxt is not None:
                     soonest = min(soonest, nxt - now)
-            if len(due) < FIRE_BATCH:
+            # (no progress: the rest is another firer's, or cannot be fired: left to the next reap)
+            progress = total > before
+            if len(due) < FIRE_BATCH or not progress or time.monotonic() >= until:
                 break
         mono = time.monotonic()
         self.fire_wake = mono + max(soonest, 0) / 1000.0
         self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
         return total
 
-    def plan_of(self, sid: str, raw: dict[bytes, bytes], now: int) -> tuple[Fire | None, int | None]:
-        """What firing a schedule read at ``now`` does (None: nothing: it is gone, paused,
-        not due, or unreadable), and its next fire (ms) as far as known."""
-        nxt = None if b"n" not in raw else int(raw[b"n"])
-        if not raw or raw.get(b"p") == b"1" or nxt is None or nxt > now:
-            return None, None if raw.get(b"p") == b"1" else nxt
+    def known_of(self, sid: str, raw: dict[bytes, bytes]) -> Known | None:
+        """A schedule's hash as read, kept for its next fires (None: gone or unreadable)."""
+        self.known.pop(sid, None)
+        if not raw:
+            return None
         try:
-            d, anchor = Definition.load(raw[b"d"]), int(raw[b"a"])
-            return plan_fire(sid, d, anchor, nxt, now), None
+            nxt = None if b"n" not in raw else int(raw[b"n"])
+            dump = raw[b"d"]
+            known = Known(text(raw[b"v"]), nxt, raw.get(b"p") == b"1", Definition.load(dump), dump, int(raw[b"a"]))
+        except (KeyError, ValueError, TypeError, InvalidSchedule):
+            log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
+            return None
+        if len(self.known) >= FIRE_KNOWN:
+            self.known.clear()
+        self.known[sid] = known
+        return known
+
+    def plan_known(self, sid: str, known: Known, now: int) -> tuple[Fire | None, int | None]:
+        nxt = known.next_ms
+        if known.paused or nxt is None or nxt > now:
+            return None, None if known.paused else nxt
+        try:
+            return plan_fire(sid, known.d, known.anchor_ms, nxt, now), None
         except (KeyError, ValueError, TypeError, InvalidSchedule):
             log.error("queue %s: schedule %s cannot be read (keyqueue check reports it); not fired", self.name, sid)
             return None, None
 
-    def fire_one(self, sid: str, bucket_ms: int) -> Op[tuple[int, int | None]]:
-        """One due schedule's fire: the messages it enqueued and its next fire (ms)."""
-        for _ in range(SCHEDULE_ATTEMPTS):
-            now, raw = yield from self.ops.schedule_get(sid)
-            plan, nxt = self.plan_of(sid, raw, now)
-            if plan is None:
-                yield from self.ops.schedule_done()
-                if not raw:
-                    yield from self.drop_stale(sid)
-                return 0, nxt
-            fired = yield from self.ops.schedule_fire(
-                sid, raw, plan.next_ms, score(plan.next_ms, False), plan.missed, plan.messages, bucket_ms
+    def fire_many(self, due: Sequence[tuple[str, float]], now: int, bucket_ms: int) -> Op[list[tuple[int, int | None]]]:
+        """The fires of due schedules (id, index score), in one call (a script, or a MULTI
+        whose WATCH covers them all). A schedule is read first (all in one round trip)
+        unless this Queue's last read or fire of it matches the index and the backend's
+        compare-and-set needs no WATCH; a fire lost to another firer or a change is read and
+        tried again once, then left to the next look (the index says whether it is still
+        due): (0, now) stands for it."""
+        out: dict[str, tuple[int, int | None]] = {}
+        todo = [(sid, sc) for sid, sc in due]
+        watched = self.ops.watched_fires
+        for _ in range(2):
+            unread = [sid for sid, sc in todo if watched or not self.fresh(sid, sc)]
+            read: dict[str, dict[bytes, bytes]] = {}
+            if unread:
+                read = dict(zip(unread, (yield from self.ops.schedule_get_many(unread))))
+                for sid, raw in read.items():
+                    self.known_of(sid, raw)
+            calls: list[tuple[str, Known, Fire]] = []
+            alike: dict[tuple[Definition, int, int | None], tuple[Fire | None, int | None]] = {}
+            for sid, _ in todo:
+                known = self.known.get(sid)
+                if known is None:
+                    plan, nxt = None, None
+                elif known.d.jitter_ms:
+                    plan, nxt = self.plan_known(sid, known, now)
+                else:  # schedules alike (one definition, one next fire) fire alike: planned once
+                    anchor = known.anchor_ms if known.d.start_ms is None else 0  # (unused with a start)
+                    same = (known.d, anchor, None if known.paused else known.next_ms)
+                    if same not in alike:
+                        alike[same] = self.plan_known(sid, known, now)
+                    plan, nxt = alike[same]
+                out[sid] = (0, nxt)
+                if plan is not None and known is not None:
+                    calls.append((sid, known, plan))
+            done, missing = yield from self.ops.schedule_fire_many(
+                [
+                    FireCall(
+                        sid,
+                        k.version,
+                        k.next_ms,
+                        k.dump,
+                        k.anchor_ms,
+                        p.next_ms,
+                        score(p.next_ms, False),
+                        p.missed,
+                        p.messages,
+                        read[sid].get(b"b", b"") if watched else b"",
+                    )
+                    for sid, k, p in calls
+                ],
+                bucket_ms,
             )
-            if fired.done:
-                yield from self._after(fired.config_missing)
-                return len(fired.ids), plan.next_ms
-        return 0, None
-
-    def fire_many(self, ids: Sequence[str], bucket_ms: int) -> Op[list[tuple[int, int | None]]]:
-        """The fires of due schedules in two round trips (their reads, then their scripts),
-        for a backend whose compare-and-set needs no WATCH; one lost to another firer is
-        tried again alone."""
-        now, raws = yield from self.ops.schedule_get_many(ids)
-        out: list[tuple[int, int | None]] = []
-        calls: list[tuple[int, str, dict[bytes, bytes], Fire]] = []
-        for sid, raw in zip(ids, raws):
-            plan, nxt = self.plan_of(sid, raw, now)
-            out.append((0, nxt))
-            if plan is not None:
-                calls.append((len(out) - 1, sid, raw, plan))
-            elif not raw:
+            for sid in [sid for sid, raw in read.items() if not raw]:  # (after the fire: it ends its WATCH)
                 yield from self.drop_stale(sid)
-        fired = yield from self.ops.schedule_fire_many(
-            [(sid, raw, p.next_ms, score(p.next_ms, False), p.missed, p.messages) for _, sid, raw, p in calls],
-            bucket_ms,
-        )
-        for (j, sid, _, plan), done in zip(calls, fired):
-            if done.done:
-                out[j] = (len(done.ids), plan.next_ms)
-            else:
-                out[j] = yield from self.fire_one(sid, bucket_ms)
-        yield from self._after(any(f.config_missing for f in fired))
-        return out
+            yield from self._after(missing)
+            todo = []
+            for (sid, known, plan), ok in zip(calls, done):
+                if ok:
+                    out[sid] = (len(plan.messages), plan.next_ms)
+                    self.known[sid] = known.fired(plan.next_ms)
+                else:
+                    out[sid] = (0, now)
+                    self.known.pop(sid, None)
+                    todo.append((sid, math.nan))
+            if not todo:
+                break
+        return [out[sid] for sid, _ in due]
+
+    def fresh(self, sid: str, index_score: float) -> bool:
+        """Whether this Queue's last read or fire of a schedule still holds as far as the index
+        tells (the compare-and-set of its fire finds out for sure)."""
+        known = self.known.get(sid)
+        return known is not None and not known.paused and known.next_ms == index_score
 
     def drop_stale(self, sid: str) -> Op[None]:
         """Take an id whose schedule is gone out of the index, unless it came back meanwhile."""
@@ -1087,10 +1207,14 @@ class QueueCore:
     # -- reading --------------------------------------------------------------------------
 
     def length(self) -> Op[int]:
-        (n,) = yield [("SCARD", self.keys.items)]
-        if isinstance(n, Exception):
-            raise error_for(n, self.keys.items)
-        return int(n)
+        """Messages waiting to be claimed, held ones of message groups included."""
+        n, held = yield [("SCARD", self.keys.items), ("GET", self.keys.held)]
+        for reply, key in ((n, self.keys.items), (held, self.keys.held)):
+            if isinstance(reply, Exception):
+                raise error_for(reply, key)
+        if held is not None and not text(held).lstrip("-").isdigit():
+            raise CorruptQueue(self.keys.held, "holds a count that is not a number")
+        return int(n) + max(int(held or 0), 0)
 
     def counters(self) -> Op[dict[str, int]]:
         """The totals the operations keep in Redis (0 for one never counted)."""
@@ -1105,14 +1229,38 @@ class QueueCore:
     def stats(self) -> Op[QueueStats]:
         c = yield from self.ops.stats()
         age = None if c.oldest_ms is None else max(0.0, (c.now_ms - c.oldest_ms) / 1000.0)
-        return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age)
+        return QueueStats(c.waiting, c.processing, c.delayed, c.dead, age, c.held)
+
+    def groups(self, count: int, busiest: bool = False) -> Op[list[GroupInfo]]:
+        """Up to ``count`` message groups with released or held messages, by id; ``busiest``:
+        those with the most messages first (among the first BUSIEST_LOOK by id, whose
+        lengths are read in one round trip)."""
+        whole_number("count", count, 0)
+        k = self.keys
+        (raw,) = yield [("HGETALL", k.groups)]
+        if isinstance(raw, Exception):
+            raise error_for(raw, k.groups)
+        active = sorted((text(g), v) for g, v in hash_reply(raw).items())[: BUSIEST_LOOK if busiest else count]
+        if not active:
+            return []
+        lengths = yield [("LLEN", k.group(g)) for g, _ in active]
+        out = []
+        for (g, v), n in zip(active, lengths):
+            if isinstance(n, Exception):
+                raise error_for(n, k.group(g))
+            if not text(v).isdigit():
+                raise CorruptQueue(k.groups, f"holds a count that is not a number for group {g!r}")
+            out.append(GroupInfo(g, int(n), int(v)))
+        if busiest:
+            out = sorted(out, key=lambda info: (-(info.held + info.active), info.id))[:count]
+        return out
 
     def ids(self, source: str) -> Op[list[str]]:
         """Every id in one state, in the order peek gives them (for snapshots)."""
         source = peek_source(source)
         k = self.keys
-        if source == "delayed":
-            return [f.id for f in (yield from self.ops.peek("delayed", 2**31 - 1))]
+        if source in ("delayed", "held"):
+            return [f.id for f in (yield from self.ops.peek(source, 2**31 - 1))]
         if source == "processing":
             (members,) = yield [("SMEMBERS", k.processing)]
             if isinstance(members, Exception):

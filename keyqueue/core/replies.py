@@ -84,6 +84,7 @@ def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
     c = f.get(b"c")
     first = f.get(b"f")
     s = f.get(b"s")
+    g = f.get(b"g")
     return Fields(
         msg_id,
         f.get(b"b", b""),
@@ -95,14 +96,15 @@ def fields_of(msg_id: str, f: dict[bytes, bytes]) -> Fields:
         f.get(b"a"),
         None if first is None else int(first),
         None if s is None else int(s),
+        None if g is None else text(g),
     )
 
 
 def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
-    """A script's flat reply, 10 values a message (id, b, t, r, d, c, e, a, f, s), as Fields."""
+    """A script's flat reply, 11 values a message (id, b, t, r, d, c, e, a, f, s, g), as Fields."""
     out = []
-    for i in range(start, len(reply), 10):
-        mid, body, t, r, d, c, e, a, f, s = reply[i : i + 10]
+    for i in range(start, len(reply), 11):
+        mid, body, t, r, d, c, e, a, f, s, g = reply[i : i + 11]
         # ids and receipts are ASCII the scripts wrote: decoded inline (a claim reads 100 at once)
         out.append(
             Fields(
@@ -116,6 +118,7 @@ def flat_fields(reply: Sequence[Any], start: int = 0) -> list[Fields]:
                 a,
                 None if f is None else int(f),
                 None if s is None else int(s),
+                None if g is None else text(g),
             )
         )
     return out

@@ -36,6 +36,8 @@ class QueueStats:
     delayed: int
     dead: int
     oldest_age: float | None
+    #: Grouped messages waiting behind their group's released ones (counted in ``waiting`` too).
+    held: int = 0
 
 
 class Fields(NamedTuple):
@@ -51,6 +53,16 @@ class Fields(NamedTuple):
     attributes: bytes | None = None  # field a: opaque to the core, written by a surface (SQS)
     first_ms: int | None = None  # field f: when the first delivery was made
     scheduled_ms: int | None = None  # field s: the fire time a schedule made the message for
+    group: str | None = None  # field g: the message group it belongs to
+
+
+class GroupInfo(NamedTuple):
+    """A message group: ``held`` messages waiting behind its ``active`` released ones
+    (waiting or in flight)."""
+
+    id: str
+    held: int
+    active: int
 
 
 @dataclass(frozen=True)
@@ -144,3 +156,4 @@ class Counts:
     dead: int
     oldest_ms: int | None
     now_ms: int
+    held: int = 0

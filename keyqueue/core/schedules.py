@@ -9,12 +9,13 @@ occurs twice (fall back) fires once, at its first occurrence.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -27,6 +28,9 @@ CATCH_UP = ("one", "all", "none")
 CATCH_UP_LIMIT = 1000
 #: Fire times one fire steps through at most; any further back are counted missed.
 SCAN_LIMIT = 100_000
+#: Fire times of a cron expression worked out one at a time, each kept for schedules alike
+#: (a fire steps through a few); a longer catch-up steps through the rest in one go.
+CRON_CACHED_STEPS = 8
 #: How late a fire time may be fired and still be the current one (catch_up="none"): above
 #: the couple of seconds a Reaper or Worker at its default interval takes.
 LATE_MS = 5000
@@ -94,8 +98,14 @@ class Definition:
 
     @classmethod
     def load(cls, raw: str | bytes) -> Definition:
-        cron, every, tz, start, end, jitter, catch_up, grace = json.loads(raw)
-        return cls(cron, every, tz, start, end, jitter, catch_up, grace)
+        return _load(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _load(raw: str | bytes) -> Definition:
+    """A stored definition, parsed once: schedules alike share one, and a firer reads it at every fire."""
+    cron, every, tz, start, end, jitter, catch_up, grace = json.loads(raw)
+    return Definition(cron, every, tz, start, end, jitter, catch_up, grace)
 
 
 def _ms(what: str, value: object) -> int | None:
@@ -217,12 +227,27 @@ def fire_times_ms(d: Definition, anchor_ms: int, after_ms: int) -> Iterator[int]
             t += d.every_ms
         return
     assert d.cron is not None
-    after = datetime.fromtimestamp(after_ms / 1000, UTC)
-    for instant in _cron_times(d.cron, zone(d.tz), after):
+    last = after_ms
+    for _ in range(CRON_CACHED_STEPS + 1):
+        step = _cron_next(d.cron, d.tz, last)
+        if step is None or (d.end_ms is not None and step > d.end_ms):
+            return
+        yield step
+        last = step
+    for instant in _cron_times(d.cron, zone(d.tz), datetime.fromtimestamp(last / 1000, UTC)):
         ms = round(instant.timestamp() * 1000)
         if d.end_ms is not None and ms > d.end_ms:
             return
         yield ms
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_next(cron: str, tz: str, after_ms: int) -> int | None:
+    """The first fire time of an expression after ``after_ms``: schedules alike step from
+    the same fire time, so a firer of many works it out once."""
+    after = datetime.fromtimestamp(after_ms / 1000, UTC)
+    instant = next(_cron_times(cron, zone(tz), after), None)
+    return None if instant is None else round(instant.timestamp() * 1000)
 
 
 def next_fire_ms(d: Definition, anchor_ms: int, after_ms: int) -> int | None:
@@ -269,6 +294,23 @@ def jitter_ms(schedule_id: str, fire_ms: int, jitter: int) -> int:
     return int.from_bytes(h[:8], "big") * jitter >> 64
 
 
+class Known(NamedTuple):
+    """What a firer read of a stored schedule: its version, stored next fire (ms), pause,
+    definition (parsed and as stored) and anchor (ms). (A tuple: a firer of many makes one
+    per fire.)"""
+
+    version: str
+    next_ms: int | None
+    paused: bool
+    d: Definition
+    dump: bytes
+    anchor_ms: int
+
+    def fired(self, next_ms: int | None) -> Known:
+        """The schedule as a fire of this version left it."""
+        return self._replace(version=str(int(self.version) + 1), next_ms=next_ms, paused=False)
+
+
 @dataclass(frozen=True)
 class Fire:
     """What one fire of a schedule does: the messages (fire time, due time) in order, the
@@ -287,20 +329,32 @@ def plan_fire(schedule_id: str, d: Definition, anchor_ms: int, next_ms: int, now
     misfire_grace are skipped whatever catch_up says. Missed counts those without a message
     of their own."""
     skipped = 0
-    if d.every_ms is not None and next_ms <= now_ms:
-        behind = (now_ms - next_ms) // d.every_ms + 1
-        if behind > SCAN_LIMIT:  # a long outage: step over what no catch_up keeps
-            skipped = behind - CATCH_UP_LIMIT
-            next_ms += skipped * d.every_ms
     due: list[int] = []
     t: int | None = next_ms
-    times = fire_times_ms(d, anchor_ms, next_ms)
-    while t is not None and t <= now_ms:
-        if len(due) >= SCAN_LIMIT:
-            skipped += len(due) - CATCH_UP_LIMIT
-            due = due[-CATCH_UP_LIMIT:]
-        due.append(t)
-        t = next(times, None)
+    every = d.every_ms
+    if every is not None and 0 <= now_ms - next_ms < every and (d.start_ms is None or next_ms >= d.start_ms):
+        # One fire time due, the usual case: the next one is fire_times_ms's first step.
+        base = d.start_ms if d.start_ms is not None else anchor_ms
+        t = base + max(0, (next_ms - base) // every + 1) * every
+        if d.end_ms is not None and t > d.end_ms:
+            t = None
+    if t is not None and t != next_ms and t > now_ms:
+        due.append(next_ms)
+    else:
+        t = next_ms
+        if every is not None and next_ms <= now_ms:
+            behind = (now_ms - next_ms) // every + 1
+            if behind > SCAN_LIMIT:  # a long outage: step over what no catch_up keeps
+                skipped = behind - CATCH_UP_LIMIT
+                next_ms += skipped * every
+                t = next_ms
+        times = fire_times_ms(d, anchor_ms, next_ms)
+        while t is not None and t <= now_ms:
+            if len(due) >= SCAN_LIMIT:
+                skipped += len(due) - CATCH_UP_LIMIT
+                due = due[-CATCH_UP_LIMIT:]
+            due.append(t)
+            t = next(times, None)
     if d.grace_ms is not None:
         fresh = [f for f in due if now_ms - f <= d.grace_ms]
         skipped += len(due) - len(fresh)
@@ -312,7 +366,10 @@ def plan_fire(schedule_id: str, d: Definition, anchor_ms: int, next_ms: int, now
     else:
         keep = [f for f in due[-1:] if now_ms - f <= LATE_MS]
     skipped += len(due) - len(keep)
-    messages = [(f, f + jitter_ms(schedule_id, f, d.jitter_ms)) for f in keep]
+    if d.jitter_ms:
+        messages = [(f, f + jitter_ms(schedule_id, f, d.jitter_ms)) for f in keep]
+    else:
+        messages = [(f, f) for f in keep]
     return Fire(messages, t, skipped)
 
 

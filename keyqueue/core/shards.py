@@ -15,7 +15,7 @@ from ..keys import QueueKeys
 from ..settings import QueueSettings
 from .queue_core import QueueCore, batch_args, not_one
 from .replies import error_for, text
-from .results import Fields, QueueStats, RateState, ReapResult
+from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
 from .roundtrip import Op, together
 from .schedules import Schedule
 from .sources import peek_source, purge_source, requeue_source
@@ -37,9 +37,18 @@ def check_shards(shards: object) -> int | None:
 
 def shard_for(key: str, count: int) -> int:
     """The shard a routing key goes to: CRC32 of its UTF-8 bytes, so every process (any
-    language, any Python hash seed) puts a key on the same shard. ``shard_key`` routes here;
-    a message group's key is to route here too, so a group stays on one shard, in order."""
+    language, any Python hash seed) puts a key on the same shard."""
     return zlib.crc32(key.encode("utf-8")) % count
+
+
+def routing(shard_key: str | None, group: object, dedup_key: str | None) -> str | None:
+    """The key a message routes by: its group (so a group's messages stay on one shard, in
+    order), else its shard key, else its dedup key (so a repeat meets the first on its
+    shard's dedup keys); None: round robin."""
+    for key in (group, shard_key, dedup_key):
+        if isinstance(key, str):
+            return key
+    return None
 
 
 def tag(shard: int, msg_id: str) -> str:
@@ -106,7 +115,7 @@ class ShardedCore:
             raise InvalidArgument(f"{msg_id!r} is not an id of sharded queue {self.name!r} ('<shard>{SEP}<id>')")
         return self.cores[where[0]], where[1]
 
-    def grouped(self, ids: Iterable[object]) -> list[list[str]]:
+    def by_shard(self, ids: Iterable[object]) -> list[list[str]]:
         """Ids by shard (each shard's in their order); ids of no shard are left out."""
         out: list[list[str]] = [[] for _ in self.cores]
         for i in ids:
@@ -157,8 +166,7 @@ class ShardedCore:
     # -- producing ------------------------------------------------------------------------
 
     def pick(self, routing_key: str | None) -> int:
-        """The shard of one message: by its routing key (``shard_key``, else its dedup key;
-        a message group's key is to be passed here the same way), else round robin."""
+        """The shard of one message: by its routing key (``routing``), else round robin."""
         if routing_key is not None:
             return shard_for(routing_key, self.count)
         shard = self.next
@@ -171,11 +179,11 @@ class ShardedCore:
         delay: float,
         dedup_key: str | None,
         attributes: bytes | None = None,
+        group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
-        # A dedup key routes like a shard key: its repeats meet on one shard's dedup keys.
-        shard = self.pick(shard_key if shard_key is not None else dedup_key)
-        msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, shard_key)
+        shard = self.pick(routing(shard_key, group, dedup_key))
+        msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
         return tag(shard, msg_id)
 
     def enqueue_many(
@@ -186,6 +194,7 @@ class ShardedCore:
         dedup_keys: Sequence[str | None] | None,
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
+        group: object = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
         """The batch split over the shards (by key, else round robin): one call per shard;
@@ -203,9 +212,9 @@ class ShardedCore:
         }
         positions: list[list[int]] = [[] for _ in self.cores]
         for j in range(len(items)):
-            key = shard_keys[j] if shard_keys is not None else None
-            if key is None and dedup_keys is not None:
-                key = dedup_keys[j]
+            key = routing(
+                None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
+            )
             positions[self.pick(key)].append(j)
         ids: list[str] = [""] * len(items)
         for shard, where in enumerate(positions):
@@ -219,6 +228,7 @@ class ShardedCore:
                 picked["dedup_keys"],
                 picked["attributes"],
                 picked["enqueued_at"],
+                group,
                 picked["shard_keys"],
             )
             for j, msg_id in zip(where, got):
@@ -229,7 +239,7 @@ class ShardedCore:
         not_one(ids, "ids", "get([id])")
         wanted = [str(i) for i in ids]
         found: dict[str, Fields] = {}
-        for shard, inner in enumerate(self.grouped(wanted)):
+        for shard, inner in enumerate(self.by_shard(wanted)):
             if inner:
                 for f in self.tagged(shard, (yield from self.cores[shard].get(inner))):
                     found[f.id] = f
@@ -319,7 +329,7 @@ class ShardedCore:
         requeue_source(source)
         if ids is not None:
             not_one(ids, "ids", "requeue([id])")
-        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.grouped(ids)
+        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.by_shard(ids)
         done = 0
         for core, own in zip(self.cores, groups):
             if own is None or own:
@@ -334,7 +344,7 @@ class ShardedCore:
             raise InvalidArgument(f"purge(ids=...) deletes dead letters only: source='dead', not {source!r}")
         if ids is not None:
             not_one(ids, "ids", "purge(ids=[id], source='dead')")
-        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.grouped(ids)
+        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.by_shard(ids)
         total = 0
         for core, own in zip(self.cores, groups):
             total += yield from core.purge(source, progress, own)
@@ -387,6 +397,16 @@ class ShardedCore:
                 total[name] = total.get(name, 0) + n
         return total
 
+    def groups(self, count: int, busiest: bool = False) -> Op[list[GroupInfo]]:
+        """Every shard's (a group lives on one shard: its messages route by it), merged as
+        one queue's: by id, or the busiest first."""
+        found = [g for each in (yield from together([c.groups(count, busiest) for c in self.cores])) for g in each]
+        if busiest:
+            found.sort(key=lambda info: (-(info.held + info.active), info.id))
+        else:
+            found.sort(key=lambda info: info.id)
+        return found[:count]
+
     def shard_stats(self) -> Op[list[QueueStats]]:
         return (yield from together([core.stats() for core in self.cores]))
 
@@ -419,6 +439,7 @@ def summed(stats: Sequence[QueueStats]) -> QueueStats:
         sum(s.delayed for s in stats),
         sum(s.dead for s in stats),
         max(ages) if ages else None,
+        sum(s.held for s in stats),
     )
 
 

@@ -8,8 +8,9 @@ from typing import Literal, TypeVar, get_args
 
 from ..errors import InvalidArgument
 
-#: Where peek, ids and Spark snapshots read (every state a message can be in).
-PeekSource = Literal["waiting", "processing", "delayed", "dead"]
+#: Where peek, ids and Spark snapshots read (every state a message can be in; held: grouped
+#: messages waiting behind their group's released ones, which count as waiting too).
+PeekSource = Literal["waiting", "processing", "delayed", "dead", "held"]
 #: What purge deletes: a state, or "all" (every message; processing included).
 PurgeSource = Literal["waiting", "delayed", "dead", "all"]
 #: Where requeue takes messages from.
@@ -17,6 +18,9 @@ RequeueSource = Literal["dead", "processing"]
 
 PEEK_SOURCES: tuple[PeekSource, ...] = get_args(PeekSource)
 PURGE_SOURCES: tuple[PurgeSource, ...] = get_args(PurgeSource)
+#: The states whose counts the dashboard and /metrics show: held messages are counted in
+#: waiting already.
+SHOWN_STATES: tuple[PeekSource, ...] = tuple(s for s in PEEK_SOURCES if s != "held")
 REQUEUE_SOURCES: tuple[RequeueSource, ...] = get_args(RequeueSource)
 
 S = TypeVar("S", bound=str)

@@ -27,6 +27,9 @@ from .analyse import (
     CLAIMING,
     DEAD_DUPLICATE,
     EMPTY_INDEX,
+    GROUP_COUNT,
+    GROUP_ENTRY,
+    HELD_COUNT,
     KINDS,
     MISSING_HASH,
     NOTE_KINDS,
@@ -71,6 +74,9 @@ __all__ = [
     "STALE_TIMER",
     "EMPTY_INDEX",
     "BAD_FLOW",
+    "GROUP_COUNT",
+    "GROUP_ENTRY",
+    "HELD_COUNT",
     "CLAIMING",
 ]
 
@@ -105,16 +111,17 @@ def _check_shards(core: ShardedCore, repair: bool, settle: float) -> Op[CheckRep
 
 
 def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
-    k, bucket_ms = core.keys, (yield from core.ready()).bucket_ms
+    settings = yield from core.ready()
+    k, bucket_ms, limit = core.keys, settings.bucket_ms, settings.group_concurrency
     snap = yield from read_snapshot(k)
-    found, states = findings(snap, k, bucket_ms)
+    found, states = findings(snap, k, bucket_ms, limit)
     if found and settle > 0:
         yield Sleep(settle)
         first = set(found)
         snap = yield from read_snapshot(k)
-        again, states = findings(snap, k, bucket_ms)
+        again, states = findings(snap, k, bucket_ms, limit)
         found = [f for f in again if f in first]
-    repaired = (yield from Repairer(k, bucket_ms).run(found)) if repair else set()
+    repaired = (yield from Repairer(k, bucket_ms, snap, limit).run(found)) if repair else set()
     return CheckReport.of(core.name, found, repaired, states, keys=len(snap.types), complete=snap.complete(k))
 
 

@@ -7,6 +7,9 @@ The states of a live id (one with an item hash):
   processing  in ``processing`` (not in ``items``), with ``c`` and ``d``, in its timer set
   delayed     in neither set, with ``d`` (no ``c``), in its timer set, not dead
   dead        in ``dead`` once, in neither set, without ``c`` and ``d``; only a dead letter has ``x``
+  held        in its group's list ``group:<g>`` only (a grouped message behind its group's
+              released ones, which have ``j``); ``groups`` counts each group's released
+              messages, ``held`` every group list's entries
 
 An id owned without a receipt is a claim between its steps. The script-free mode puts a
 claim's *intent* in a timer set first and its reaper settles such an id once that bucket
@@ -38,6 +41,9 @@ STRAY_FIELDS = "stray-fields"
 SCHEDULE_INDEX = "schedule-index"
 BAD_SCHEDULE = "bad-schedule"
 BAD_FLOW = "bad-flow-key"
+GROUP_COUNT = "group-count"
+GROUP_ENTRY = "group-entry"
+HELD_COUNT = "held-count"
 # Notes: states claimers and the reaper settle on their own; harmless. Repair removes the
 # leftovers (the first three) and leaves claims in progress to their claimer.
 STALE_LIST = "stale-list-entry"
@@ -62,6 +68,10 @@ KINDS: dict[str, str] = {
     BAD_SCHEDULE: "schedule hashes keyqueue cannot read (never changed by repair: upsert them again)",
     BAD_FLOW: "rate-limit window counters or the throttle holding something other than a whole number, or "
     "without an expiry (a claim that died between its two commands): they would last for ever",
+    GROUP_COUNT: "message groups whose count of released messages is not what their messages show, or that "
+    "have room and hold messages back (stuck)",
+    GROUP_ENTRY: "group list entries of ids that are not held messages of that group",
+    HELD_COUNT: "the held counter differs from the entries of the group lists",
     STALE_LIST: "queue list entries of ids not in items (claims drop them)",
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
     EMPTY_INDEX: "index entries of buckets without a timer set (the reaper drops them)",
@@ -102,6 +112,8 @@ class Plan:
 def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
     """Decide an id. The scan and the repair's re-read both use this, so they cannot disagree."""
     i, ik = v.id, k.item(v.id)
+    if v.exists and v.held and not (v.waiting or v.processing or v.dead or v.timer is not None or v.receipt):
+        return Plan("held")
     if not v.exists:
         p = Plan("gone")
         if v.waiting or v.processing or v.dead:
@@ -174,6 +186,9 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
         p.add(DEAD_DUPLICATE, ("LREM", k.dead, 0, i))
     elif v.dead > 1:
         p.add(DEAD_DUPLICATE, ("LREM", k.dead, 1 - v.dead, i))  # keep the first (oldest) entry
+    if p.kinds == [ORPHAN] and p.state == "waiting" and v.group is not None and not v.released:
+        # a grouped message in no state waits at the end of its group, as it would have
+        return Plan("held", [ORPHAN], [("RPUSH", k.group(v.group), i), ("INCR", k.held), ("HINCRBY", ik, "n", 0)])
     return p
 
 
@@ -188,7 +203,7 @@ def keeps_timer(v: IdView, p: Plan, bucket: str, bucket_ms: int) -> bool:
 # -- the whole queue ---------------------------------------------------------------------------
 
 
-def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], Counter[str]]:
+def findings(s: Snapshot, k: QueueKeys, bucket_ms: int, group_limit: int = 1) -> tuple[list[Finding], Counter[str]]:
     """The findings of one snapshot, and how many ids are in each state."""
     found = [Finding(WRONG_TYPE, n) for n in sorted(s.broken)]
     states: Counter[str] = Counter()
@@ -216,6 +231,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
             own is not None and i in s.timers.get(own, ()),
             i in passing,
             lettered,
+            *_grouping(s, i),
         )
         p = plan(v, k, bucket_ms)
         views[i] = (v, p)
@@ -237,9 +253,42 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int) -> tuple[list[Finding], 
         if earliest is not None and (score is None or score > earliest):
             found.append(Finding(TIMER_INDEX, bucket))
     found.extend(Finding(EMPTY_INDEX, b) for b in sorted(s.index, key=_natural) if k.timer(b) not in s.types)
+    found += group_findings(s, {i: p.state for i, (_, p) in views.items()}, group_limit)
     found += schedule_findings(s, k)
     found += [Finding(BAD_FLOW, n) for n, (value, ttl) in sorted(s.flow.items()) if not flow_ok(value, ttl)]
     return found, states
+
+
+def _grouping(s: Snapshot, i: str) -> tuple[str | None, bool, bool]:
+    """An id's group, whether it is released, and whether its group's list holds it."""
+    g, released = s.grouped.get(i, (None, False))
+    return g, released, g is not None and i in s.group_lists.get(g, ())
+
+
+#: The states of a released message (one that counts in its group's count).
+RELEASED_STATES = frozenset({"waiting", "processing", "delayed"})
+
+
+def released_counts(s: Snapshot, states: dict[str, str]) -> Counter[str]:
+    """Each group's released messages, as the messages show them."""
+    return Counter(g for i, (g, j) in s.grouped.items() if j and states.get(i) in RELEASED_STATES)
+
+
+def group_findings(s: Snapshot, states: dict[str, str], limit: int) -> list[Finding]:
+    released = released_counts(s, states)
+    out = []
+    for g in sorted(set(s.group_counts) | set(s.group_lists) | set(released)):
+        stored = int_or(s.group_counts[g], -1) if g in s.group_counts else 0
+        if stored != released[g] or (released[g] < limit and s.group_lists.get(g)):
+            out.append(Finding(GROUP_COUNT, g))
+    for g, ids in sorted(s.group_lists.items()):
+        for i in dict.fromkeys(ids):
+            if s.grouped.get(i, ("", False))[0] != g or states.get(i) != "held" or ids.count(i) > 1:
+                out.append(Finding(GROUP_ENTRY, i, g))
+    total = sum(len(ids) for ids in s.group_lists.values())
+    if (0 if s.held_count is None else int_or(s.held_count, -1)) != total:
+        out.append(Finding(HELD_COUNT, "held"))
+    return out
 
 
 def flow_ok(value: bytes | None, ttl: int) -> bool:

@@ -17,6 +17,9 @@ from ..settings import parse_rate, to_ms
 from .analyse import (
     BAD_FLOW,
     EMPTY_INDEX,
+    GROUP_COUNT,
+    GROUP_ENTRY,
+    HELD_COUNT,
     ID_KINDS,
     SCHEDULE_INDEX,
     STALE_LIST,
@@ -28,7 +31,7 @@ from .analyse import (
     plan,
     schedule_score,
 )
-from .scan import batched, read_sets, read_view
+from .scan import Snapshot, batched, read_sets, read_view
 
 ATTEMPTS = 8  # tries of one repair when a watched key keeps changing
 
@@ -36,8 +39,10 @@ ATTEMPTS = 8  # tries of one repair when a watched key keeps changing
 class Repairer:
     """Applies the fixes of confirmed findings, each in its own watched transaction."""
 
-    def __init__(self, keys: QueueKeys, bucket_ms: int) -> None:
+    def __init__(self, keys: QueueKeys, bucket_ms: int, snap: Snapshot | None = None, group_limit: int = 1) -> None:
         self.k, self.bucket_ms = keys, bucket_ms
+        #: The last look (its grouped ids and seq bound a group's messages) and group_concurrency.
+        self.snap, self.group_limit = snap or Snapshot({}), group_limit
 
     def run(self, findings: Sequence[Finding]) -> Op[set[Finding]]:
         """The findings now repaired. Ids first: their fixes may add timers and index entries."""
@@ -56,6 +61,9 @@ class Repairer:
             EMPTY_INDEX: self.drop_index_entry,
             SCHEDULE_INDEX: self.reindex_schedule,
             BAD_FLOW: self.fix_flow_key,
+            GROUP_ENTRY: self.drop_group_entry,
+            GROUP_COUNT: self.recount_group,
+            HELD_COUNT: self.recount_held,
         }
         for kind, fix in entry_fixes.items():
             for f in findings:
@@ -169,6 +177,77 @@ class Repairer:
                 return [("DEL", key)]
 
         return (yield from _transact([key], decide))
+
+    def drop_group_entry(self, f: Finding) -> Op[bool]:
+        """Remove the entries of an id from a group list it is not held in (all but the first
+        when it is held there), counting them out of ``held``."""
+        gk, i = self.k.group(f.bucket), f.subject
+
+        def decide() -> Op[list[Command] | None]:
+            v = yield from read_view(self.k, self.bucket_ms, i, lists=False)
+            if v is None:
+                return None
+            (entries,) = yield [("LPOS", gk, i, "COUNT", 0)]
+            n = len(ok(entries))
+            keep = v.group == f.bucket and plan(v, self.k, self.bucket_ms).state == "held"
+            if n <= int(keep):
+                return []
+            if keep:  # the later entries go (LREM from the tail)
+                return [("LREM", gk, 1 - n, i), ("DECRBY", self.k.held, n - 1)]
+            return [("LREM", gk, 0, i), ("DECRBY", self.k.held, n)]
+
+        return (yield from _transact([self.k.item(i), gk, self.k.held], decide))
+
+    def recount_group(self, f: Finding) -> Op[bool]:
+        """Set a group's count to its released messages (every id of the group is one the last
+        look saw, or newer than its seq), and release held ones while it has room."""
+        g, k = f.subject, self.k
+        gk = k.group(g)
+
+        def decide() -> Op[list[Command] | None]:
+            (seq,) = yield [("GET", k.seq)]
+            newer = range(self.snap.seq + 1, int_or(ok(seq), 0) + 1)
+            ids = [i for i, (group, _) in self.snap.grouped.items() if group == g] + [str(n) for n in newer]
+            got = yield from batched([("HMGET", k.item(i), "g", "j") for i in ids])
+            released = sum(1 for x in got if not isinstance(x, Exception) and x[0] == g.encode() and x[1] is not None)
+            room = self.group_limit - released
+            head = ok((yield [("LRANGE", gk, 0, room - 1)])[0]) if room > 0 else []
+            out: list[Command] = []
+            for raw in head:
+                i = text(raw)
+                out += [("HSET", k.item(i), "j", "1"), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
+            n = len(head)
+            if n:
+                out += [
+                    ("LTRIM", gk, n, -1),
+                    ("DECRBY", k.held, n),
+                    *[("RPUSH", k.signal, 1), ("LTRIM", k.signal, 0, 0)],
+                ]
+            count = released + n
+            out.append(("HSET", k.groups, g, count) if count else ("HDEL", k.groups, g))
+            return out
+
+        return (yield from _transact([k.groups, k.held, gk, k.seq], decide))
+
+    def recount_held(self, f: Finding) -> Op[bool]:
+        """Set the held counter to the entries of the group lists (every change to a list
+        changes the counter too, so the WATCH on it covers them)."""
+        k = self.k
+
+        def decide() -> Op[list[Command] | None]:
+            names: list[str] = []
+            cursor = "0"
+            while True:
+                (reply,) = yield [("SCAN", cursor, "MATCH", k.group("*"), "COUNT", 1000)]
+                cursor = text(ok(reply)[0])
+                names += [text(n) for n in reply[1]]
+                if cursor == "0":
+                    break
+            lengths = yield from batched([("LLEN", n) for n in dict.fromkeys(names)])
+            total = sum(int(ok(n)) for n in lengths)
+            return [("SET", k.held, total)] if total else [("DEL", k.held)]
+
+        return (yield from _transact([k.held], decide))
 
 
 def _transact(watch: Sequence[str], decide: Callable[[], Op[list[Command] | None]]) -> Op[bool]:

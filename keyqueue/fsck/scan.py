@@ -34,6 +34,9 @@ class IdView:
     timed: bool  # in the timer set of its own bucket
     intent: bool = False  # in a timer set whose bucket has not passed (a claim's intent)
     lettered: bool = False  # x is set: when it was dead-lettered (only a dead letter has it)
+    group: str | None = None  # g: its message group
+    released: bool = False  # j is set: it counts among its group's released messages
+    held: bool = False  # listed in its group's list of held messages
 
 
 @dataclass
@@ -54,6 +57,13 @@ class Snapshot:
     schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)  # id -> its hash
     #: Flow-control keys (rate-limit window counters, the throttle): name -> (value, PTTL ms)
     flow: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
+    #: Message groups: id -> (g, j set?) of each grouped item, the groups hash, each group's
+    #: list of held ids, the held counter, and seq (ids above it were made after this look).
+    grouped: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    group_counts: dict[str, bytes] = field(default_factory=dict)
+    group_lists: dict[str, list[str]] = field(default_factory=dict)
+    held_count: bytes | None = None
+    seq: int = 0
 
     def broken_ids(self, k: QueueKeys) -> set[str]:
         """Ids whose item key has the wrong type: left alone, reported as that key."""
@@ -110,13 +120,14 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
         value, ttl = got[2 * j], got[2 * j + 1]
         if not isinstance(value, Exception) and not isinstance(ttl, Exception) and int(ttl) != -2:
             s.flow[n] = (value, int(ttl))
+    yield from _read_groups(k, s)
     item_base = k.base + "item:"
     ids = {n[len(item_base) :] for n in types if n.startswith(item_base) and n not in s.broken}
     ids |= set(s.listed) | s.waiting | s.processing | set(s.dead)
-    ids = ids.union(*s.timers.values())
+    ids = ids.union(*s.timers.values(), *s.group_lists.values())
     looked = sorted(ids - s.broken_ids(k))
     out = yield from batched(
-        [cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d", "x"))]
+        [cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d", "x", "g", "j"))]
     )
     for j, i in enumerate(looked):
         exists, fields = out[2 * j], out[2 * j + 1]
@@ -124,7 +135,24 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
             s.broken.add(k.item(i))
         elif exists:
             s.hashes[i] = (fields[0] is not None, int_or(fields[1], None), fields[2] is not None)
+            if fields[3] is not None:
+                s.grouped[i] = (text(fields[3]), fields[4] is not None)
     return s
+
+
+def _read_groups(k: QueueKeys, s: Snapshot) -> Op[None]:
+    """The message-group keys into ``s``: the groups hash, every group's list, the held
+    counter and seq (read first: an id above it was made after the lists were read)."""
+    seq, held = yield [("GET", k.seq), ("GET", k.held)]
+    s.seq = 0 if isinstance(seq, Exception) else int_or(seq, 0) or 0
+    s.held_count = None if isinstance(held, Exception) else held
+    if k.groups in s.types and k.groups not in s.broken:
+        (raw,) = yield [("HGETALL", k.groups)]
+        s.group_counts = {name(g): v for g, v in hash_reply(ok(raw)).items()}
+    group_base = k.group("")
+    names = sorted(n for n in s.types if n.startswith(group_base) and n not in s.broken)
+    lists = yield from _read_lists(names)
+    s.group_lists = {n[len(group_base) :]: ids for n, ids in zip(names, lists)}
 
 
 def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op[IdView | None]:
@@ -133,7 +161,7 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
     ik = k.item(i)
     reads: list[Command] = [
         ("TYPE", ik),
-        ("HMGET", ik, "c", "d", "x"),
+        ("HMGET", ik, "c", "d", "x", "g", "j"),
         ("SISMEMBER", k.items, i),
         ("SISMEMBER", k.processing, i),
         ("LPOS", k.dead, i, "COUNT", 0),
@@ -144,6 +172,13 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
     if any(isinstance(x, Exception) for x in out) or text(out[0]) not in ("hash", "none"):
         return None
     timer = int_or(out[1][1], None)
+    group = None if out[1][3] is None else text(out[1][3])
+    held = False
+    if group is not None:
+        (entries,) = yield [("LPOS", k.group(group), i, "COUNT", 0)]
+        if isinstance(entries, Exception):
+            return None
+        held = bool(entries)
     timed = False
     if timer is not None:
         (member,) = yield [("SISMEMBER", k.timer(timer // bucket_ms), i)]
@@ -161,6 +196,9 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
         len(out[4]),
         timed,
         lettered=out[1][2] is not None,
+        group=group,
+        released=out[1][4] is not None,
+        held=held,
     )
 
 

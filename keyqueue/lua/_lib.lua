@@ -7,7 +7,11 @@
     c current receipt, d timer ms (visibility deadline while processing, visible-at while
     delayed; absent while waiting or dead), e last error, a attributes (opaque bytes a
     surface such as the SQS API writes at enqueue), f first delivery ms (set by the first claim),
-    s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it).
+    s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it),
+    g the message's group (written with n = 0 too), j '1' while it counts among its group's
+    released messages (waiting, in flight, or released with a delay).
+  Groups: hash `groups` maps a group with released messages to their count; list `group:<g>`
+    holds the group's other messages in order (held), counted together in string `held`.
   Errors: redis.error_reply('KQCORRUPT <key>') when a key holds the wrong type; raised before
     any write, so a failing call changes nothing.
 ]]
@@ -61,6 +65,20 @@ local function timer_del(timers, id, t, bucket_ms)
   local b = bucket_of(t, bucket_ms)
   local k = timer_key(b)
   if rcall('SREM', k, id) == 1 and rcall('EXISTS', k) == 0 then rcall('ZREM', timers, b) end
+end
+
+-- The item keys of new ids first .. first+n-1 (their ids into `ids`), or nil when one exists:
+-- item keys are new by construction, so one that exists means seq was overwritten.
+local function new_item_keys(first, n, ids)
+  local iks = {}
+  for j = 1, n do
+    local id = fmt(first + j - 1)
+    ids[j] = id; iks[j] = BASE .. 'item:' .. id
+  end
+  for i = 1, n, 1000 do
+    if rcall('EXISTS', unpack(iks, i, math.min(i + 999, n))) > 0 then return nil end
+  end
+  return iks
 end
 
 -- Wake one long-poll waiter; the list never holds more than one token.
@@ -118,7 +136,7 @@ local function read_item(ik)
   return f
 end
 
--- Append the reply shape of one message: id, b, t, r, d, c, e, a, f, s.
+-- Append the reply shape of one message: id, b, t, r, d, c, e, a, f, s, g.
 local function push_message(out, id, f)
   out[#out + 1] = id
   out[#out + 1] = f.b or ''
@@ -130,6 +148,7 @@ local function push_message(out, id, f)
   out[#out + 1] = f.a or false
   out[#out + 1] = f.f or false
   out[#out + 1] = f.s or false
+  out[#out + 1] = f.g or false
 end
 
 -- The current timer of `id` when `receipt` is its current delivery and it is still owned, else nil.
@@ -193,3 +212,71 @@ local function drop_timers(timers, groups, order)
   end
 end
 
+
+-- Message groups (see the header): the bookkeeping is touched only for items with field g, so
+-- an ungrouped message costs nothing more.
+local function group_key(g) return BASE .. 'group:' .. g end
+
+-- The first key of the group bookkeeping of groups `gs` (a list) that holds the wrong type.
+local function group_bad(gs)
+  local checks = {BASE .. 'groups', 'hash', BASE .. 'held', 'string'}
+  for _, g in ipairs(gs) do checks[#checks + 1] = group_key(g); checks[#checks + 1] = 'list' end
+  return wrong_type(checks)
+end
+
+local function group_limit()
+  return tonumber(rcall('HGET', BASE .. 'config', 'group_concurrency') or '') or 1
+end
+
+-- Release held messages of group g while fewer than the limit are released (`active` of
+-- them now) to the tail of the FIFO, and store the count. Returns how many were released.
+local function group_fill(g, active)
+  local limit, gk, n = group_limit(), group_key(g), 0
+  while active < limit do
+    local id = rcall('LPOP', gk)
+    if not id then break end
+    if rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
+    if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
+      rcall('HSET', item_key(id), 'j', '1')
+      make_waiting(BASE .. 'queue', BASE .. 'items', id)
+      active, n = active + 1, n + 1
+    end
+  end
+  if active > 0 then rcall('HSET', BASE .. 'groups', g, active) else rcall('HDEL', BASE .. 'groups', g) end
+  if n > 0 then signal(BASE .. 'signal') end
+  return n
+end
+
+-- A released message of group g ended (acked, dead-lettered, expired, purged): the group's
+-- next takes its place.
+local function group_end(g)
+  local active = (tonumber(rcall('HGET', BASE .. 'groups', g) or '') or 1) - 1
+  return group_fill(g, math.max(active, 0))
+end
+
+-- A grouped message `id` joins group g at its end (enqueued, due after its delay, requeued):
+-- released at once when the group has room and nothing held, else held. True when released.
+local function group_join(id, g)
+  local gk = group_key(g)
+  local active = tonumber(rcall('HGET', BASE .. 'groups', g) or '') or 0
+  if active < group_limit() and rcall('LLEN', gk) == 0 then
+    rcall('HSET', item_key(id), 'j', '1')
+    make_waiting(BASE .. 'queue', BASE .. 'items', id)
+    rcall('HSET', BASE .. 'groups', g, active + 1)
+    return true
+  end
+  rcall('RPUSH', gk, id)
+  rcall('INCR', BASE .. 'held')
+  return false
+end
+
+-- The groups of `ids` whose item counts among its group's released messages (fields g and j),
+-- one entry per id, read before the items are deleted.
+local function released_groups(ids)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local f = rcall('HMGET', item_key(id), 'g', 'j')
+    if f[1] and f[2] then out[#out + 1] = f[1] end
+  end
+  return out
+end

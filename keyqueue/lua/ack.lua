@@ -3,7 +3,8 @@
   KEYS[1] processing  KEYS[2] timers  KEYS[3] counters
   ARGV[3] bucket ms  ARGV[4..] id, receipt pairs (the item keys are made here: an argument
   costs Redis more than the concatenation)
-  Returns the number acknowledged (a delivery listed twice counts once).
+  Returns the number acknowledged (a delivery listed twice counts once). An acknowledged
+  grouped message (field g) frees its group's next.
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset'})
@@ -12,15 +13,16 @@ if bad then return corrupt(bad) end
 -- Current receipts: the ids, their item keys and timers (text, as read). A delivery listed
 -- twice is here twice: SREM below counts it once, and the other writes do not mind.
 local item = BASE .. 'item:'
-local ids, keys, timers = {}, {}, {}
+local ids, keys, timers, gs = {}, {}, {}, nil
 local m = 0
 for i = 4, #ARGV, 2 do
   local ik = item .. ARGV[i]
-  local f = redis.pcall('HMGET', ik, 'c', 'd')
+  local f = redis.pcall('HMGET', ik, 'c', 'd', 'g')
   if f.err then return corrupt(ik) end  -- (a read: nothing written yet)
   if f[1] == ARGV[i + 1] then
     m = m + 1
     ids[m], keys[m], timers[m] = ARGV[i], ik, f[2]
+    if f[3] then gs = gs or {}; gs[ARGV[i]] = f[3] end
   end
 end
 if m == 0 then return 0 end
@@ -45,10 +47,19 @@ bad = bad_bucket(order)
 if bad then return corrupt(bad) end
 -- The first write checks the counters (a hash, its count a number): when it fails, nothing
 -- has changed. The count is SREM's, which counts a delivery listed twice once.
+local ended = {}
+if gs then
+  for _, id in ipairs(ids) do
+    if gs[id] then ended[#ended + 1] = gs[id]; gs[id] = nil end  -- (a delivery listed twice ends once)
+  end
+  bad = group_bad(ended)
+  if bad then return corrupt(bad) end
+end
 local counted = redis.pcall('HINCRBY', KEYS[3], 'acked', 0)
 if type(counted) == 'table' then return write_error(counted, KEYS[3]) end
 local n = rcall('SREM', KEYS[1], unpack(ids))
 rcall('HINCRBY', KEYS[3], 'acked', n)
 drop_timers(KEYS[2], groups, order)
 rcall('DEL', unpack(keys))
+for _, g in ipairs(ended) do group_end(g) end
 return n

@@ -21,15 +21,16 @@
   frees at an ack).
   Each message is four values: its id, its body (in b and b1) and enqueue time; for a message
   that is not a first delivery without error or attributes (receives 1, the first receipt,
-  first delivered now), the id is {id, r, c, e, a, f, s} instead. The deadline is the call's.
+  first delivered now), the id is {id, r, c, e, a, f, s, g} instead (g: the message's group).
+  A grouped message that goes to dead letters or is deleted frees its group's next. The deadline is the call's.
   (Every value of the reply costs Redis time: most messages take 4 instead of 9.)
 ]]
 -- An item read whole (a body of more than two fields, or no t or b) as the fields a claim needs,
--- {b, b1, t, a, n, r, e, f} with the body whole in b; nil when the key is absent.
+-- {b, b1, t, a, n, r, e, f, s, g} with the body whole in b; nil when the key is absent.
 local function read_whole(ik)
   local f = read_item(ik)
   return f and {f.b or '', false, f.t or false, f.a or false, f.n or false, f.r or false, f.e or false,
-                f.f or false, f.s or false}
+                f.f or false, f.s or false, f.g or false}
 end
 
 local count = tonumber(ARGV[3])
@@ -94,6 +95,7 @@ local n_out = #out
 local claimed = 0
 local written = false  -- once true, a failing read ends the claim with what it took
 local lapsed = {}  -- item keys of the messages this round found expired
+local ended = {}  -- the groups of grouped messages this round dead-lettered or deleted
 -- Expired messages one call deletes at most (a backlog that expired at once is not deleted in
 -- one long call: the next claim, or the reaper's sweep, goes on).
 local LAPSED_LIMIT = 1000
@@ -110,7 +112,7 @@ end
 local function sort_out(heads, keys, items, waiting, held)
   local leaving, taken, tkeys, fields, dead, gone, seen = {}, {}, {}, {}, {}, {}, {}
   local n = 0
-  lapsed = {}
+  lapsed, ended = {}, {}
   for i = 1, #heads do
     local id = heads[i]
     if waiting[i] == 1 and held[i] == 0 and not seen[id] then
@@ -120,9 +122,11 @@ local function sort_out(heads, keys, items, waiting, held)
       if v then
         if expired(v) then
           lapsed[#lapsed + 1] = keys[i]
+          if v[10] then ended[#ended + 1] = v[10] end
         elseif max_receives and tonumber(v[6] or '0') >= max_receives then
           dead[#dead + 1] = id
           gone[#gone + 1] = v
+          if v[10] then ended[#ended + 1] = v[10] end
         else
           n = n + 1
           taken[n], tkeys[n], fields[n] = id, keys[i], v
@@ -159,8 +163,8 @@ while claimed < count and dropped < LAPSED_LIMIT do
     local b, b1 = v[1], v[2]
     if v[3] and b and not (b1 and #b1 == #b) then
       if v[5] then
-        local more = rcall('HMGET', ik, 'r', 'e', 'f', 's')
-        v[6], v[7], v[8], v[9] = more[1], more[2], more[3], more[4]
+        local more = rcall('HMGET', ik, 'r', 'e', 'f', 's', 'g')
+        v[6], v[7], v[8], v[9], v[10] = more[1], more[2], more[3], more[4], more[5]
       end
     else  -- maybe b2, b3, ...; or no t or b (not written by an enqueue, or no hash at all)
       v = read_whole(ik)
@@ -194,6 +198,13 @@ while claimed < count and dropped < LAPSED_LIMIT do
       leaving, taken, tkeys, fields, dead, gone = sort_out(heads, keys, items, waiting, held)
     end
   end
+  if #ended > 0 then
+    local wrong = group_bad(ended)
+    if wrong then
+      if not written then return corrupt(wrong) end
+      break
+    end
+  end
   written = true
   rcall('LTRIM', KEYS[1], #heads, -1)
   for j = 1, #taken do
@@ -218,7 +229,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
         f = now_s
         rcall('HSET', tkeys[j], 'r', r, 'n', n, 'c', receipt, 'd', deadline_s, 'f', now_s)
       end
-      out[n_out + 1] = {taken[j], r, receipt, e or false, a, f, v[9] or false}  -- (no nil: it would end the list)
+      out[n_out + 1] = {taken[j], r, receipt, e or false, a, f, v[9] or false, v[10] or false}  -- (no nil: it would end the list)
     end
     out[n_out + 2], out[n_out + 3], out[n_out + 4] = v[1], v[2], v[3]
     n_out = n_out + 4
@@ -226,6 +237,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
   for j, id in ipairs(dead) do
     if gone[j][7] then rcall('HSET', item .. id, 'x', now_s)
     else rcall('HSET', item .. id, 'e', 'exceeded max_receives (' .. ARGV[6] .. ')', 'x', now_s) end
+    if gone[j][10] then rcall('HDEL', item .. id, 'j') end
   end
   if #lapsed > 0 then
     rcall('DEL', unpack(lapsed))
@@ -242,6 +254,10 @@ while claimed < count and dropped < LAPSED_LIMIT do
     rcall('RPUSH', KEYS[5], unpack(dead))
     rcall('HINCRBY', KEYS[8], 'dead_lettered', #dead)
     out[1] = out[1] + #dead
+  end
+  if #ended > 0 then
+    for _, g in ipairs(ended) do group_end(g) end
+    ended = {}
   end
 end
 if rate_key and claimed > 0 then

@@ -96,15 +96,9 @@ if seq and not tonumber(seq) then return corrupt(KEYS[1]) end
 if existing then return {existing, 0, lost} end
 
 local first = (tonumber(seq) or 0) + 1
-local ids, iks = {}, {}
-for j = 1, n do
-  local id = fmt(first + j - 1)
-  ids[j] = id; iks[j] = BASE .. 'item:' .. id
-end
--- Item keys are new by construction; one that exists means seq was overwritten.
-for i = 1, n, 1000 do
-  if rcall('EXISTS', unpack(iks, i, math.min(i + 999, n))) > 0 then return corrupt(KEYS[1]) end
-end
+local ids = {}
+local iks = new_item_keys(first, n, ids)
+if not iks then return corrupt(KEYS[1]) end
 
 local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)

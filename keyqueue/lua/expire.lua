@@ -13,6 +13,8 @@
   KEYS[7] config  KEYS[8] counters (expired)
   ARGV[3] retention ms ('' = none)  ARGV[4] dead retention ms ('' = none)  ARGV[5] bucket ms
   ARGV[6] limit  ARGV[7] phase  ARGV[8] SSCAN cursor  ARGV[9] rank of the timer bucket
+  A released grouped message deleted frees its group's next (held messages expire when they
+  are released: a claim or this sweep meets them then).
   Returns {expired, phase, cursor, rank, done (1/0)}.
 ]]
 local retention = tonumber(ARGV[3])
@@ -24,7 +26,7 @@ local phase, cursor, rank = ARGV[7], ARGV[8], tonumber(ARGV[9])
 -- 200 ids then compares at most 20,000 entries).
 local NEAR_HEAD = 100
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
-                        KEYS[5], 'list', KEYS[8], 'hash'})
+                        KEYS[5], 'list', KEYS[8], 'hash'}) or group_bad({})
 if bad then return corrupt(bad) end
 
 local now = now_ms()
@@ -72,7 +74,9 @@ if phase == 'head' then
       local ids = {}
       for id in pairs(gone) do ids[#ids + 1] = id end
       rcall('SREM', KEYS[2], unpack(ids))
+      local ended = released_groups(ids)
       rcall('DEL', unpack(keys))
+      for _, g in ipairs(ended) do group_end(g) end
       expired = #keys
     end
     if #window < limit or #kept > 0 then phase, cursor = 'waiting', '0' end
@@ -93,7 +97,9 @@ elseif phase == 'waiting' then
         -- its entry goes when near the head; further down it stays, a stale entry that claims
         -- and the head of this sweep drop (an LREM there would walk the list for each)
         if rcall('LPOS', KEYS[1], id, 'MAXLEN', NEAR_HEAD) then rcall('LREM', KEYS[1], 1, id) end
+        local ended = released_groups({id})
         rcall('DEL', item_key(id))
+        if ended[1] then group_end(ended[1]) end
         expired = expired + 1
       end
     end
@@ -127,7 +133,9 @@ elseif phase == 'delayed' then
               rcall('SREM', tk, id)
               local own = timer_key(bucket_of(d, bucket_ms))
               if own ~= tk then rcall('SREM', own, id) end
+              local ended = released_groups({id})
               rcall('DEL', item_key(id))
+              if ended[1] then group_end(ended[1]) end
               expired = expired + 1
             end
           end

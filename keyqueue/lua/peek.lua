@@ -1,9 +1,9 @@
 --[[
   Read up to `count` messages of one source without changing anything.
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead
-  ARGV[3] source ('waiting' | 'processing' | 'delayed' | 'dead')  ARGV[4] count
-  Returns {id, b, t, r, d, c, e, ...}: waiting and dead in list order, processing by id,
-  delayed by the time they become visible.
+  ARGV[3] source ('waiting' | 'processing' | 'delayed' | 'dead' | 'held')  ARGV[4] count
+  Returns {id, b, t, r, d, c, e, a, f, s, g, ...}: waiting and dead in list order, processing
+  by id, delayed by the time they become visible, held group by group (each in its order).
 ]]
 local source = ARGV[3]
 local count = tonumber(ARGV[4])
@@ -16,6 +16,17 @@ if count <= 0 then return ids end
 if source == 'waiting' then ids = rcall('LRANGE', KEYS[1], 0, count - 1)
 elseif source == 'dead' then ids = rcall('LRANGE', KEYS[5], 0, count - 1)
 elseif source == 'processing' then ids = rcall('SORT', KEYS[3], 'LIMIT', 0, count)
+elseif source == 'held' then
+  bad = group_bad({})
+  if bad then return corrupt(bad) end
+  local gs = rcall('HKEYS', BASE .. 'groups')
+  table.sort(gs)
+  for _, g in ipairs(gs) do
+    if #ids >= count then break end
+    local gk = group_key(g)
+    if wrong_type({gk, 'list'}) then return corrupt(gk) end
+    for _, id in ipairs(rcall('LRANGE', gk, 0, count - #ids - 1)) do ids[#ids + 1] = id end
+  end
 else
   local buckets = rcall('ZRANGE', KEYS[4], 0, -1)
   table.sort(buckets, function(a, b) return tonumber(a) < tonumber(b) end)

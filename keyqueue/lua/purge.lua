@@ -6,6 +6,8 @@
   ARGV[5] limit  ARGV[6] bucket offset and ARGV[7] SSCAN cursor in it (delayed only: where
   the previous call stopped; buckets before the offset keep only ids in flight)
   ARGV[8..] (dead only, optional) these dead letters only: those no longer dead are left alone
+  'waiting' deletes the held messages of every group first (they wait too); a released grouped
+  message deleted frees its group's next (counted when it is purged in turn).
   Returns {deleted, next bucket offset, next cursor, done (1/0)}.
 ]]
 local bucket_ms = tonumber(ARGV[3])
@@ -15,6 +17,9 @@ local offset = tonumber(ARGV[6])
 local cursor = ARGV[7]
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list'})
+if bad then return corrupt(bad) end
+local all_groups = rcall('TYPE', BASE .. 'groups')['ok'] == 'hash' and rcall('HKEYS', BASE .. 'groups') or {}
+bad = group_bad(all_groups)
 if bad then return corrupt(bad) end
 
 if source == 'dead' and #ARGV > 7 then
@@ -34,6 +39,22 @@ local function item_keys(ids)
   return ks
 end
 
+if source == 'waiting' then
+  local n = 0
+  for _, g in ipairs(all_groups) do
+    if n >= limit then break end
+    local gk = group_key(g)
+    local ids = rcall('LRANGE', gk, 0, limit - n - 1)
+    if #ids > 0 then
+      rcall('LTRIM', gk, #ids, -1)
+      rcall('DEL', unpack(item_keys(ids)))
+      if rcall('DECRBY', BASE .. 'held', #ids) <= 0 then rcall('DEL', BASE .. 'held') end
+      n = n + #ids
+    end
+  end
+  if n > 0 then return {n, 0, '0', 0} end
+end
+
 if source == 'waiting' or source == 'dead' then
   local list = source == 'waiting' and KEYS[1] or KEYS[5]
   local ids = rcall('LRANGE', list, 0, limit - 1)
@@ -46,7 +67,9 @@ if source == 'waiting' or source == 'dead' then
     for i, id in ipairs(ids) do if waiting[i] == 1 then gone[#gone + 1] = id end end
     if #gone > 0 then rcall('SREM', KEYS[2], unpack(gone)) end
   end
+  local ended = source == 'waiting' and #all_groups > 0 and released_groups(gone) or {}
   if #gone > 0 then rcall('DEL', unpack(item_keys(gone))) end
+  for _, g in ipairs(ended) do group_end(g) end
   return {#gone, 0, '0', (#ids < limit) and 1 or 0}
 elseif source == 'processing' then
   local ids = rcall('SRANDMEMBER', KEYS[3], limit)
@@ -58,7 +81,9 @@ elseif source == 'processing' then
   if bad then return corrupt(bad) end
   rcall('SREM', KEYS[3], unpack(ids))
   drop_timers(KEYS[4], groups, order)
+  local ended = #all_groups > 0 and released_groups(ids) or {}
   rcall('DEL', unpack(item_keys(ids)))
+  for _, g in ipairs(ended) do group_end(g) end
   return {#ids, 0, '0', (#ids < limit) and 1 or 0}
 end
 
@@ -84,7 +109,9 @@ while examined < limit do
     end
     if #gone > 0 then
       rcall('SREM', tk, unpack(gone))
+      local ended = #all_groups > 0 and released_groups(gone) or {}
       rcall('DEL', unpack(item_keys(gone)))
+      for _, g in ipairs(ended) do group_end(g) end
       n = n + #gone
     end
   end

@@ -12,6 +12,8 @@
   ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
   ARGV[9] retention ms ('' = none)
+  A grouped message (field g) that goes to dead letters or is deleted frees its group's next;
+  a delayed one that falls due joins the end of its group (released, or held behind it).
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
            config_missing (1/0), expired, corrupt keys...}
 ]]
@@ -42,12 +44,23 @@ local function untime(tk, id, d)
   if d and timer_key(bucket_of(d, bucket_ms)) ~= tk then rcall('SREM', timer_key(bucket_of(d, bucket_ms)), id) end
 end
 
-local function to_waiting(tk, ik, id, d)
+-- A released grouped message of group g ended: its group's next is released (a group key of
+-- the wrong type is reported and left as it is).
+local function group_ended(g)
+  if not g then return end
+  local wrong = group_bad({g})
+  if wrong then broken[#broken + 1] = wrong; return end
+  group_end(g)
+end
+
+-- g, j: the item's group and whether it counts among its group's released messages.
+local function to_waiting(tk, ik, id, d, g, j)
+  if g and not j and group_bad({g}) then broken[#broken + 1] = group_key(g); return now end
   untime(tk, id, d)
   -- A write even when there is no c or d to delete: a script-free claimer WATCHes the hash
   -- before it drops a list entry it found stale.
   if rcall('HDEL', ik, 'c', 'd') == 0 then rcall('HINCRBY', ik, 'n', 0) end
-  make_waiting(KEYS[1], KEYS[2], id)
+  if g and not j then group_join(id, g) else make_waiting(KEYS[1], KEYS[2], id) end
   moved = true
 end
 
@@ -56,12 +69,14 @@ local function lapsed(t)
   return cutoff and t and tonumber(t) <= cutoff
 end
 
--- Delete an expired message that is no longer waiting, as an ack does.
-local function expire(tk, ik, id, d)
+-- Delete an expired message that is no longer waiting, as an ack does (g: its group when it
+-- counts among the group's released messages).
+local function expire(tk, ik, id, d, g)
   untime(tk, id, d)
   rcall('SREM', KEYS[3], id)
   rcall('DEL', ik)
   res[4] = res[4] + 1
+  group_ended(g)
 end
 
 local function examine(tk, id, bucket_end)
@@ -74,13 +89,15 @@ local function examine(tk, id, bucket_end)
     return nil
   end
   if t ~= 'hash' then broken[#broken + 1] = ik; return now end  -- untouched, stays due
-  local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c', 't')
+  local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c', 't', 'g', 'j')
   local d = tonumber(f[1])
+  local g, j = f[6], f[7]
+  local released = j and g
   local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
   local waiting = rcall('SISMEMBER', KEYS[2], id) == 1
   if in_processing and f[4] and d then  -- a delivery
     if d > now then return d end
-    if lapsed(f[5]) then expire(tk, ik, id, d); return nil end
+    if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     untime(tk, id, d)
     rcall('SREM', KEYS[3], id)
     rcall('HDEL', ik, 'c', 'd')
@@ -92,6 +109,8 @@ local function examine(tk, id, bucket_end)
       rcall('HSET', ik, 'x', fmt(now))
       rcall('RPUSH', KEYS[5], id)
       res[2] = res[2] + 1
+      if released then rcall('HDEL', ik, 'j') end
+      group_ended(released)
       return nil
     end
     res[1] = res[1] + 1
@@ -106,13 +125,11 @@ local function examine(tk, id, bucket_end)
     if d then
       if d > now then return d end
       res[1] = res[1] + 1
-      to_waiting(tk, ik, id, d)
-      return nil
+      return to_waiting(tk, ik, id, d, g, j)
     end
     if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     res[1] = res[1] + 1
-    to_waiting(tk, ik, id, d)
-    return nil
+    return to_waiting(tk, ik, id, d, g, j)
   end
   if waiting then
     if not settled then return bucket_end end
@@ -126,16 +143,14 @@ local function examine(tk, id, bucket_end)
       if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     end
     if d > now then return d end
-    if lapsed(f[5]) then expire(tk, ik, id, d); return nil end
+    if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     res[3] = res[3] + 1
-    to_waiting(tk, ik, id, d)
-    return nil
+    return to_waiting(tk, ik, id, d, g, j)
   end
   if not settled then return bucket_end end
   if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
   res[1] = res[1] + 1  -- a message nothing referred to: adopted
-  to_waiting(tk, ik, id, d)
-  return nil
+  return to_waiting(tk, ik, id, d, g, j)
 end
 
 -- Examine `ids` of timer set tk: the common case, a delivery whose visibility timeout passed
@@ -156,7 +171,7 @@ local function examine_many(tk, ids, bucket_end)
       seen[id] = true
       local ik = BASE .. 'item:' .. id
       -- (receives and last error only matter with a receive limit, t with a retention)
-      local f = held[i] == 1 and ((max_receives or cutoff) and pcall_('HMGET', ik, 'd', 'c', 'r', 'e', 't')
+      local f = held[i] == 1 and ((max_receives or cutoff) and pcall_('HMGET', ik, 'd', 'c', 'r', 'e', 't', 'g')
                                   or pcall_('HMGET', ik, 'd', 'c'))
       local d = f and not f.err and f[2] and tonumber(f[1])
       if d and d >= first and d < last then
@@ -180,6 +195,7 @@ local function examine_many(tk, ids, bucket_end)
     if cutoff and lapsed(f[5]) then  -- past its retention: deleted, not redelivered
       rcall('DEL', ik)
       res[4] = res[4] + 1
+      group_ended(f[6])
     elseif not max_receives then
       rcall('HDEL', ik, 'c', 'd')
       if not all_back then back[#back + 1] = expired[i] end
@@ -192,6 +208,7 @@ local function examine_many(tk, ids, bucket_end)
         end
         rcall('HSET', ik, 'x', fmt(now))
         dead[#dead + 1] = expired[i]
+        if f[6] then rcall('HDEL', ik, 'j'); group_ended(f[6]) end
       else
         back[#back + 1] = expired[i]
       end

@@ -5,6 +5,7 @@
   KEYS[1] queue  KEYS[2] items  KEYS[3] processing  KEYS[4] timers  KEYS[5] dead  KEYS[6] signal
   ARGV[3] bucket ms  ARGV[4] source ('dead' | 'processing')  ARGV[5] limit
   ARGV[6] SSCAN cursor over processing (when no ids are given)  ARGV[7..] ids
+  A grouped dead letter (field g) joins the end of its group instead (released, or held).
   Returns {requeued, examined, next cursor ('0' when the scan is complete)}.
 ]]
 local bucket_ms = tonumber(ARGV[3])
@@ -28,8 +29,16 @@ if #ids == 0 then return {0, 0, cursor} end
 
 -- One read per id, which is also its type check, before any write.
 local broken, items = {}, {}
-for i, id in ipairs(ids) do items[i] = checked(broken, 'HMGET', item_key(id), 't', 'd') end
+for i, id in ipairs(ids) do items[i] = checked(broken, 'HMGET', item_key(id), 't', 'd', 'g') end
 if #broken > 0 then return corrupt(broken[1]) end
+local gs = {}
+if from_dead then
+  for i = 1, #ids do if items[i][3] then gs[#gs + 1] = items[i][3] end end
+  if #gs > 0 then
+    bad = group_bad(gs)
+    if bad then return corrupt(bad) end
+  end
+end
 
 -- Which ids are really in the source (and have a message behind them).
 local present = {}
@@ -44,12 +53,16 @@ else
   local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
   for i = 1, #ids do present[i] = held[i] == 1 end
 end
-local moved, timers, seen = {}, {}, {}
+local moved, timers, seen, joining = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   if present[i] and items[i][1] and not seen[id] then
     seen[id] = true
-    moved[#moved + 1] = id
-    timers[#timers + 1] = from_dead and 0 or (tonumber(items[i][2]) or 0)
+    if from_dead and items[i][3] then
+      joining[#joining + 1] = {id, items[i][3]}
+    else
+      moved[#moved + 1] = id
+      timers[#timers + 1] = from_dead and 0 or (tonumber(items[i][2]) or 0)
+    end
   end
 end
 local groups, order = by_bucket(moved, timers, bucket_ms)
@@ -73,4 +86,10 @@ if #moved > 0 then
   rcall('SADD', KEYS[2], unpack(moved))
   signal(KEYS[6])
 end
-return {#moved, #ids, cursor}
+for _, x in ipairs(joining) do
+  local ik = item_key(x[1])
+  rcall('HDEL', ik, 'r', 'c', 'd', 'x', 'j')
+  rcall('HSET', ik, 't', now_s)
+  if group_join(x[1], x[2]) then signal(KEYS[6]) end
+end
+return {#moved + #joining, #ids, cursor}

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..aio.message import Message
@@ -25,6 +27,7 @@ from .validate import (
     body,
     entries,
     entry_size,
+    fifo_id,
     integer,
     message_attributes,
     queue_name,
@@ -51,23 +54,27 @@ class Sqs:
     # -- queues ---------------------------------------------------------------------------
 
     async def create_queue(self, p: Params, host: str) -> Result:
-        name = queue_name(p.get("QueueName"))
-        attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn)
+        raw = p.get("Attributes")
+        kind = raw.get("FifoQueue") if isinstance(raw, dict) else None
+        fifo = isinstance(kind, str) and kind.lower() == "true"
+        attributes = check_attributes(raw, self.directory.name_of_arn, fifo, creating=True)
+        name = queue_name(p.get("QueueName"), fifo)
         tags = valid_tags(p.get("tags") or p.get("Tags"))
-        await self.check_redrive_target(attributes)
+        await self.check_redrive_target(attributes, fifo)
         await self.directory.create(name, attributes, tags)
         return {"QueueUrl": self.directory.url(host, name)}
 
-    async def check_redrive_target(self, attributes: Mapping[str, str]) -> None:
+    async def check_redrive_target(self, attributes: Mapping[str, str], fifo: bool) -> None:
         policy = attributes.get("RedrivePolicy")
         if policy:
+            reason = f"Value {policy} for parameter RedrivePolicy is invalid. Reason: "
             arn = json.loads(policy)["deadLetterTargetArn"]
             try:
-                await self.directory.get(self.directory.name_of_arn(arn))
+                target = await self.directory.get(self.directory.name_of_arn(arn))
             except SqsError:
-                raise invalid(
-                    f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist."
-                ) from None
+                raise invalid(reason + "Dead letter target does not exist.") from None
+            if target.fifo != fifo:
+                raise invalid(reason + "Dead-letter target owner queue must be of the same type (FIFO or standard).")
 
     async def get_queue_url(self, p: Params, host: str) -> Result:
         known = await self.directory.get(queue_name(p.get("QueueName")))
@@ -111,8 +118,8 @@ class Sqs:
         known = await self.directory.by_url(p)
         if p.get("Attributes") is None:
             raise missing("Attributes")
-        attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn)
-        await self.check_redrive_target(attributes)
+        attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn, known.fifo)
+        await self.check_redrive_target(attributes, known.fifo)
         await self.directory.set_attributes(known, attributes)
         if attributes.get("RedrivePolicy"):
             self.redriver.poke(known.name)
@@ -158,17 +165,18 @@ class Sqs:
 
     # -- messages -------------------------------------------------------------------------
 
-    def prepare(self, known: Known, p: Params) -> tuple[str, int, Stored, Result]:
+    def prepare(self, known: Known, p: Params) -> Outgoing:
         """One message to send, checked: its body, delay, what it stores, and its reply."""
-        if p.get("MessageDeduplicationId") is not None:
-            raise invalid(
-                "The request include parameter that is not valid for this queue type: "
-                "MessageDeduplicationId (FIFO queues are not supported by keyqueue)."
-            )
         text = body(p)
+        fifo = self.fifo_ids(known, p, text)
         attributes = message_attributes(p.get("MessageAttributes"))
         system = message_attributes(p.get("MessageSystemAttributes"), system=True)
         delay = integer(p, "DelaySeconds", 0, 900, known.int_attribute("DelaySeconds"))
+        if known.fifo and p.get("DelaySeconds"):
+            raise invalid(
+                f"Value {p['DelaySeconds']} for parameter DelaySeconds is invalid. Reason: The request "
+                "include parameter that is not valid for this queue type."
+            )
         limit = known.queue.settings.max_body_bytes
         if size_of(text, attributes) > limit:
             raise invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
@@ -177,14 +185,51 @@ class Sqs:
             out["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
         if system:
             out["MD5OfMessageSystemAttributes"] = md5_of_attributes(system)
-        return text, delay or 0, Stored(attributes, system), out
+        stored = Stored(attributes, system, dedup_id=fifo[1] if fifo else None)
+        return Outgoing(text, delay or 0, stored, out, *(fifo or (None, None)))
+
+    def fifo_ids(self, known: Known, p: Params, text: str) -> tuple[str, str] | None:
+        """A FIFO message's MessageGroupId and MessageDeduplicationId (given, or the SHA-256
+        of its body with ContentBasedDeduplication); None on a standard queue, which takes
+        neither."""
+        group = fifo_id(p, "MessageGroupId")
+        dedup = fifo_id(p, "MessageDeduplicationId")
+        if not known.fifo:
+            if dedup is not None:
+                raise invalid(
+                    "The request include parameter that is not valid for this queue type: MessageDeduplicationId."
+                )
+            return None
+        if group is None:
+            raise missing("MessageGroupId")
+        if dedup is None:
+            if known.attribute("ContentBasedDeduplication") != "true":
+                raise invalid(
+                    "The queue should either have ContentBasedDeduplication enabled or "
+                    "MessageDeduplicationId provided explicitly"
+                )
+            dedup = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return group, dedup
 
     async def send_message(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
-        text, delay, stored, out = self.prepare(known, p)
-        msg_id = await known.queue.enqueue(text, delay=delay, attributes=stored.dump())
-        out["MessageId"] = known.message_id(msg_id)
-        return out
+        m = self.prepare(known, p)
+        msg_id = await self.send_one(known, m)
+        m.out["MessageId"] = known.message_id(msg_id)
+        if known.fifo:
+            m.out["SequenceNumber"] = sequence_number(msg_id)
+        return m.out
+
+    async def send_one(self, known: Known, m: Outgoing) -> str:
+        if m.group is None or m.dedup is None:
+            return await known.queue.enqueue(m.text, delay=m.delay, attributes=m.stored.dump())
+        return await known.queue.enqueue(
+            m.text,
+            delay=m.delay,
+            attributes=m.stored.dump(),
+            group=m.group,
+            dedup_key=known.dedup_key(m.dedup, m.group),
+        )
 
     async def send_message_batch(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
@@ -195,25 +240,31 @@ class Sqs:
                 "BatchRequestTooLong",
                 f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. You have sent {total} bytes.",
             )
-        ok: list[tuple[str, str, int, Stored, Result]] = []
+        ok: list[tuple[str, Outgoing]] = []
         failed: list[Result] = []
         for e in got:
             try:
-                ok.append((e["Id"], *self.prepare(known, e)))
+                ok.append((e["Id"], self.prepare(known, e)))
             except SqsError as exc:
                 failed.append(_failure(e["Id"], exc))
-        if ok:
-            delays = [d for _, _, d, _, _ in ok]
-            stored = [s.dump() for _, _, _, s, _ in ok]
+        ids: list[str] = []
+        if ok and known.fifo:
+            # one at a time, in order: each has its own group and deduplication id
+            ids = [await self.send_one(known, m) for _, m in ok]
+        elif ok:
+            delays = [m.delay for _, m in ok]
+            stored = [m.stored.dump() for _, m in ok]
             ids = await known.queue.enqueue_many(
-                [t for _, t, _, _, _ in ok],
+                [m.text for _, m in ok],
                 delay=delays[0],
                 delays=None if len(set(delays)) == 1 else delays,
                 attributes=None if not any(stored) else stored,
             )
-            for (entry_id, _, _, _, out), msg_id in zip(ok, ids):
-                out.update(Id=entry_id, MessageId=known.message_id(msg_id))
-        return {"Successful": [out for *_, out in ok], "Failed": failed}
+        for (entry_id, m), msg_id in zip(ok, ids):
+            m.out.update(Id=entry_id, MessageId=known.message_id(msg_id))
+            if known.fifo:
+                m.out["SequenceNumber"] = sequence_number(msg_id)
+        return {"Successful": [m.out for _, m in ok], "Failed": failed}
 
     async def receive_message(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
@@ -255,6 +306,12 @@ class Sqs:
             attrs["AWSTraceHeader"] = str(stored.system["AWSTraceHeader"][1])
         if stored.source:
             attrs["DeadLetterQueueSourceArn"] = self.directory.arn(stored.source)
+        if known.fifo:
+            attrs["SequenceNumber"] = sequence_number(m.id)
+            if m.group is not None:
+                attrs["MessageGroupId"] = m.group
+            if stored.dedup_id is not None:
+                attrs["MessageDeduplicationId"] = stored.dedup_id
         chosen = {k: v for k, v in attrs.items() if every or k in system}
         if chosen:
             out["Attributes"] = chosen
@@ -325,6 +382,8 @@ class Sqs:
         source = await self._by_arn(p.get("SourceArn"), "SourceArn")
         destination = await self._by_arn(p["DestinationArn"], "DestinationArn") if p.get("DestinationArn") else None
         per_second = integer(p, "MaxNumberOfMessagesPerSecond", 1, 500)
+        if destination is not None and destination.fifo != source.fifo:
+            raise invalid("The destination queue must be of the same type (FIFO or standard) as the source queue.")
         task = await self.moves.start(source, destination, per_second)
         return {"TaskHandle": task.handle}
 
@@ -354,6 +413,24 @@ class Sqs:
                     f"The resource that you specified for the {what} parameter doesn't exist.",
                 ) from None
             raise
+
+
+@dataclass
+class Outgoing:
+    """A message checked for sending, and its reply so far."""
+
+    text: str
+    delay: int
+    stored: Stored
+    out: Result
+    group: str | None
+    dedup: str | None
+
+
+def sequence_number(msg_id: str) -> str:
+    """A FIFO message's SequenceNumber: its keyqueue id (an integer the queue's counter
+    gives, so it grows within the queue), in 20 digits as SQS writes them."""
+    return msg_id.zfill(20)
 
 
 def _failure(entry_id: str, exc: SqsError) -> Result:

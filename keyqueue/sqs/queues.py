@@ -19,7 +19,7 @@ from ..aio.message import Message
 from ..aio.queue import list_queues
 from .errors import SqsError, invalid, missing, no_queue
 from .stored import Stored
-from .validate import MAX_DELAY, MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, QUEUE_NAME, is_text, queue_name
+from .validate import MAX_DELAY, MAX_MESSAGE_BYTES, MAX_VISIBILITY, MAX_WAIT, QUEUE_NAME, is_fifo, is_text, queue_name
 
 ACCOUNT = "000000000000"
 #: Seconds a server trusts what it read about a queue (that it exists, its settings and
@@ -45,6 +45,8 @@ STORED = {
 }
 #: Attributes that are keyqueue settings.
 SETTINGS = ("VisibilityTimeout", "MaximumMessageSize", "MessageRetentionPeriod")
+#: SQS FIFO's deduplication interval: a FIFO queue's dedup_window.
+DEDUPLICATION_SECONDS = 300.0
 #: SQS's default MessageRetentionPeriod (4 days): a queue CreateQueue makes without one gets it.
 DEFAULT_RETENTION = 345_600
 READ_ONLY = (
@@ -55,7 +57,16 @@ READ_ONLY = (
     "LastModifiedTimestamp",
     "QueueArn",
 )
-FIFO = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
+#: A FIFO queue's attributes (its own, in the metadata hash like STORED), with their defaults
+#: and values. FifoQueue is the queue's kind: given at creation, never stored (the name says it).
+FIFO_STORED = {"ContentBasedDeduplication": "false", "DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+FIFO_VALUES = {
+    "FifoQueue": ("true", "false"),
+    "ContentBasedDeduplication": ("true", "false"),
+    "DeduplicationScope": ("queue", "messageGroup"),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
+FIFO = ("FifoQueue", *FIFO_STORED)
 #: Every name GetQueueAttributes accepts (SQS's QueueAttributeName); those a queue lacks (the
 #: FIFO ones, unset policies) are left out of the reply, not refused.
 QUEUE_ATTRIBUTES = frozenset({"All", *STORED, *SETTINGS, *READ_ONLY, *FIFO})
@@ -77,20 +88,24 @@ def uuid5(name: str) -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
-def check_attributes(attributes: object, arn_to_name: Any) -> dict[str, str]:
-    """CreateQueue's or SetQueueAttributes' Attributes, checked as SQS checks them."""
+def check_attributes(attributes: object, arn_to_name: Any, fifo: bool, creating: bool = False) -> dict[str, str]:
+    """CreateQueue's or SetQueueAttributes' Attributes, checked as SQS checks them: the FIFO
+    ones on a FIFO queue only, FifoQueue at creation only (and left out of what is returned)."""
     if attributes is None:
         return {}
     if not isinstance(attributes, dict):
         raise invalid("Attributes must be a map of attribute names to values.")
     out: dict[str, str] = {}
     for name, value in attributes.items():
-        if name in FIFO:
-            if name == "FifoQueue" and str(value).lower() == "true":
-                raise SqsError(
-                    "InvalidAttributeValue", "FIFO queues are not supported by keyqueue: use a standard queue."
-                )
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if name in FIFO and (fifo or name == "FifoQueue" and creating):
+            known = {v.lower(): v for v in FIFO_VALUES[name]}
+            if not isinstance(value, str) or value.lower() not in known:
+                raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+            if name != "FifoQueue":
+                out[name] = known[value.lower()]
+            elif not creating:
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            continue
         if name not in STORED and name not in SETTINGS:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if not is_text(value):
@@ -158,7 +173,7 @@ def seconds_text(seconds: float) -> str:
 
 def meta_for(attributes: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """The metadata fields these attributes write, and those they remove (an empty value)."""
-    values = {f"attr:{k}": v for k, v in attributes.items() if k in STORED and v}
+    values = {f"attr:{k}": v for k, v in attributes.items() if (k in STORED or k in FIFO_STORED) and v}
     gone = [f"attr:{k}" for k, v in attributes.items() if k in STORED and not v]
     return values, gone
 
@@ -173,7 +188,16 @@ class Known:
     checked: float
 
     def attribute(self, name: str) -> str | None:
-        return self.meta.get(f"attr:{name}", STORED.get(name))
+        return self.meta.get(f"attr:{name}", STORED.get(name, FIFO_STORED.get(name)))
+
+    @property
+    def fifo(self) -> bool:
+        return is_fifo(self.name)
+
+    def dedup_key(self, dedup_id: str, group: str) -> str:
+        """The keyqueue dedup_key of a FIFO message: its MessageDeduplicationId, within its
+        group when DeduplicationScope is messageGroup (neither id holds a space)."""
+        return f"{group} {dedup_id}" if self.attribute("DeduplicationScope") == "messageGroup" else dedup_id
 
     def int_attribute(self, name: str) -> int:
         return int(self.attribute(name) or 0)
@@ -294,6 +318,7 @@ class Directory:
                     )
             return known
         settings = {
+            **({"group_concurrency": 1, "dedup_window": DEDUPLICATION_SECONDS} if is_fifo(name) else {}),
             "visibility_timeout": 30.0,
             "max_body_bytes": MAX_MESSAGE_BYTES,
             "retention": DEFAULT_RETENTION,
@@ -342,10 +367,12 @@ class Directory:
         )
         if s.retention is not None:  # (a queue the library made without one keeps messages for ever)
             out["MessageRetentionPeriod"] = seconds_text(s.retention)
-        for name in STORED:
+        for name in (*STORED, *FIFO_STORED) if known.fifo else STORED:
             value = known.attribute(name)
             if value is not None:
                 out[name] = value
+        if known.fifo:
+            out["FifoQueue"] = "true"
         policy = known.redrive
         if policy is not None:
             if s.max_receives is not None:  # the setting in force, should a library user change it

@@ -121,10 +121,16 @@ class Redriver:
                 attributes.append(stored.dump())
                 first.append(stored.sent_ms / 1000)
             keys = [f"sqs-redrive:{source.name}:{m.id}:{round(m.enqueued_at * 1000)}" for m in letters]
-            # (the first enqueue time goes along: the dead-letter queue's retention counts from it, as SQS's)
-            await target.queue.enqueue_many(
-                [m.body for m in letters], dedup_keys=keys, attributes=attributes, enqueued_at=first
-            )
+            if target.fifo:
+                # each in its group, in the order they died (a grouped message starts its
+                # retention afresh: the library takes no first enqueue time with a group)
+                for m, key, a in zip(letters, keys, attributes):
+                    await target.queue.enqueue(m.body, group=m.group, dedup_key=key, attributes=a)
+            else:
+                # (the first enqueue time goes along: the dead-letter queue's retention counts from it, as SQS's)
+                await target.queue.enqueue_many(
+                    [m.body for m in letters], dedup_keys=keys, attributes=attributes, enqueued_at=first
+                )
             moved += await source.queue.purge(source="dead", ids=[m.id for m in letters])
 
 
@@ -241,7 +247,13 @@ class MoveTasks:
                     target = await self.directory.get(where)
                     for _, stored in pairs:  # a fresh start where they go
                         stored.source = stored.receives = stored.first_ms = None
-                    await target.queue.enqueue_many([m.body for m, _ in pairs], attributes=[s.dump() for _, s in pairs])
+                    if target.fifo:  # each in its group, in order
+                        for m, stored in pairs:
+                            await target.queue.enqueue(m.body, group=m.group, attributes=stored.dump())
+                    else:
+                        await target.queue.enqueue_many(
+                            [m.body for m, _ in pairs], attributes=[s.dump() for _, s in pairs]
+                        )
                     task.moved += await source.queue.ack_many([m for m, _ in pairs])
                 if task.per_second:
                     await asyncio.sleep(max(0.0, began + task.moved / task.per_second - time.monotonic()))

@@ -2,7 +2,8 @@
 the core): compact JSON ``{"m": message attributes, "s": system attributes, "i": the
 MessageId it keeps through dead-letter moves, "q": the queue it was dead-lettered from,
 "t": its first SentTimestamp, "r": the receives and "f" the first receive (ms) it had in the
-queue it was dead-lettered from, which its receives in the dead-letter queue continue, as in SQS}``, each attribute ``[DataType, value]`` (binary values
+queue it was dead-lettered from, which its receives in the dead-letter queue continue, as in SQS,
+"d": a FIFO message's MessageDeduplicationId}``, each attribute ``[DataType, value]`` (binary values
 base64, with a third element 1). A message with none of these has no field ``a``."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class Stored:
     sent_ms: int | None = None
     receives: int | None = None
     first_ms: int | None = None
+    dedup_id: str | None = None
 
     def dump(self) -> bytes | None:
         out: dict[str, Any] = {}
@@ -37,6 +39,7 @@ class Stored:
             ("t", self.sent_ms),
             ("r", self.receives),
             ("f", self.first_ms),
+            ("d", self.dedup_id),
         ):
             if value is not None:
                 out[key] = value
@@ -57,6 +60,7 @@ class Stored:
                 d.get("t"),
                 d.get("r"),
                 d.get("f"),
+                d.get("d"),
             )
         except (ValueError, TypeError, AttributeError):
             return cls()

@@ -12,7 +12,10 @@ from typing import Any, Mapping
 from .errors import SqsError, invalid, missing
 from .md5 import Attribute
 
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+#: A queue name through SQS: 1-80 of these characters, a FIFO queue's ending in ``.fifo``.
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
+#: MessageGroupId and MessageDeduplicationId: 1-128 letters, digits and punctuation.
+FIFO_ID = re.compile(r"[!-~]{1,128}")
 BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_ATTRIBUTE_NAME = 256
@@ -30,14 +33,36 @@ MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 256
 
 
-def queue_name(name: object) -> str:
+def queue_name(name: object, fifo: bool | None = None) -> str:
+    """A queue name; with ``fifo`` (CreateQueue) also its kind: a FIFO queue's name ends in
+    ``.fifo`` and only a FIFO queue's does, refused in SQS's words either way."""
     if name is None:
         raise missing("QueueName")
-    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        if isinstance(name, str) and name.endswith(".fifo"):
-            raise invalid("FIFO queues are not supported by keyqueue: use a standard queue.")
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name) or fifo is False and is_fifo(name):
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+    if fifo and not is_fifo(name):
+        raise invalid(
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+            "underscores, must end with .fifo suffix and be 1 to 80 in length."
+        )
     return name
+
+
+def is_fifo(name: str) -> bool:
+    return name.endswith(".fifo")
+
+
+def fifo_id(params: Mapping[str, Any], name: str) -> str | None:
+    """MessageGroupId or MessageDeduplicationId, when given."""
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not FIFO_ID.fullmatch(value):
+        raise invalid(
+            f"Value {value} for parameter {name} is invalid. Reason: it must be 1 to 128 "
+            "alphanumeric or punctuation characters."
+        )
+    return value
 
 
 def string(params: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:

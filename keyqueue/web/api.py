@@ -31,11 +31,16 @@ def source_and_count(request: Request, default_count: int) -> tuple[PeekSource, 
         source = peek_source(request.query_params.get("source", "waiting"))
     except InvalidArgument as exc:
         raise BadRequest(str(exc)) from None
+    return source, count_of(request, default_count)
+
+
+def count_of(request: Request, default_count: int) -> int:
+    """The ``count`` query parameter: 0 to MAX_COUNT."""
     raw = request.query_params.get("count", str(default_count))
     # ASCII digits only: str.isdigit() takes "²" (int() then fails: a 500) and "١" (Arabic 1)
     if not re.fullmatch(r"[0-9]{1,9}", raw) or int(raw) > MAX_COUNT:
         raise BadRequest(f"count must be a whole number from 0 to {MAX_COUNT}, not {raw[:20]!r}")
-    return source, int(raw)
+    return int(raw)
 
 
 async def queues(request: Request) -> Response:
@@ -60,6 +65,12 @@ async def schedules(request: Request) -> Response:
     return JSONResponse([s.to_json() for s in await store_of(request).schedules(request.path_params["name"])])
 
 
+async def groups(request: Request) -> Response:
+    """The queue's busiest message groups (most messages first): id, held, active."""
+    found = await store_of(request).groups(request.path_params["name"], count_of(request, 10))
+    return JSONResponse([g._asdict() for g in found])
+
+
 async def overview(request: Request) -> Response:
     """What the overview shows, with counters and rates (beyond the /api/queues objects: the
     dashboard's own, documented in docs/dashboard.md)."""
@@ -81,4 +92,5 @@ routes = [
     Route("/api/queues/{name}", queue),
     Route("/api/queues/{name}/messages", messages),
     Route("/api/queues/{name}/schedules", schedules),
+    Route("/api/queues/{name}/groups", groups),
 ]

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..core.sources import PEEK_SOURCES
+from ..core.sources import SHOWN_STATES
 from .store import QueueView, Store
 
-STATES = PEEK_SOURCES
+STATES = SHOWN_STATES
 #: Counter name in Redis -> metric name (without ``_total``) and help.
 COUNTERS = {
     "enqueued": ("keyqueue_enqueued", "Messages enqueued (a deduplicated enqueue is none)."),
@@ -42,6 +42,11 @@ class Snapshot(Collector):
             labels=["queue"],
         )
         counters = {k: CounterMetricFamily(name, text, labels=["queue"]) for k, (name, text) in COUNTERS.items()}
+        held = GaugeMetricFamily(
+            "keyqueue_held_messages",
+            "Waiting messages held behind their group's current ones (counted in the waiting state too).",
+            labels=["queue"],
+        )
         corrupt = GaugeMetricFamily(
             "keyqueue_queue_corrupt",
             "1 while a key of the queue holds the wrong type (its other metrics are then absent).",
@@ -53,12 +58,14 @@ class Snapshot(Collector):
                 continue
             for state in STATES:
                 messages.add_metric([v.name, state], getattr(v.stats, state))
+            held.add_metric([v.name], v.stats.held)
             if v.stats.oldest_age is not None:
                 oldest.add_metric([v.name], v.stats.oldest_age)
             for k, family in counters.items():
                 family.add_metric([v.name], v.counters.get(k, 0))
         yield messages
         yield oldest
+        yield held
         yield from counters.values()
         yield corrupt
 

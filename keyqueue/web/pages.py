@@ -3,6 +3,7 @@ swaps in to refresh itself, the actions behind a confirmation, and the login for
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import time
@@ -16,7 +17,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from ..aio.queue import Queue
-from ..core.sources import PEEK_SOURCES, PURGE_SOURCES, purge_source
+from ..core.sources import PURGE_SOURCES, SHOWN_STATES, purge_source
 from ..errors import InvalidArgument, UnknownSchedule
 from ..keys import NAME_RE
 from .api import MAX_COUNT, BadRequest, source_and_count, store_of
@@ -25,6 +26,8 @@ from .present import body_view
 
 #: Messages a queue page lists per source unless ?count= says otherwise.
 PAGE_COUNT = 50
+#: Message groups a queue page lists (the busiest).
+GROUPS_SHOWN = 10
 NOTICES = {
     "requeue": "Requeued {n} dead letter{s}.",
     "purge": "Purged {n} {source} message{s}.",
@@ -85,24 +88,30 @@ async def overview_rows(request: Request) -> Response:
 
 
 async def queue_page(request: Request) -> Response:
-    store = store_of(request)
-    view = await store.view(request.path_params["name"])
+    live = await live_part(request)
     source, count = source_and_count(request, PAGE_COUNT)
-    messages = await store.peek(view.name, count, source)
+    messages = await store_of(request).peek(live["view"].name, count, source)
     return render(
         request,
         "queue.html",
-        view=view,
-        schedules=await store.schedules(view.name),
+        **live,
         source=source,
         count=count,
-        sources=PEEK_SOURCES,
         messages=[(m, body_view(m.body)) for m in messages],
         notice=notice_text(request),
         purge_sources=PURGE_SOURCES,
         max_count=MAX_COUNT,
         more=min(max(count * 4, PAGE_COUNT), MAX_COUNT),
     )  # ("?count=0" asks for more than 0)
+
+
+async def live_part(request: Request) -> dict[str, Any]:
+    """What the part of a queue page that refreshes itself shows: the counts, the tabs, the
+    schedules and the busiest message groups."""
+    store = store_of(request)
+    view = await store.view(request.path_params["name"])
+    schedules, groups = await asyncio.gather(store.schedules(view.name), store.groups(view.name, GROUPS_SHOWN))
+    return {"view": view, "schedules": schedules, "groups": groups, "sources": SHOWN_STATES}
 
 
 def notice_text(request: Request) -> str | None:
@@ -124,10 +133,9 @@ def notice_text(request: Request) -> str | None:
 
 
 async def queue_live(request: Request) -> Response:
-    """The counts and the tabs of a queue page, for its script to swap in."""
-    view = await store_of(request).view(request.path_params["name"])
+    """The refreshing part of a queue page, for its script to swap in."""
     source, _ = source_and_count(request, PAGE_COUNT)
-    return render(request, "_queue_live.html", view=view, source=source, sources=PEEK_SOURCES)
+    return render(request, "_queue_live.html", **(await live_part(request)), source=source)
 
 
 # -- actions ----------------------------------------------------------------------------

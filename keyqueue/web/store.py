@@ -14,7 +14,7 @@ import redis.asyncio
 from ..aio.message import Message
 from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
-from ..core.results import QueueStats, RateState
+from ..core.results import GroupInfo, QueueStats, RateState
 from ..core.schedules import Schedule
 from ..core.sources import PeekSource
 from ..errors import CorruptQueue, InvalidQueueName
@@ -200,6 +200,11 @@ class Store:
     async def peek(self, name: str, count: int, source: PeekSource) -> list[Message]:
         q = self.queue(name)
         return await read(lambda: q.peek(count, source=source))
+
+    async def groups(self, name: str, count: int) -> list[GroupInfo]:
+        """The queue's ``count`` busiest message groups."""
+        q = await self.existing(name)
+        return await read(lambda: q.groups(count, busiest=True))
 
     async def schedules(self, name: str) -> list[Schedule]:
         q = await self.existing(name)

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from keyqueue import InvalidSchedule, KeyQueueError, next_fires
-from keyqueue.core.schedules import definition, jitter_ms, plan_fire
+from keyqueue.core.schedules import CRON_CACHED_STEPS, definition, fire_times_ms, jitter_ms, plan_fire
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -196,3 +196,30 @@ def test_start_and_end_take_aware_datetimes_or_epoch_seconds() -> None:
             catch_up="one",
             misfire_grace=None,
         )
+
+
+def test_a_fire_of_one_due_time_matches_stepping_through_the_fire_times() -> None:
+    """The one-due-time shortcut of plan_fire (every) gives what fire_times_ms gives, on and
+    off the interval's grid, at an end and before a start."""
+    for d, nxt, now in [
+        (every(10), 30_000, 30_000),
+        (every(10), 30_000, 39_999),
+        (every(10, start=5), 35_000, 36_000),
+        (every(10, end=40), 40_000, 41_000),
+        (every(10), 30_500, 35_000),  # off the grid: the next is the grid's
+        (every(10, start=100), 50_000, 60_000),  # before start: the first is start
+    ]:
+        fire = plan_fire("s", d, 0, nxt, now)  # type: ignore[arg-type]
+        assert fire.messages == [(nxt, nxt)]
+        assert fire.next_ms == next(fire_times_ms(d, 0, nxt), None)  # type: ignore[arg-type]
+
+
+def test_cron_fire_times_step_on_past_the_ones_worked_out_one_at_a_time() -> None:
+    """Thirty fire times across Berlin's spring-forward gap: each once, in order, as CronSim
+    steps them (the first CRON_CACHED_STEPS one by one, the rest in one go)."""
+    after = datetime(2026, 3, 29, 0, 0, tzinfo=BERLIN)
+    got = next_fires(cron="*/15 * * * *", tz="Europe/Berlin", after=after, count=30)
+    assert len(got) == 30 > CRON_CACHED_STEPS
+    # every 15 minutes of time (the gap is an hour of wall time only)
+    assert all(b.timestamp() - a.timestamp() == 900 for a, b in zip(got, got[1:]))
+    assert wall(got[6:8]) == ["2026-03-29T01:45:00+01:00", "2026-03-29T03:00:00+02:00"]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable
 
 import pytest
 import redis
 
 from keyqueue import InvalidSchedule, KeyQueueError, Queue
+from keyqueue.core import queue_core
 from keyqueue.core.schedules import jitter_ms
 
-from ..support.helpers import wait_until
+from ..support.helpers import FakeClock, run_threads, wait_until
 
 MakeQueue = Callable[..., Queue]
 
@@ -320,3 +322,112 @@ def test_a_six_field_cron_fires_on_its_seconds(q: Queue) -> None:
     assert msg.body == b"second" and msg.scheduled_for is not None
     assert msg.scheduled_for == int(msg.scheduled_for)  # a whole second
     assert msg.enqueued_at >= msg.scheduled_for - 0.001
+
+
+# -- many due at once ---------------------------------------------------------------------
+
+#: More due schedules than one reap used to fire (20 looks of 100).
+MANY = 2_500
+
+
+def many_due(q: Queue, r: redis.Redis, n: int, name: str = "q", now: float | None = None) -> list[str]:
+    """``n`` schedules (every hour, each with its id as body), all due a second before ``now``
+    (default: the server's time): one made by ``q``, the others written as copies of it."""
+    q.schedule("s0", every=3600, body="s0")
+    made = r.hgetall(key(r, "s0", name))
+    sids = [f"s{i}" for i in range(n)]
+    t = r.time()
+    due = round((t[0] + t[1] / 1e6 if now is None else now) * 1000) - 1000
+    p = r.pipeline(transaction=False)
+    for sid in sids:
+        p.hset(key(r, sid, name), mapping={**made, b"b": sid, b"a": due, b"n": due})
+        p.zadd(f"kq:{{{name}}}:schedules", {sid: due})
+    p.execute()
+    return sids
+
+
+def drained_bodies(q: Queue) -> Counter[bytes]:
+    """Every message's body, each claimed and acked once."""
+    got: Counter[bytes] = Counter()
+    while msgs := q.claim_many(100):
+        got.update(m.body for m in msgs)
+        assert q.ack_many(msgs) == len(msgs)
+    return got
+
+
+@pytest.fixture
+def unhurried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reap's time for firing made long enough for any machine: what is tested is that one
+    reap fires every due schedule, not how fast."""
+    monkeypatch.setattr(queue_core, "FIRE_SECONDS", 600.0)
+
+
+def test_one_reap_fires_thousands_of_due_schedules_once_each(q: Queue, r: redis.Redis, unhurried: None) -> None:
+    sids = many_due(q, r, MANY)
+    q.reap()
+    assert len(q) == MANY
+    q.reap()  # nothing fires twice
+    assert drained_bodies(q) == Counter(sid.encode() for sid in sids)
+    stored = q.schedules()
+    assert len(stored) == MANY and {s.fired for s in stored} == {1}
+    assert all(s.next_fire is not None and s.next_fire > time.time() + 3000 for s in stored)
+
+
+def test_two_firers_of_thousands_of_due_schedules_fire_each_once(
+    make_queue: MakeQueue, r: redis.Redis, unhurried: None
+) -> None:
+    q, other = make_queue("q"), make_queue("q")
+    sids = many_due(q, r, MANY)
+    barrier = threading.Barrier(2)
+
+    def reap(firer: Queue) -> None:
+        barrier.wait()
+        firer.reap()
+
+    assert not run_threads([lambda: reap(q), lambda: reap(other)])
+    assert drained_bodies(q) == Counter(sid.encode() for sid in sids)
+    assert {s.fired for s in q.schedules()} == {1}
+
+
+def test_a_firer_whose_last_fire_is_out_of_date_reads_again(make_queue: MakeQueue, r: redis.Redis) -> None:
+    """A Queue fires schedules it fired before after another changed them: with a new body
+    and due again (its record of their next fire is out of date), then paused and resumed
+    (their version moved on, their next fire not: the fire's compare-and-set finds it)."""
+    clock = FakeClock(time.time())
+    q, other = make_queue("q", clock=clock), make_queue("q", clock=clock)
+    sids = many_due(q, r, 300, now=clock())
+    q.reap()
+    assert drained_bodies(q) == Counter(sid.encode() for sid in sids)
+    for sid in sids:
+        other.schedule(sid, every=3600, body="new")
+    clock.advance(3600)
+    q.reap()
+    assert drained_bodies(q) == Counter({b"new": 300})
+    for sid in sids:
+        assert other.pause_schedule(sid) and other.resume_schedule(sid)
+    clock.advance(3600)
+    q.reap()
+    assert drained_bodies(q) == Counter({b"new": 300})
+    assert {s.fired for s in q.schedules()} == {3}
+
+
+def test_a_schedule_made_again_is_fired_by_its_new_definition(make_queue: MakeQueue) -> None:
+    """Made again by another Queue, a schedule can reach the version and next fire a firer
+    recorded of the one before: the fire compares its definition too."""
+    clock = FakeClock(float(int(time.time())))
+    q, other = make_queue("q", clock=clock), make_queue("q", clock=clock)
+    start = clock() - 1800
+    q.schedule("s", every=3600, start=start, body="old")
+    clock.advance(1800)
+    q.reap()
+    (before,) = q.schedules()
+    assert before.fired == 1 and before.next_fire == start + 7200
+    assert other.unschedule("s")
+    other.schedule("s", every=3600, start=start, end=start + 7200.5, body="new?")
+    again = other.schedule("s", every=3600, start=start, end=start + 7200.5, body="new")  # the version as before
+    assert again.next_fire == before.next_fire
+    clock.advance(3600)
+    q.reap()
+    (after,) = q.schedules()
+    assert (after.fired, after.next_fire) == (1, None)  # the new one's end: no fire after this one
+    assert [m.body for m in q.peek(5)] == [b"old", b"new"]

@@ -7,6 +7,8 @@ from typing import Iterator
 
 import pytest
 
+from keyqueue.server import RedisServer
+
 from ..support.processes import Procs
 
 
@@ -19,3 +21,11 @@ def procs(tmp_path: Path, scripting: bool) -> Iterator[Procs]:
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+@pytest.fixture
+def durable() -> Iterator[RedisServer]:
+    """A redis-server of the test's own that writes every command to its AOF before it
+    answers: stopped and started again, it has every acknowledged write."""
+    with RedisServer(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+        yield server

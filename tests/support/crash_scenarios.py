@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from keyqueue import Queue
+from keyqueue import ConfigurationError, Queue
 
 VISIBILITY = 30.0
 
@@ -91,6 +91,17 @@ def _scheduled(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+def _scheduled_many(q: Queue) -> dict[str, Any]:
+    """Waiting messages and three schedules behind, with fire times of their own and bodies
+    of their own: one reap fires them in one call (catch_up all: one of them enqueues two)."""
+    ctx = _waiting(q)
+    q.schedule("s", every=10, catch_up="all", body="tick")
+    q.schedule("s7", every=7, body="seven")
+    q.schedule("s9", every=9, catch_up="all", body="nine")
+    q._ops.clock.advance(25)
+    return ctx
+
+
 def _limited(**settings: Any) -> Callable[[Queue], dict[str, Any]]:
     """Flow-control settings for the dying client to read, two messages claimed under them
     and three waiting (its claims take what the limits leave)."""
@@ -115,7 +126,7 @@ def _held_ctx(ctx: dict[str, Any]) -> Any:
 
 
 def _held_ids(ctx: dict[str, Any]) -> set[str]:
-    return {m.id for m in ctx["held"]}
+    return {m.id for m in ctx.get("held", ())}
 
 
 def _chunked(run: Callable[[Queue, dict[str, Any]], Any]) -> Callable[[Queue, dict[str, Any]], Any]:
@@ -128,6 +139,45 @@ def _chunked(run: Callable[[Queue, dict[str, Any]], Any]) -> Callable[[Queue, di
         return run(q, ctx)
 
     return chunked
+
+
+def _grouped(q: Queue) -> dict[str, Any]:
+    """Groups a (one in flight, two held), b (one waiting, one held, one delayed), c (one in
+    flight expired, one held), a grouped dead letter and an ungrouped message. In the
+    script-free mode, which refuses groups, nothing: its grouped scenarios are the refusal."""
+    if not q.scripting:
+        return {"refused": True}
+    clock = q._ops.clock
+    assert clock is not None
+    c = q.enqueue_many(["c1", "c2"], group="c")
+    assert q.claim() is not None  # c1: expires below
+    clock.advance(VISIBILITY + 1)  # type: ignore[attr-defined]
+    a = q.enqueue_many(["a1", "a2", "a3"], group="a")
+    b = q.enqueue_many(["b1", "b2"], group="b")
+    b.append(q.enqueue("b3", group="b", delay=5))
+    d = q.enqueue("d1", group="d")
+    plain = q.enqueue("plain")
+    got = {m.id: m for m in q.claim_many(3)}  # a1, b1, d1 (c1 waits for its reap)
+    assert set(got) == {a[0], b[0], d}
+    assert got[d].dead_letter("bad")
+    got[b[0]].release()
+    q._ops.clock.advance(6)  # type: ignore[union-attr]  # b3 due
+    return {"ids": a + b + c + [d, plain], "held": [got[a[0]]], "groups": {"a": a, "b": b, "c": c}}
+
+
+def _grouped_op(run: Callable[[Queue, dict[str, Any]], Any]) -> Callable[[Queue, dict[str, Any]], Any]:
+    """``run`` on a grouped queue; in the script-free mode, the refusal of ``group=`` (nothing sent)."""
+
+    def op(q: Queue, ctx: dict[str, Any]) -> Any:
+        if ctx.get("refused"):
+            try:
+                q.enqueue("x", group="g")
+            except ConfigurationError:
+                return None
+            raise AssertionError("the script-free mode took group=")
+        return run(q, ctx)
+
+    return op
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -164,6 +214,7 @@ SCENARIOS: dict[str, Scenario] = {
     "schedule_change": Scenario(_scheduled, lambda q, c: q.schedule("s", every=5, body="tock")),
     "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
     "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
+    "schedule_fire_many": Scenario(_scheduled_many, lambda q, c: q.reap()),
     "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
     "claim_rate_limited": Scenario(_limited(rate_limit="3/1000"), lambda q, c: q.claim_many(3)),
     "claim_in_flight_capped": Scenario(_limited(max_in_flight=3), lambda q, c: q.claim_many(3)),
@@ -175,4 +226,14 @@ SCENARIOS: dict[str, Scenario] = {
     "reap_chunked": Scenario(_mixed, _chunked(lambda q, c: q.reap())),
     "requeue_processing_chunked": Scenario(_mixed, _chunked(lambda q, c: q.requeue(source="processing"))),
     "purge_all_chunked": Scenario(_mixed, _chunked(lambda q, c: q.purge(source="all")), lambda c: {"*"}),
+    "enqueue_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.enqueue("a4", group="a"))),
+    "enqueue_many_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.enqueue_many(["e1", "e2"], group="e"))),
+    "enqueue_grouped_delayed": Scenario(_grouped, _grouped_op(lambda q, c: q.enqueue("e1", group="a", delay=5))),
+    "claim_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.claim_many(10))),
+    "ack_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.ack(_held_ctx(c))), _held_ids),
+    "dead_letter_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.dead_letter(_held_ctx(c), "bad"))),
+    "reap_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.reap())),
+    "requeue_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.requeue())),
+    "purge_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.purge()), lambda c: {"*waiting"}),
+    "purge_grouped_all": Scenario(_grouped, _grouped_op(lambda q, c: q.purge(source="all")), lambda c: {"*"}),
 }

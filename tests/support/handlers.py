@@ -4,7 +4,10 @@ Each records what it did in Redis, so the test can see it from outside the proce
 from __future__ import annotations
 
 import os
+import random
 import time
+
+import redis
 
 from keyqueue import Message
 
@@ -70,4 +73,23 @@ def busy(m: Message) -> None:
     client.rpush(PEAK, client.incr(RUNNING))
     time.sleep(0.1)
     client.decr(RUNNING)
+    client.hincrby(DONE, m.id, 1)
+
+
+GROUP_LOG = "test:group-log"  # list of "start|end <group> <id> <pid> <epoch s>", in the server's order
+
+
+#: Where ``grouped`` logs, when not to the message's own Redis (which a test restarts).
+LOG_URL = "KQ_TEST_LOG_URL"
+_log_clients: dict[str, redis.Redis] = {}
+
+
+def grouped(m: Message) -> None:
+    """Logs its start and end around a random 1-10 ms of work; a body "hang" on its first
+    delivery hangs (the test kills its process there)."""
+    url = os.environ.get(LOG_URL)
+    client = _client(m) if url is None else _log_clients.setdefault(url, redis.Redis.from_url(url))
+    client.rpush(GROUP_LOG, f"start {m.group} {m.id} {os.getpid()} {time.time()!r}")
+    time.sleep(3600 if m.text == "hang" and m.receives == 1 else random.uniform(0.001, 0.01))
+    client.rpush(GROUP_LOG, f"end {m.group} {m.id} {os.getpid()} {time.time()!r}")
     client.hincrby(DONE, m.id, 1)

@@ -30,6 +30,7 @@ DEADLINE = 150.0  # seconds from its start: a benchmark still running then has h
 HEADERS = {
     "aio.py": "| measurement | messages | baseline | keyqueue msg/s (median) | baseline msg/s (median) |",
     "cli_enqueue.py": "1,000 lines (scripted): exit 0, 1,000 waiting,",
+    "groups.py": "| claim + ack | msg/s (median) | Redis us per message | vs ungrouped | target |",
     "long_operations.py": "| long operation | messages | script calls | median ms per call | max ms per call |",
     "memory.py": "| memory per waiting message | hash-max-listpack-value | bytes | beyond the body |",
     "modes.py": "| operation | scripted msg/s | script-free msg/s | script-free / scripted |",

@@ -51,7 +51,7 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
             [
                 r"^sending to ada@example.com\nsending to bob@example.com\n"
                 r"sending to cy@example.com\nsending to dee@example.com\n",
-                r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None\)",
+                r"^QueueStats\(waiting=0, processing=0, delayed=1, dead=0, oldest_age=None, held=0\)",
             ],
         ),
     ],
@@ -89,6 +89,17 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
             ],
         ),
     ],
+    "groups": [
+        (
+            "groups/per_customer.py",
+            [
+                r"\A6 waiting, 3 of them held behind their group\n"
+                r"customer-1 active 1 held 2\ncustomer-2 active 1 held 1\n"
+                r"\['None: newsletter', 'customer-1: open', 'customer-2: open'\]\n"
+                r"customer-1 \['deposit 100', 'withdraw 30'\]\ncustomer-2 \['deposit 5'\]\n\[\] 0\n\Z"
+            ],
+        )
+    ],
     # (the worker's threads print at once: one pattern a line, in any order)
     "flow": [
         (
@@ -117,7 +128,14 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
         (
             "sqs/boto3_client.py",
             [r"^http://127.0.0.1:\d+/000000000000/emails$", r'^\{"to": "a@example.com"\} welcome$', r"^from boto3 1$"],
-        )
+        ),
+        (
+            "sqs/fifo_queue.py",
+            [
+                r"\Aa1 (\d{20})\nb1 (\d{20})\na2 (\d{20})\na2 \3\n",
+                r"^\[\('alice', 'a1'\), \('bob', 'b1'\)\]\n\[\('alice', 'a2'\)\]\nalice a3\n\Z",
+            ],
+        ),
     ],
 }
 #: Extra environment of a run (beyond KEYQUEUE_URL).

@@ -743,9 +743,9 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
             400,
         ),
         (
-            lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}),
-            "InvalidAttributeValue",
-            "InvalidAttributeValue",
+            lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}),  # (not named .fifo)
+            "InvalidParameterValue",
+            "InvalidParameterValue",
             400,
         ),
         (
@@ -1036,7 +1036,9 @@ def test_a_message_moved_to_the_dead_letter_queue_keeps_its_first_enqueue_time(k
     assert round(moved.enqueued_at * 1000) == int(first["Attributes"]["SentTimestamp"])  # its retention counts from it
 
 
-def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
+def aws_cli(endpoint: str, tmp_path: Path) -> Callable[..., Any]:
+    """``aws sqs ARGS`` against ``endpoint`` with the test's keys and no config file: its JSON
+    output (the run itself with ``check=False``); keyword arguments are more environment."""
     env = dict(
         os.environ,
         AWS_ACCESS_KEY_ID=KEY_ID,
@@ -1048,7 +1050,7 @@ def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
 
     def aws(*args: str, check: bool = True, **extra: str) -> Any:
         done = subprocess.run(
-            [str(VENV_BIN / "aws"), "--endpoint-url", kq.endpoint, "--output", "json", "sqs", *args],
+            [str(VENV_BIN / "aws"), "--endpoint-url", endpoint, "--output", "json", "sqs", *args],
             env={**env, **extra},
             capture_output=True,
             text=True,
@@ -1058,6 +1060,12 @@ def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
             assert done.returncode == 0, done.stderr
             return json.loads(done.stdout) if done.stdout.strip() else {}
         return done
+
+    return aws
+
+
+def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
+    aws = aws_cli(kq.endpoint, tmp_path)
 
     name = f"cli-{uuid.uuid4().hex[:8]}"
     url = aws("create-queue", "--queue-name", name)["QueueUrl"]

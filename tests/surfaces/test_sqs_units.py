@@ -17,9 +17,10 @@ from keyqueue.sqs.auth import Verifier
 from keyqueue.sqs.errors import SqsError
 from keyqueue.sqs.handles import Handles
 from keyqueue.sqs.md5 import md5_of_attributes
+from keyqueue.sqs.operations import sequence_number
 from keyqueue.sqs.queues import MESSAGE_IDS, uuid5
 from keyqueue.sqs.stored import Stored
-from keyqueue.sqs.validate import attribute_name, attribute_value, body, entry_size, queue_name, tags
+from keyqueue.sqs.validate import attribute_name, attribute_value, body, entry_size, fifo_id, queue_name, tags
 
 from .test_sqs import ATTRIBUTES, expected_attributes_md5
 
@@ -91,8 +92,11 @@ def test_receipt_handles_are_bound_to_secret_prefix_queue_and_delivery() -> None
 
 def test_sqs_rules_for_names_bodies_and_attributes() -> None:
     assert queue_name("a-Z_09" * 13 + "ab") == "a-Z_09" * 13 + "ab"  # 80 characters
-    for bad in ("a" * 81, "", "a.b", "q.fifo", "a b"):
+    for bad in ("a" * 81, "", "a.b", "a b", "a" * 76 + ".fifo", ".fifo", "a.b.fifo"):
         assert shape_of(lambda: queue_name(bad)) == "InvalidParameterValue", bad
+    assert queue_name("a" * 75 + ".fifo", True) == "a" * 75 + ".fifo"  # 80 with the suffix
+    assert shape_of(lambda: queue_name("q.fifo", False)) == "InvalidParameterValue"  # a standard queue's name
+    assert shape_of(lambda: queue_name("q", True)) == "InvalidParameterValue"  # a FIFO queue's name
     assert body({"MessageBody": "tab\tnew\nline \U0010ffff"})
     for bad in ("\x00", "\x1f", "\ufffe", "\ud800"):
         assert shape_of(lambda: body({"MessageBody": "a" + bad})) == "InvalidMessageContents", repr(bad)
@@ -190,3 +194,19 @@ def test_a_queue_read_that_a_change_overtakes_does_not_fill_the_cache(redis_serv
         return tags
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_fifo_ids_and_sequence_numbers() -> None:
+    punctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+    for ok in ("g", "a" * 128, punctuation, "Az09"):
+        assert fifo_id({"MessageGroupId": ok}, "MessageGroupId") == ok
+    assert fifo_id({}, "MessageGroupId") is None
+    for bad in ("", "a" * 129, "a b", "é", "a\n", 7):
+        assert shape_of(lambda: fifo_id({"MessageDeduplicationId": bad}, "MessageDeduplicationId")) == (
+            "InvalidParameterValue"
+        ), repr(bad)
+    numbers = [sequence_number(str(i)) for i in (1, 9, 10, 12345678901234567890)]
+    assert numbers[0] == "00000000000000000001" and all(len(n) == 20 for n in numbers)
+    assert sorted(numbers) == numbers  # as strings and as integers
+    # the stored MessageDeduplicationId goes through dump and load
+    assert Stored.load(Stored(dedup_id="d-1").dump()).dedup_id == "d-1"

@@ -300,6 +300,58 @@ def test_schedules_pause_resume_and_fire_by_clicking(page: Any, site: Served, r:
     assert msg.body == b"report" and q.schedules()[0].fired == 1
 
 
+def test_the_schedules_table_refreshes_itself_without_a_reload(page: Any, site: Served, r: redis.Redis) -> None:
+    """Schedules changed by another process (paused, fired, added) show up in the open page."""
+    q = Queue("reports", client=r)
+    q.schedule("nightly", cron="0 3 * * *", tz="Europe/Berlin", body="report")
+    page.get(f"{site.url}/queues/reports")
+    page.execute_script("window.kqMarker = 42;")
+    row = '#schedules tr[data-schedule="nightly"]'
+    assert text_of(page, f"{row} td:nth-child(8)") == "active"
+    assert q.pause_schedule("nightly")
+    q.fire_schedule("nightly")
+    q.schedule("hourly", every=3600, body="tick")
+    wait_for(
+        page,
+        lambda d: (
+            text_of(d, f"{row} td:nth-child(8)") == "paused"
+            and text_of(d, f"{row} td:nth-child(6)") == "1"
+            and read_all(d, f"{row} form button") == ["Resume", "Fire now"]
+            and read_all(d, "#schedules tr[data-schedule]", "data-schedule") == ["hourly", "nightly"]
+        ),
+        timeout=30,
+    )
+    assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
+    with new_document(page):  # the refreshed buttons work
+        click(page, f"{row} form[action$='/resume'] button")
+    assert text_of(page, "#notice") == "Resumed schedule nightly." and not q.schedules()[1].paused
+
+
+def test_the_busiest_groups_refresh_themselves_without_a_reload(page: Any, site: Served, r: redis.Redis) -> None:
+    """Message groups worked by another process show their new counts in the open page."""
+    q = Queue("orders", client=r)
+    q.enqueue_many([f"bob {i}" for i in range(4)], group="bob")
+    q.enqueue("alice 0", group="alice")
+    page.get(f"{site.url}/queues/orders")
+    page.execute_script("window.kqMarker = 42;")
+    assert read_all(page, "#groups tr[data-group]", "data-group") == ["bob", "alice"]
+    assert text_of(page, '#groups tr[data-group="bob"] td[data-k="held"]') == "3"
+    for _ in range(2):  # bob's first and alice's (then bob's second is released)
+        m = q.claim()
+        assert m is not None and m.ack()
+    q.enqueue_many([f"carol {i}" for i in range(6)], group="carol")
+    wait_for(
+        page,
+        lambda d: (
+            read_all(d, "#groups tr[data-group]", "data-group")[:2] == ["carol", "bob"]
+            and text_of(d, '#groups tr[data-group="bob"] td[data-k="held"]') == "2"
+            and text_of(d, '#tiles [data-k="held"]') == "7"
+        ),
+        timeout=30,
+    )
+    assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
+
+
 def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: redis.Redis) -> None:
     """800 px wide, a 200-character queue name (the longest allowed) and a 5,000-character
     error: every count stays in view, nothing scrolls sideways, the error is cut."""

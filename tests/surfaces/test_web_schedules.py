@@ -72,3 +72,16 @@ def test_read_only_lists_schedules_and_refuses_their_actions(servers, r: redis.R
             got = c.post(f"/queues/jobs/schedules/nightly/{action}", data={})
             assert got.status_code == 403 and "--read-only" in got.text
     assert not q.schedules()[0].paused and q.peek(5) == []
+
+
+def test_the_refreshed_part_of_the_queue_page_holds_the_schedules(web: httpx.Client, r: redis.Redis) -> None:
+    q = two(r)
+    part = web.get("/partials/queues/jobs")
+    assert part.status_code == 200
+    assert 'data-schedule="nightly"' in part.text and "/schedules/tick/resume" in part.text
+    assert q.resume_schedule("tick") and q.pause_schedule("nightly")
+    part = web.get("/partials/queues/jobs")
+    assert "/schedules/tick/pause" in part.text and "/schedules/nightly/resume" in part.text
+    assert "/schedules/nightly/pause" not in part.text
+    assert q.unschedule("nightly") and q.unschedule("tick")
+    assert 'id="schedules"' not in web.get("/partials/queues/jobs").text

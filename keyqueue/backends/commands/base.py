@@ -11,7 +11,7 @@ from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Fields
 from ...core.roundtrip import Command, Op, one, transaction
-from ...errors import CorruptQueue
+from ...errors import ConfigurationError, CorruptQueue
 from ...keys import QueueKeys
 
 #: WATCH/EXEC attempts before an operation gives up on a message that keeps changing.
@@ -49,6 +49,16 @@ class _Claim:
         self.next_timer: int | None = None
         self.read = 0  # list entries the last pass read
         self.limited_ms: int | None = None  # a limit cut the claim (as ``Claimed.limited_ms``)
+
+
+def refuse_groups(groups_exists: Any, name: str) -> None:
+    """Stop a claim or a reap of a queue that holds message groups (a scripted client's):
+    this mode would neither keep a group's order nor release its next message."""
+    if groups_exists:
+        raise ConfigurationError(
+            f"queue {name!r} holds message groups: serve it in the scripted mode (the script-free "
+            "mode does not keep a group's order)"
+        )
 
 
 class CommandBase:

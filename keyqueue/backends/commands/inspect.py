@@ -27,6 +27,13 @@ class Inspect(CommandBase):
         elif source == "processing":
             _, (ids,) = yield from self._open(self.state_keys, [("SORT", k.processing, "LIMIT", 0, count)])
             ids = [_text(i) for i in ids]
+        elif source == "held":  # (written by scripted clients: this mode refuses groups)
+            _, (groups,) = yield from self._open((*self.state_keys, k.groups), [("HKEYS", k.groups)])
+            ids = []
+            for g in sorted(_text(g) for g in groups):
+                if len(ids) >= count:
+                    break
+                ids += [_text(i) for i in (yield from one(("LRANGE", k.group(g), 0, count - len(ids) - 1)))]
         else:
             ids = yield from self._delayed_ids(count)
         reads: list[Command] = [("HGETALL", k.item(i)) for i in ids]
@@ -60,14 +67,15 @@ class Inspect(CommandBase):
 
     def stats(self) -> Op[Counts]:
         k = self.keys
-        now, (waiting, processing, buckets, head, dead) = yield from self._open(
-            self.state_keys,
+        now, (waiting, processing, buckets, head, dead, held) = yield from self._open(
+            (*self.state_keys, k.held),
             [
                 ("SCARD", k.items),
                 ("SCARD", k.processing),
                 ("ZRANGE", k.timers, 0, -1),
                 ("LINDEX", k.queue, 0),
                 ("LLEN", k.dead),
+                ("GET", k.held),
             ],
         )
         tks = [k.timer(_text(b)) for b in buckets]
@@ -90,4 +98,13 @@ class Inspect(CommandBase):
                 1 for has, p, w in zip(flags[: len(ids)], flags[-2], flags[-1]) if has == 1 and p == 0 and w == 0
             )
         oldest = got[-1] if head is not None else None
-        return Counts(int(waiting), int(processing), delayed, int(dead), None if oldest is None else _int(oldest), now)
+        n_held = max(_int(held), 0) if held is not None else 0
+        return Counts(
+            int(waiting) + n_held,
+            int(processing),
+            delayed,
+            int(dead),
+            None if oldest is None else _int(oldest),
+            now,
+            n_held,
+        )

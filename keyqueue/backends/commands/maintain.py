@@ -12,7 +12,7 @@ from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
 from ...core.states import Act, Decision, Seen, decide
-from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal, refuse_groups
 from .consume import Consume
 
 
@@ -30,7 +30,10 @@ class Maintain(Consume):
         bucket, cursor, skip = position
         res = [0, 0, 0, 0]
         broken: list[str] = []
-        now, (config,) = yield from self._open((*self.waking_keys, k.counters), [("EXISTS", k.config)])
+        now, (config, grouped) = yield from self._open(
+            (*self.waking_keys, k.counters), [("EXISTS", k.config), ("EXISTS", k.groups)]
+        )
+        refuse_groups(grouped, k.name)
         missing = config == 0
         if bucket == "":
             due = yield from one(
@@ -219,7 +222,10 @@ class Maintain(Consume):
                     if source == "dead"
                     else ("SSCAN", k.processing, cursor, "COUNT", limit)
                 )
-            now, got = yield from self._open(self.waking_keys, reads, watch=watch)
+            now, (grouped, *got) = yield from self._open(self.waking_keys, [("EXISTS", k.groups), *reads], watch=watch)
+            if grouped:
+                (yield from one(("UNWATCH",)))
+            refuse_groups(grouped, k.name)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))

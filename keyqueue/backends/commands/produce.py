@@ -11,11 +11,29 @@ from ...core.replies import body_fields
 from ...core.replies import text as _text
 from ...core.results import Enqueued
 from ...core.roundtrip import Command, Op, one
-from ...errors import CorruptQueue
+from ...errors import ConfigurationError, CorruptQueue
 from .base import CommandBase, _signal
 
 
 class Produce(CommandBase):
+    #: Message groups are refused here: ending a group's current message and releasing its
+    #: next must be one atomic step, which this mode's operations that end a message (and its
+    #: reaper's recoveries) do not take yet.
+    groups = False
+
+    def enqueue_group(
+        self,
+        bodies: Sequence[bytes],
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        group: str,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]:
+        raise ConfigurationError("message groups need the scripted mode")
+        yield  # (an operation: a generator)
+
     def enqueue_one(
         self,
         body: bytes,

@@ -15,16 +15,21 @@ from .base import CommandBase, _signal
 
 
 class Schedules(CommandBase):
-    #: One schedule at a time: each compare-and-set is a WATCH of its own schedule.
-    batched_fires = False
+    #: A fire holds only if its schedule is still as read: the read WATCHes it.
+    watched_fires = True
 
-    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]:
-        raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_get)")
-        yield
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
+        keys = [self.keys.schedule(i) for i in schedule_ids]
+        _, raws = yield from self._open([self.keys.schedules], [("HGETALL", key) for key in keys], watch=keys)
+        return [hash_reply(raw) for raw in raws]
 
-    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]:
-        raise NotImplementedError("the script-free mode fires one schedule at a time (schedule_fire)")
-        yield
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
+        """One MULTI for them all: a schedule changed since the read (its WATCH) undoes all."""
+        if not fires:
+            yield from self.schedule_done()
+            return [], False
+        done, missing = yield from self._fire(fires, bucket_ms)
+        return [done is not None] * len(fires), missing
 
     def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
         key = self.keys.schedule(schedule_id)
@@ -52,46 +57,66 @@ class Schedules(CommandBase):
         messages: Sequence[tuple[int, int]],
         bucket_ms: int,
     ) -> Op[Fired]:
+        nxt = None if b"n" not in read else int(read[b"n"])
+        call = FireCall(
+            schedule_id,
+            text(read[b"v"]),
+            nxt,
+            read[b"d"],
+            int(read[b"a"]),
+            next_ms,
+            score,
+            missed,
+            messages,
+            read.get(b"b", b""),
+        )
+        ids, missing = yield from self._fire([call], bucket_ms)
+        return Fired(False, []) if ids is None else Fired(True, ids, missing)
+
+    def _fire(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[str] | None, bool]]:
+        """The fires in one MULTI/EXEC after the WATCH of their reads: the ids enqueued (None:
+        a schedule changed, nothing done), and whether the config hash is gone."""
         k = self.keys
-        key = k.schedule(schedule_id)
         now, (exists,) = yield from self._open(
             [k.seq, k.queue, k.items, k.timers, k.signal, k.counters], [("EXISTS", k.config)]
         )
+        total = sum(len(f.messages) for f in fires)
         ids: list[str] = []
-        if messages:
-            last = yield from one(("INCRBY", k.seq, len(messages)))
+        if total:
+            last = yield from one(("INCRBY", k.seq, total))
             if isinstance(last, ResponseError):
                 raise CorruptQueue(k.seq)
-            ids = [str(int(last) - len(messages) + 1 + i) for i in range(len(messages))]
-        body = read.get(b"b", b"")
+            ids = [str(int(last) - total + 1 + i) for i in range(total)]
         tx: list[Command] = []
         waiting: list[str] = []
-        for mid, (fire, due) in zip(ids, messages):
-            head: list[str | int] = ["t", now, "s", fire, "n", 0]
-            if due > now:
-                tk, b = self._tk(due, bucket_ms)
-                yield from self._types([tk])
-                tx += [
-                    ("HSET", k.item(mid), *head, "d", due, *body_fields(body, self.field_bytes)),
-                    ("SADD", tk, mid),
-                    ("ZADD", k.timers, "LT", due, b),
-                ]
-            else:
-                tx.append(("HSET", k.item(mid), *head, *body_fields(body, self.field_bytes)))
-                waiting.append(mid)
+        at = 0
+        for f in fires:
+            key = k.schedule(f.schedule_id)
+            mine = ids[at : at + len(f.messages)]
+            at += len(f.messages)
+            for mid, (fire, due) in zip(mine, f.messages):
+                head: list[str | int] = ["t", now, "s", fire, "n", 0]
+                if due > now:
+                    tk, b = self._tk(due, bucket_ms)
+                    yield from self._types([tk])
+                    tx += [
+                        ("HSET", k.item(mid), *head, "d", due, *body_fields(f.body, self.field_bytes)),
+                        ("SADD", tk, mid),
+                        ("ZADD", k.timers, "LT", due, b),
+                    ]
+                else:
+                    tx.append(("HSET", k.item(mid), *head, *body_fields(f.body, self.field_bytes)))
+                    waiting.append(mid)
+            if mine:
+                tx += [("HINCRBY", key, "f", len(mine)), ("HSET", key, "l", f.messages[-1][0])]
+            if f.missed:
+                tx.append(("HINCRBY", key, "m", f.missed))
+            tx.append(("HDEL", key, "n") if f.next_ms is None else ("HSET", key, "n", f.next_ms))
+            tx += [("HSET", key, "v", int(f.version) + 1), ("ZADD", k.schedules, f.score, f.schedule_id)]
         if waiting:
             tx += [("RPUSH", k.queue, *waiting), ("SADD", k.items, *waiting), *_signal(k.signal)]
         if ids:
-            tx += [
-                ("HINCRBY", k.counters, "enqueued", len(ids)),
-                ("HINCRBY", k.counters, "scheduled", len(ids)),
-                ("HINCRBY", key, "f", len(ids)),
-                ("HSET", key, "l", messages[-1][0]),
-            ]
-        if missed:
-            tx.append(("HINCRBY", key, "m", missed))
-        tx.append(("HDEL", key, "n") if next_ms is None else ("HSET", key, "n", next_ms))
-        tx += [("HSET", key, "v", int(text(read[b"v"])) + 1), ("ZADD", k.schedules, score, schedule_id)]
+            tx += [("HINCRBY", k.counters, "enqueued", len(ids)), ("HINCRBY", k.counters, "scheduled", len(ids))]
         if (yield from self._commit(tx)) is None:
-            return Fired(False, [])
-        return Fired(True, ids, exists == 0)
+            return None, False
+        return ids, exists == 0

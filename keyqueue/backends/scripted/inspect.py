@@ -13,7 +13,13 @@ class Inspect(ScriptBase):
         return flat_fields((yield from self.call("peek", self.state_keys, [source, count])))
 
     def stats(self) -> Op[Counts]:
-        waiting, processing, delayed, dead, oldest, now = yield from self.call("stats", self.state_keys, [])
+        waiting, processing, delayed, dead, oldest, now, held = yield from self.call("stats", self.state_keys, [])
         return Counts(
-            int(waiting), int(processing), int(delayed), int(dead), None if oldest is None else int_or(oldest), int(now)
+            int(waiting),
+            int(processing),
+            int(delayed),
+            int(dead),
+            None if oldest is None else int_or(oldest),
+            int(now),
+            int(held),
         )

@@ -25,6 +25,29 @@ def _values(
 
 
 class Produce(ScriptBase):
+    groups = True
+
+    def enqueue_group(
+        self,
+        bodies: Sequence[bytes],
+        delay_ms: int,
+        bucket_ms: int,
+        dedup_key: str | None,
+        dedup_ms: int,
+        group: str,
+        attributes: Attributes = None,
+    ) -> Op[Enqueued]:
+        keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
+        calls = []
+        for i in range(0, len(bodies), CHUNK):
+            paired, values = _values(bodies[i : i + CHUNK], None if attributes is None else attributes[i : i + CHUNK])
+            calls.append((keys, [delay_ms, bucket_ms, dedup_ms, self.field_bytes, group, paired, *values]))
+        replies = yield from self.call_many("enqueue_group", calls)
+        ids: list[str] = []
+        for first, n, _ in replies:
+            ids.extend([text(first)] if n == 0 else [str(int(first) + j) for j in range(n)])
+        return Enqueued(ids, replies[-1][2] == 1)
+
     def enqueue_one(
         self,
         body: bytes,

@@ -7,36 +7,37 @@ from typing import Any, Sequence
 from ...core.backend import FireCall
 from ...core.replies import error_for, hash_reply, text
 from ...core.results import Fired
-from ...core.roundtrip import Command, Op
+from ...core.roundtrip import Op
 from .scripts import ScriptBase
 
 
 class Schedules(ScriptBase):
-    batched_fires = True
+    watched_fires = False
 
-    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[tuple[int, list[dict[bytes, bytes]]]]:
+    def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
         keys = [self.keys.schedule(i) for i in schedule_ids]
-        head: list[Command] = [] if self.clock is not None else [("TIME",)]
-        replies = yield [*head, *(("HGETALL", key) for key in keys)]
-        if self.clock is not None:
-            now = round(self.clock() * 1000)
-        else:
-            sec, usec = replies[0]
-            now = int(sec) * 1000 + int(usec) // 1000
+        replies = yield [("HGETALL", key) for key in keys]
         out = []
-        for key, raw in zip(keys, replies[len(head) :]):
+        for key, raw in zip(keys, replies):
             if isinstance(raw, Exception):
                 raise error_for(raw, key)
             out.append(hash_reply(raw))
-        return now, out
+        return out
 
-    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[list[Fired]]:
+    def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
         if not fires:
-            return []
-        replies = yield from self.call_many(
-            "schedule_fire", [self._fire_call(*fire, bucket_ms=bucket_ms) for fire in fires]
-        )
-        return [self._fired(reply) for reply in replies]
+            return [], False
+        k = self.keys
+        keys = [k.schedules, k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters]
+        args: list[Any] = [bucket_ms, self.field_bytes]
+        for sid, version, read_next, dump, anchor, nxt, score, missed, messages, _ in fires:
+            keys.append(k.schedule(sid))
+            args += (version, "" if read_next is None else read_next, dump, anchor)
+            args += ("" if nxt is None else nxt, score, missed, len(messages))
+            for pair in messages:
+                args += pair
+        missing, *firsts = yield from self.call("schedule_fire_many", keys, args)
+        return [first != 0 for first in firsts], missing == 1
 
     def _fire_call(
         self,

@@ -19,6 +19,7 @@ from ...keys import QueueKeys
 
 SCRIPT_NAMES = (
     "enqueue",
+    "enqueue_group",
     "claim",
     "ack",
     "extend",
@@ -32,6 +33,7 @@ SCRIPT_NAMES = (
     "stats",
     "schedule_put",
     "schedule_fire",
+    "schedule_fire_many",
 )
 #: Scripts that never write: no WAIT after them.
 READ_ONLY = frozenset({"peek", "stats"})
@@ -93,7 +95,7 @@ def _max_receives(limit: int | None) -> str:
 
 def claimed(reply: Sequence[Any]) -> Claimed:
     """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
-    receipt, limited, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s} unless the message is a
+    receipt, limited, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s, g} unless the message is a
     first delivery without error or attributes (receives 1, the first receipt, first
     delivered now)."""
     now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
@@ -117,7 +119,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                 )
             )
         else:
-            mid, r, c, e, a, f, s = mid
+            mid, r, c, e, a, f, s, g = mid
             messages.append(
                 Fields(
                     text(mid),
@@ -130,6 +132,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     a,
                     int(f),
                     None if s is None else int(s),
+                    None if g is None else text(g),
                 )
             )
     return Claimed(

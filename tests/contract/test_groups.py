@@ -1,0 +1,460 @@
+"""Message groups: a group's messages delivered in enqueue order, at most group_concurrency of
+them released (waiting or in flight) at once; groups interleave; every end of a message (ack,
+dead letter, expiry, purge) releases the group's next. Both faces; the script-free mode
+refuses ``group=`` with one ConfigurationError and writes nothing, which every test here then
+checks in place of the rest."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+import pytest
+import redis
+
+from keyqueue import ConfigurationError, CorruptQueue, Message, Queue
+
+from ..support.helpers import FakeClock, snapshot
+
+
+def grouped(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, **kw: Any) -> Queue | None:
+    """Queue "q" with ``kw``; in the script-free mode, the refusal of ``group=`` checked
+    (nothing written) and None."""
+    q = make_queue("q", **kw)
+    if scripting:
+        return q
+    before = snapshot(r)
+    with pytest.raises(ConfigurationError, match="scripted mode"):
+        q.enqueue("x", group="g")
+    with pytest.raises(ConfigurationError, match="scripted mode"):
+        q.enqueue_many(["x", "y"], group="g", delay=1)
+    assert snapshot(r) == before
+    return None
+
+
+def drain(q: Queue, count: int = 10, limit: int = 10_000) -> list[list[Message]]:
+    """Claim batches of ``count``, acking each batch, until a claim finds nothing."""
+    batches = []
+    for _ in range(limit):
+        got = q.claim_many(count)
+        if not got:
+            return batches
+        batches.append(got)
+        assert q.ack_many(got) == len(got)
+    raise AssertionError("the queue did not drain")
+
+
+def test_each_group_in_order_one_at_a_time_under_claim_many(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    sent: dict[str | None, list[str]] = {}
+    for i in range(6):  # enqueued interleaved, singly and in batches
+        for g in ("a", "b", "c"):
+            sent.setdefault(g, []).append(q.enqueue(f"{g}{i}", group=g))
+        sent.setdefault(None, []).append(q.enqueue(f"plain{i}"))
+    sent["d"] = q.enqueue_many([f"d{i}" for i in range(6)], group="d")
+    got: dict[str | None, list[str]] = {}
+    batches = drain(q)
+    for batch in batches:
+        groups = [m.group for m in batch if m.group is not None]
+        assert len(groups) == len(set(groups))  # one of a group per claim: none in flight together
+        for m in batch:
+            got.setdefault(m.group, []).append(m.id)
+    assert got == sent
+    assert len(batches[0]) == 10  # the ungrouped ones are never held back by a group
+    assert q.groups() == [] and q.stats().held == 0 and len(q) == 0
+    assert r.keys("kq:{q}:group*") == [] and not r.exists("kq:{q}:held")
+
+
+def test_the_next_is_not_visible_before_the_current_is_acked(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2", "3"], group="g")
+    first = q.claim_many(10)
+    assert [m.id for m in first] == [ids[0]] and first[0].group == "g"
+    assert q.claim_many(10) == []
+    assert len(q) == 2 and q.stats().held == 2 and q.stats().waiting == 2
+    assert [m.id for m in q.peek(10, source="held")] == ids[1:]
+    assert all(m.group == "g" for m in q.peek(10, source="held"))
+    assert [(g.id, g.held, g.active) for g in q.groups()] == [("g", 2, 1)]
+    assert first[0].ack()
+    assert [m.id for m in q.claim_many(10)] == [ids[1]]
+
+
+def test_a_released_or_timed_out_delivery_comes_back_before_the_next(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=5)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    m = q.claim()
+    assert m is not None and m.release()
+    again = q.claim()
+    assert again is not None and again.id == ids[0] and again.receives == 2
+    clock.advance(5.001)
+    q.reap()
+    back = q.claim_many(10)
+    assert [x.id for x in back] == [ids[0]] and back[0].receives == 3
+    assert not again.ack()  # stale: the group stays with the current delivery
+    assert q.claim_many(10) == []
+    assert back[0].ack()
+    assert [x.id for x in q.claim_many(10)] == [ids[1]]
+
+
+def test_a_release_with_a_delay_keeps_the_group_waiting_for_it(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    m = q.claim()
+    assert m is not None and m.release(delay=10)
+    assert q.claim_many(10) == []
+    clock.advance(10)
+    q.reap()
+    assert [x.id for x in q.claim_many(10)] == [ids[0]]
+
+
+def test_group_concurrency_caps_the_released_messages_of_a_group(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting, group_concurrency=3)
+    if q is None:
+        return
+    assert r.hget("kq:{q}:config", "group_concurrency") == b"3"
+    ids = q.enqueue_many([str(i) for i in range(10)], group="g")
+    other = q.enqueue("o", group="h")
+    got = q.claim_many(10)
+    assert sorted(m.id for m in got if m.group == "g") == ids[:3] and [m.id for m in got if m.group == "h"] == [other]
+    assert q.claim_many(10) == []
+    assert q.groups() == [("g", 7, 3), ("h", 0, 1)]
+    got[0].dead_letter("no")
+    assert [m.id for m in q.claim_many(10)] == [ids[3]]
+    assert make_queue("q").settings.group_concurrency == 3  # read by every process
+
+
+def test_a_long_group_does_not_starve_a_later_one(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many([f"long{i}" for i in range(10_000)], group="long")
+    late = q.enqueue_many([f"late{i}" for i in range(10)], group="late")
+    delivered = []
+    for _ in range(30):
+        m = q.claim()
+        assert m is not None
+        delivered.append(m.id)
+        m.ack()
+    assert set(late) <= set(delivered)
+    assert [i for i in delivered if i in late] == late
+
+
+def test_groups_by_id_or_busiest_first(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    for g, n in (("a", 2), ("b", 5), ("c", 1), ("d", 5)):
+        q.enqueue_many([f"{g}{i}" for i in range(n)], group=g)
+    assert q.groups() == [("a", 1, 1), ("b", 4, 1), ("c", 0, 1), ("d", 4, 1)]
+    assert q.groups(2) == [("a", 1, 1), ("b", 4, 1)]
+    assert q.groups(3, busiest=True) == [("b", 4, 1), ("d", 4, 1), ("a", 1, 1)]  # ties by id
+    assert q.groups(0, busiest=True) == []
+
+
+def test_a_delayed_grouped_message_joins_its_group_when_due(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1)
+    if q is None:
+        return
+    later = q.enqueue("later", group="g", delay=10)
+    now = q.enqueue("now", group="g")
+    m = q.claim()
+    assert m is not None and m.id == now  # the delayed one does not block its group
+    assert q.groups() == [("g", 0, 1)]
+    clock.advance(10)
+    q.reap()
+    assert q.claim_many(10) == []  # due: it joined behind the one in flight
+    assert [x.id for x in q.peek(source="held")] == [later]
+    assert m.ack()
+    got = q.claim_many(10)
+    assert [x.id for x in got] == [later] and got[0].group == "g"
+
+
+def test_dead_letter_frees_the_group_and_requeue_puts_it_at_the_end(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2", "3"], group="g")
+    m = q.claim()
+    assert m is not None and m.dead_letter("bad")
+    assert q.peek(source="dead")[0].group == "g"
+    second = q.claim()
+    assert second is not None and second.id == ids[1]
+    assert q.requeue([ids[0]]) == 1
+    assert [x.id for x in q.peek(source="held")] == [ids[2], ids[0]]
+    assert second.ack()
+    order = [b[0].id for b in drain(q, 1)]
+    assert order == [ids[2], ids[0]]
+
+
+def test_out_of_receives_frees_the_group(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=5, max_receives=1)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    assert q.claim() is not None
+    clock.advance(5.001)
+    q.reap()  # out of receives: dead-lettered by the reaper
+    assert [m.id for m in q.peek(source="dead")] == [ids[0]]
+    assert [m.id for m in q.claim_many(10)] == [ids[1]]
+
+
+def test_retention_expiry_frees_the_group(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=5, retention=10)
+    if q is None:
+        return
+    old = q.enqueue("old", group="g")
+    clock.advance(6)
+    young = q.enqueue("young", group="g")
+    clock.advance(4)  # old reached the retention while waiting: a claim deletes it and goes on
+    got = q.claim_many(10)
+    assert [m.id for m in got] == [young]
+    assert not r.exists(f"kq:{{q}}:item:{old}") and q.counters()["expired"] == 1
+    # in flight past its retention: deleted at its deadline, and the next released
+    nxt = q.enqueue("next", group="g")
+    clock.advance(6)
+    q.reap()
+    assert q.counters()["expired"] == 2
+    assert [m.id for m in q.claim_many(10)] == [nxt]
+
+
+def test_the_expiry_sweep_frees_the_group(make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, retention=10)
+    if q is None:
+        return
+    old = q.enqueue("old", group="g")
+    clock.advance(9)
+    young = q.enqueue("young", group="g")
+    clock.advance(1)
+    q.reap()  # the sweep deletes the old one and releases the young one
+    assert not r.exists(f"kq:{{q}}:item:{old}")
+    assert q.groups() == [("g", 0, 1)] and q.stats().held == 0
+    assert [m.id for m in q.peek(source="waiting")] == [young]
+
+
+def test_dedup_key_is_per_queue_not_per_group(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    first = q.enqueue("a", group="g", dedup_key="k")
+    assert q.enqueue("b", group="h", dedup_key="k") == first
+    assert q.enqueue("c", dedup_key="k") == first
+    assert len(q) == 1 and q.groups() == [("g", 0, 1)]
+
+
+def test_grouped_messages_keep_their_attributes(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1)
+    if q is None:
+        return
+    q.enqueue("a", group="g", attributes=b"\x00one")
+    q.enqueue_many(["b", "c"], group="g", attributes=[b"two", None])
+    q.enqueue("d", group="g", attributes=b"four", delay=5)
+    clock.advance(5)
+    q.reap()
+    got = []
+    for _ in range(4):
+        (m,) = q.claim_many(10)
+        got.append((m.body, m.attributes, m.group))
+        assert m.ack()
+    assert got == [(b"a", b"\x00one", "g"), (b"b", b"two", "g"), (b"c", None, "g"), (b"d", b"four", "g")]
+
+
+@pytest.mark.parametrize("source", ["waiting", "all"])
+def test_purge_and_destroy_leave_no_group_key(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, source: str
+) -> None:
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1)
+    if q is None:
+        return
+    for g in ("a", "b", "c"):
+        q.enqueue_many([f"{g}{i}" for i in range(5)], group=g)
+    q.enqueue_many(["d0", "d1"], group="d", delay=30)
+    q.enqueue("plain")
+    claimed = q.claim_many(2)
+    assert len(claimed) == 2
+    assert len(q) == 14 and q.stats().held == 12  # a, b, c: 4 held each behind the one released
+    n = q.purge(source=source)  # type: ignore[arg-type]
+    if source == "waiting":
+        assert n == 14  # the held ones, c0 and plain
+        assert len(q) == 0
+        for m in claimed:
+            assert m.ack()  # their groups have nothing left to release
+        assert q.groups() == []
+        assert r.keys("kq:{q}:group:*") == [] and not r.exists("kq:{q}:held")
+        assert q.stats().delayed == 2
+    else:
+        assert n == 14 + 2 + 2  # and the two in flight, the two delayed
+        assert r.keys("kq:{q}:group*") == [] and not r.exists("kq:{q}:held")
+        assert q.stats() == type(q.stats())(0, 0, 0, 0, None, 0)
+    q.enqueue_many(["x", "y"], group="a")
+    q.destroy()
+    assert r.keys("kq:{q}:*") == []
+
+
+@pytest.mark.parametrize("bad", [5, b"g", "", "x" * 129, "a b", "caf\u00e9", "tab\t", "\x7f"])
+def test_a_bad_group_raises_and_writes_nothing(make_queue: Callable[..., Queue], r: redis.Redis, bad: object) -> None:
+    q = make_queue("q")
+    q.enqueue("before")
+    before = snapshot(r)
+    with pytest.raises(ValueError, match="group"):
+        q.enqueue("x", group=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group"):
+        q.enqueue_many(["x"], group=bad)  # type: ignore[arg-type]
+    assert snapshot(r) == before
+
+
+def test_the_longest_group_and_every_printable_character_are_taken(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    every = "".join(chr(c) for c in range(0x21, 0x7F))
+    q.enqueue("a", group="x" * 128)
+    q.enqueue("b", group=every)
+    assert sorted(g.id for g in q.groups()) == sorted(["x" * 128, every])
+    assert {m.group for m in q.claim_many(5)} == {"x" * 128, every}
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", math.nan, None])
+def test_a_bad_group_concurrency_raises_and_writes_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, bad: object
+) -> None:
+    with pytest.raises(ValueError, match="group_concurrency"):
+        make_queue("fresh", visibility_timeout=5, group_concurrency=bad)
+    assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("key", ["kq:{q}:group:g", "kq:{q}:groups", "kq:{q}:held"])
+def test_a_group_key_of_the_wrong_type_fails_the_operation_writing_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, key: str
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many(["1", "2"], group="g")
+    m = q.claim()
+    assert m is not None
+    saved = r.dump(key)
+    r.delete(key)
+    r.sadd(key, "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=key):
+        q.enqueue("3", group="g")
+    with pytest.raises(CorruptQueue, match=key):
+        q.ack(m)
+    assert snapshot(r) == before
+    r.delete(key)
+    if saved is not None:
+        r.restore(key, 0, saved)
+    assert q.ack(m)
+
+
+def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2", "3"], group="g")
+    others = q.enqueue_many(["x", "y"], group="h")
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            seen.append((m.id, m.receives))
+        if m.id == ids[0] and m.receives == 1:
+            raise RuntimeError("first try fails")
+
+    workers.run(workers.make(q, handler, concurrency=4, retry_backoff=0))
+    mine = [x for x in seen if x[0] in ids]
+    assert mine == [(ids[0], 1), (ids[0], 2), (ids[1], 1), (ids[2], 1)]
+    assert [i for i, _ in seen if i in others] == others
+    assert len(q) == 0 and q.groups() == []
+
+
+def test_a_poison_message_holds_its_group_until_dead_lettered_while_others_flow(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
+) -> None:
+    q = grouped(make_queue, r, scripting, max_receives=3)
+    if q is None:
+        return
+    poison, after = q.enqueue_many(["poison", "after"], group="p")
+    others = q.enqueue_many([f"a{i}" for i in range(20)], group="a")
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            seen.append((m.id, m.receives))
+        if m.id == poison:
+            raise RuntimeError("cannot be processed")
+
+    workers.run(workers.make(q, handler, concurrency=2, retry_backoff=0))
+    tries = [i for i, (mid, _) in enumerate(seen) if mid == poison]
+    assert [seen[i][1] for i in tries] == [1, 2, 3]
+    assert [(m.id, m.group) for m in q.peek(source="dead")] == [(poison, "p")]
+    assert [mid for mid, _ in seen].index(after) > tries[-1]  # its group waited for the dead letter
+    assert any(mid in others for mid, _ in seen[tries[0] : tries[-1]])  # the other group flowed meanwhile
+    assert [mid for mid, _ in seen if mid in others] == others
+    assert len(q) == 0 and q.groups() == []
+
+
+def test_the_script_free_mode_does_not_serve_a_grouped_queue(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = make_queue("q")
+    producer = Queue("q", client=r)  # a scripted client's groups
+    producer.enqueue_many(["1", "2", "3"], group="g")
+    first = producer.claim()
+    assert first is not None and first.dead_letter("bad")
+    if scripting:
+        assert [m.text for m in q.claim_many(5)] == ["2"]
+        return
+    before = snapshot(r)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.claim_many(5)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.reap()
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.requeue()
+    assert snapshot(r) == before
+    assert len(q) == 2 and q.stats().held == 1 and q.groups() == [("g", 1, 1)]  # reading is fine
+    assert q.requeue([]) == 0  # (nothing asked for: nothing refused)
