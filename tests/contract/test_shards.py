@@ -347,3 +347,31 @@ def test_an_asyncio_queue_adopts_the_count_at_its_first_operation(r: redis.Redis
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_group_stays_on_one_shard_in_order(make_queue: MakeQueue, r: redis.Redis, scripting: bool) -> None:
+    q = make_queue("grouped", shards=4)
+    if not scripting:  # (groups need the scripted mode: refused before any shard is written)
+        with pytest.raises(ConfigurationError):
+            q.enqueue_many(["x", "y"], group="g")
+        assert q.counters()["enqueued"] == 0
+        return
+    sent: dict[str, list[str]] = {}
+    for i in range(5):
+        for g in ("a", "b", "c", "d", "e"):
+            sent.setdefault(g, []).append(q.enqueue(f"{g}{i}", group=g))
+    sent["f"] = q.enqueue_many([f"f{i}" for i in range(5)], group="f")
+    for g, ids in sent.items():
+        assert len({shard_of(i) for i in ids}) == 1, g  # one shard a group
+    infos = q.groups()
+    assert [i.id for i in infos] == sorted(sent)
+    assert q.stats().held == sum(s.held for s in q.shard_stats()) == sum(i.held for i in infos) > 0
+    got: dict[str, list[str]] = {}
+    while batch := q.claim_many(10):
+        groups = [m.group for m in batch]
+        assert len(groups) == len(set(groups))  # one of a group in flight at a time
+        for m in batch:
+            got.setdefault(m.group, []).append(m.id)
+        assert q.ack_many(batch) == len(batch)
+    assert got == sent
+    assert q.groups() == [] and q.stats().held == 0
