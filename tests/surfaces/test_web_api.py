@@ -203,6 +203,17 @@ def test_a_sharded_queue_is_one_row_with_the_real_totals(web: httpx.Client, r: r
     assert m[("keyqueue_acked_total", (("queue", "big"),))] == 1
     got = web.get("/api/queues/big/messages", params={"count": "20"}).json()
     assert len(got) == 10
+    # the dashboard's actions on one dead letter take its sharded id
+    dead = big.claim_many(2)
+    for m in dead:
+        assert big.dead_letter(m)
+    page = web.get("/queues/big", params={"source": "dead"})
+    assert dead[0].id in page.text
+    csrf = csrf_of(page.text)
+    done = web.post("/queues/big/requeue", data={"csrf": csrf, "id": dead[0].id, "confirm": "1"})
+    assert done.status_code == 303 and big.stats().dead == 1
+    done = web.post("/queues/big/purge", data={"csrf": csrf, "source": "dead", "id": dead[1].id, "confirm": "1"})
+    assert done.status_code == 303 and big.stats().dead == 0 and big.get([dead[1].id]) == []
 
 
 def test_a_corrupt_queue_does_not_take_the_others_down(web: httpx.Client, r: redis.Redis) -> None:
