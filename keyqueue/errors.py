@@ -91,3 +91,11 @@ class InvalidSchedule(KeyQueueError, ValueError):
 
 class UnknownSchedule(KeyQueueError, LookupError):
     """``fire_schedule`` of an id the queue has no schedule for."""
+
+
+class ShardsFound(KeyQueueError):
+    """Internal: a Queue made without ``shards=`` found the queue sharded; it adopts the count."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"the queue has {count} shards")
+        self.count = count

@@ -17,6 +17,7 @@ from .core.queue_core import QueueCore
 from .core.replication import Replication
 from .core.results import Fields
 from .core.roundtrip import Plan
+from .core.shards import Core, ShardedCore, check_shards, settle_core
 from .errors import ConfigurationError
 from .keys import QueueKeys
 from .message import BaseMessage, Message
@@ -46,26 +47,65 @@ def socket_timeout(client: Any) -> float | None:
 Q = TypeVar("Q", bound="QueueFace")
 
 
-def one_connection(queues: Sequence[Any]) -> bool:
+def one_connection(clients: Sequence[Any]) -> bool:
     """Whether one BLPOP can watch all their signal lists (same client, no cluster)."""
-    first = queues[0]
-    if is_cluster(first.client):
-        return len(queues) == 1
-    return all(q.client is first.client for q in queues)
+    first = clients[0]
+    if is_cluster(first):
+        return len(clients) == 1
+    return all(c is first for c in clients)
 
 
 def claim_any_plan(
     queues: Sequence[Q], count: int, visibility_timeout: float | None, wait: float, poll_first: bool
 ) -> Plan[tuple[Q | None, list[Any]]]:
     """Claim from the first non-empty of ``queues`` (see ``keyqueue.queue.claim_any``), the
-    messages bound to the queue they came from; each face's transport runs it."""
+    messages bound to the queue they came from; each face's transport runs it. A sharded
+    queue takes part as its shards, from a rotating one."""
+    targets: list[tuple[Any, QueueCore]] = []
+    owners: list[tuple[Q, int | None]] = []
+    for q in queues:
+        if q._core.settings is None:
+            q._core = yield q.client, settle_core(q._core, q._sharded)
+        core = q._core
+        if isinstance(core, ShardedCore):
+            poll_first = True  # (the first target is another shard each time)
+            for i in core.rotation():
+                targets.append((q.client, core.cores[i]))
+                owners.append((q, i))
+        else:
+            targets.append((q.client, core))
+            owners.append((q, None))
     index, fields = yield from multi.claim_any(
-        [(q.client, q._core) for q in queues], count, visibility_timeout, wait, poll_first, one_connection(queues)
+        targets, count, visibility_timeout, wait, poll_first, one_connection([c for c, _ in targets])
     )
     if index is None:
         return None, []
-    q = queues[index]
+    q, where = owners[index]
+    if where is not None:
+        assert isinstance(q._core, ShardedCore)
+        fields = q._core.tagged(where, fields)
     return q, q._bind(fields)
+
+
+def claim_shards_plan(q: QueueFace, count: int, visibility_timeout: float | None, wait: float) -> Plan[list[Any]]:
+    """A sharded queue's claim: the first shard with messages, from a rotating one
+    (long-polling every shard), then the shards after it while ``count`` is not reached."""
+    core = q._core
+    assert isinstance(core, ShardedCore)
+    order = core.rotation()
+    targets = [(q.client, core.cores[i]) for i in order]
+    index, fields = yield from multi.claim_any(
+        targets, count, visibility_timeout, wait, True, one_connection([q.client] * len(targets))
+    )
+    if index is None:
+        return []
+    got = core.tagged(order[index], fields)
+    for i in order[index + 1 :]:
+        if len(got) >= count:
+            break
+        more = yield q.client, core.cores[i].claim(count - len(got), visibility_timeout, 0.0)
+        got += core.tagged(i, more)
+    return q._bind(got)
 
 
 class QueueFace:
@@ -102,6 +142,7 @@ class QueueFace:
         clock: Callable[[], float] | None = None,
         min_replicas: int = 0,
         replica_timeout: float = 1.0,
+        shards: int | None = None,
     ) -> None:
         given = dict(
             visibility_timeout=visibility_timeout,
@@ -118,14 +159,34 @@ class QueueFace:
         given = {k: v for k, v in given.items() if v is not UNSET}
         keys = QueueKeys.checked(prefix, name)  # the arguments are checked before the URL is read
         validate(QueueSettings(), given)
+        count = check_shards(shards)
         replication = Replication.of(min_replicas, replica_timeout)
         self.scripting = scripting
         self._owns_client = client is None
         self.client = resolve_client(client, url, self.client_class)
-        self._core = QueueCore(
-            keys, given, backend(self.client, keys, scripting, clock, replication), socket_timeout(self.client)
-        )
+        timeout = socket_timeout(self.client)
+
+        def make(keys: QueueKeys) -> QueueCore:
+            return QueueCore(keys, given, backend(self.client, keys, scripting, clock, replication), timeout)
+
+        self._make_core = make
+        self._core: Core
+        if count is None or count == 1:
+            self._core = make(keys)
+            self._core.expect_shards = count
+        else:
+            self._core = ShardedCore(keys, count, make)
         self._made()
+
+    def _sharded(self, count: int) -> ShardedCore:
+        """This queue's core once it is found sharded (``Queue(NAME)`` adopts the count)."""
+        return ShardedCore(self.keys, count, self._make_core)
+
+    @property
+    def shards(self) -> int:
+        """The queue's shard count (1: unsharded), as far as known: a Queue given no count
+        learns a stored one when its settings load."""
+        return self._core.count if isinstance(self._core, ShardedCore) else 1
 
     def _made(self) -> None:
         """What a face does once built (the blocking Queue loads its settings; the asyncio

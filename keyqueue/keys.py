@@ -62,6 +62,7 @@ FIXED_TYPES = {
     "meta": "hash",
     "schedules": "zset",
     "throttle": "string",
+    "shards": "string",
     "groups": "hash",
     "held": "string",
 }
@@ -173,6 +174,15 @@ class QueueKeys:
     def held(self) -> str:
         """How many messages every ``group:`` list holds together (absent: none)."""
         return self.base + "held"
+
+    @property
+    def shards(self) -> str:
+        """A sharded queue's shard count, fixed when it is first made (absent: unsharded)."""
+        return self.base + "shards"
+
+    def shard(self, index: int) -> QueueKeys:
+        """The keys of one shard of a sharded queue: its hash tag is ``{NAME#index}``."""
+        return QueueKeys(self.prefix, f"{self.name}#{index}")
 
     @property
     def registry(self) -> str:

@@ -13,9 +13,10 @@ from ..core.queue_core import list_queues_op
 from ..core.results import GroupInfo, QueueStats, RateState, ReapResult
 from ..core.roundtrip import Op, T
 from ..core.schedules import Schedule
+from ..core.shards import Core, ShardedCore, settle_core, shard_stats
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
 from ..errors import InvalidArgument
-from ..face import QueueFace, claim_any_plan
+from ..face import QueueFace, claim_any_plan, claim_shards_plan
 from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
 from .message import Message
@@ -36,8 +37,16 @@ class Queue(QueueFace):
     client_class = redis.asyncio.Redis
     awaited = True
 
-    def _run(self, op: Op[T]) -> Awaitable[T]:
-        return run(self.client, op)
+    async def _settle(self) -> Core:
+        """The core with its settings loaded (the queue found sharded: the sharded core)."""
+        if self._core.settings is None:
+            self._core = await run(self.client, settle_core(self._core, self._sharded))
+        return self._core
+
+    async def _run(self, make: Callable[[], Op[T]]) -> T:
+        if self._core.settings is None:
+            await self._settle()
+        return await run(self.client, make())
 
     async def __aenter__(self) -> Queue:
         return self
@@ -65,10 +74,11 @@ class Queue(QueueFace):
 
     async def load(self) -> QueueSettings:
         """Read the settings (and write the given ones) now rather than on first use."""
-        return await self._run(self._core.ready())
+        await self._settle()
+        return await self._run(lambda: self._core.ready())
 
     async def refresh_settings(self) -> QueueSettings:
-        return await self._run(self._core.refresh_settings())
+        return await self._run(lambda: self._core.refresh_settings())
 
     # -- producing ------------------------------------------------------------------------
 
@@ -80,8 +90,9 @@ class Queue(QueueFace):
         dedup_key: str | None = None,
         attributes: bytes | None = None,
         group: str | None = None,
+        shard_key: str | None = None,
     ) -> str:
-        return await self._run(self._core.enqueue(body, delay, dedup_key, attributes, group))
+        return await self._run(lambda: self._core.enqueue(body, delay, dedup_key, attributes, group, shard_key))
 
     async def enqueue_many(
         self,
@@ -93,13 +104,16 @@ class Queue(QueueFace):
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
         group: str | None = None,
+        shard_keys: Sequence[str | None] | None = None,
     ) -> list[str]:
         return await self._run(
-            self._core.enqueue_many(bodies, delay, delays, dedup_keys, attributes, enqueued_at, group)
+            lambda: self._core.enqueue_many(
+                bodies, delay, delays, dedup_keys, attributes, enqueued_at, group, shard_keys
+            )
         )
 
     async def get(self, ids: Iterable[str]) -> list[Message]:
-        return self._bind(await self._run(self._core.get(ids)), with_receipt=False)
+        return self._bind(await self._run(lambda: self._core.get(ids)), with_receipt=False)
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -111,60 +125,63 @@ class Queue(QueueFace):
         self, count: int, *, visibility_timeout: float | None = None, wait: float = 0.0
     ) -> list[Message]:
         """A long-poll waits in Redis without blocking the loop; cancelled, it takes nothing."""
-        return self._bind(await self._run(self._core.claim(count, visibility_timeout, wait)))
+        core = await self._settle()
+        if isinstance(core, ShardedCore):  # every shard, from a rotating one
+            return await run_plan(claim_shards_plan(self, count, visibility_timeout, wait))
+        return self._bind(await self._run(lambda: core.claim(count, visibility_timeout, wait)))
 
     async def reap_if_due(self) -> bool:
-        return await self._run(self._core.reap_if_due())
+        return await self._run(lambda: self._core.reap_if_due())
 
     async def ack(self, message: Message) -> bool:
         return await self.ack_many([message]) == 1
 
     async def ack_many(self, messages: Sequence[Message]) -> int:
         owned, pairs = self._pairs(messages)
-        n = await self._run(self._core.ack(pairs))
+        n = await self._run(lambda: self._core.ack(pairs))
         self._mark(owned, "ack")
         return n
 
     async def extend(self, message: Message, seconds: float) -> bool:
         self._own(message)
-        new = await self._run(self._core.extend(message.id, message.receipt, seconds))
+        new = await self._run(lambda: self._core.extend(message.id, message.receipt, seconds))
         if new is not None:
             message.deadline = new / 1000.0
         return new is not None
 
     async def release(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> bool:
         self._own(message)
-        ok = await self._run(self._core.release(message.id, message.receipt, delay, error))
+        ok = await self._run(lambda: self._core.release(message.id, message.receipt, delay, error))
         self._mark([message], "release")
         return ok
 
     async def throttle(self, seconds: float) -> float:
         """No claim of this queue, by any consumer, succeeds for ``seconds`` (a longer throttle
         already set is kept): for a downstream API's 429. Returns the seconds left of it."""
-        return await self._run(self._core.throttle(seconds))
+        return await self._run(lambda: self._core.throttle(seconds))
 
     async def rate_state(self) -> RateState:
         """The queue's limits (as every claim reads them) and their current use."""
-        return await self._run(self._core.rate_state())
+        return await self._run(lambda: self._core.rate_state())
 
     async def release_throttled(self, message: Message, seconds: float) -> bool:
         """What a handler's ``keyqueue.Throttle(seconds)`` does: throttle the queue, then give
         the message back at once without using up a receive."""
         self._own(message)
-        ok = await self._run(self._core.throttled(message.id, message.receipt, seconds))
+        ok = await self._run(lambda: self._core.throttled(message.id, message.receipt, seconds))
         self._mark([message], "release")
         return ok
 
     async def dead_letter(self, message: Message, reason: str = "") -> bool:
         self._own(message)
-        ok = await self._run(self._core.dead_letter(message.id, message.receipt, reason))
+        ok = await self._run(lambda: self._core.dead_letter(message.id, message.receipt, reason))
         self._mark([message], "dead_letter")
         return ok
 
     # -- maintenance ----------------------------------------------------------------------
 
     async def reap(self) -> ReapResult:
-        return await self._run(self._core.reap())
+        return await self._run(lambda: self._core.reap())
 
     async def requeue(
         self,
@@ -173,7 +190,7 @@ class Queue(QueueFace):
         source: RequeueSource = "dead",
         progress: Callable[[int], None] | None = None,
     ) -> int:
-        return await self._run(self._core.requeue(ids, source, progress))
+        return await self._run(lambda: self._core.requeue(ids, source, progress))
 
     async def purge(
         self,
@@ -182,16 +199,16 @@ class Queue(QueueFace):
         progress: Callable[[int], None] | None = None,
         ids: Iterable[str] | None = None,
     ) -> int:
-        return await self._run(self._core.purge(source, progress, ids))
+        return await self._run(lambda: self._core.purge(source, progress, ids))
 
     async def exists(self) -> bool:
-        return await self._run(self._core.exists())
+        return await self._run(lambda: self._core.exists())
 
     async def metadata(self) -> dict[str, str]:
-        return await self._run(self._core.metadata())
+        return await self._run(lambda: self._core.metadata())
 
     async def set_metadata(self, values: dict[str, str], *, remove: Iterable[str] = ()) -> None:
-        await self._run(self._core.set_metadata(values, remove))
+        await self._run(lambda: self._core.set_metadata(values, remove))
 
     # -- schedules ------------------------------------------------------------------------
 
@@ -212,55 +229,59 @@ class Queue(QueueFace):
         """Upsert a schedule (exactly one of ``cron`` and ``every``): an identical one changes
         nothing, a changed one takes effect at once. Reapers, Workers and claims fire it."""
         return await self._run(
-            self._core.schedule(id, cron, every, body, tz, start, end, jitter, catch_up, misfire_grace)
+            lambda: self._core.schedule(id, cron, every, body, tz, start, end, jitter, catch_up, misfire_grace)
         )
 
     async def unschedule(self, id: str) -> bool:
-        return await self._run(self._core.unschedule(id))
+        return await self._run(lambda: self._core.unschedule(id))
 
     async def pause_schedule(self, id: str) -> bool:
-        return await self._run(self._core.set_paused(id, True))
+        return await self._run(lambda: self._core.set_paused(id, True))
 
     async def resume_schedule(self, id: str) -> bool:
-        return await self._run(self._core.set_paused(id, False))
+        return await self._run(lambda: self._core.set_paused(id, False))
 
     async def schedules(self) -> list[Schedule]:
-        return await self._run(self._core.schedules())
+        return await self._run(lambda: self._core.schedules())
 
     async def fire_schedule(self, id: str) -> str:
         """Enqueue one message of the schedule now (its id); the schedule stays as it is."""
-        return await self._run(self._core.fire_schedule(id))
+        return await self._run(lambda: self._core.fire_schedule(id))
 
     async def destroy(self) -> None:
-        await self._run(self._core.destroy())
+        await self._run(lambda: self._core.destroy())
 
     # -- reading --------------------------------------------------------------------------
 
     async def length(self) -> int:
-        return await self._run(self._core.length())
+        return await self._run(lambda: self._core.length())
 
     async def counters(self) -> dict[str, int]:
         """Totals since the queue was made: see ``keyqueue.Queue.counters``."""
-        return await self._run(self._core.counters())
+        return await self._run(lambda: self._core.counters())
 
     async def stats(self) -> QueueStats:
-        return await self._run(self._core.stats())
+        return await self._run(lambda: self._core.stats())
+
+    async def shard_stats(self) -> list[QueueStats]:
+        """The stats of each shard, in shard order (an unsharded queue: its own, alone)."""
+        return await self._run(lambda: shard_stats(self._core))
 
     async def ids(self, source: PeekSource = "waiting") -> list[str]:
-        return await self._run(self._core.ids(source))
+        return await self._run(lambda: self._core.ids(source))
 
     async def groups(self, count: int = 100, *, busiest: bool = False) -> list[GroupInfo]:
-        return await self._run(self._core.groups(count, busiest))
+        return await self._run(lambda: self._core.groups(count, busiest))
 
     async def peek(self, count: int = 10, *, source: PeekSource = "waiting") -> list[Message]:
-        return self._bind(await self._run(self._core.peek(count, source)), with_receipt=False)
+        return self._bind(await self._run(lambda: self._core.peek(count, source)), with_receipt=False)
 
     async def check(self, *, repair: bool = False, settle: float = 1.0) -> CheckReport:
         """fsck, as ``keyqueue.Queue.check``: the same operation, awaited (the second look
         ``settle`` seconds later waits without blocking the loop)."""
         from ..fsck import check_op
 
-        return await self._run(check_op(self._core, repair=repair, settle=settle))
+        return await self._run(lambda: check_op(self._core, repair=repair, settle=settle))
 
     def worker(self, handler: Callable[[Message], Awaitable[Any]] | None = None, **options: Any) -> Any:
         """Decorator: ``@queue.worker(concurrency=10)`` turns ``async def fn(message)`` into an

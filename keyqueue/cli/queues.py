@@ -51,13 +51,25 @@ def length(cfg: Config, queue: str) -> None:
 @cli.command()
 @click.argument("queue", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--shards",
+    "per_shard",
+    is_flag=True,
+    help="Also each shard of a sharded queue (rows NAME#i; in JSON a 'shards' list).",
+)
 @pass_config
-def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
-    """Counts of waiting, in-flight, delayed and dead messages (one queue, or all)."""
-    if queue:
-        rows = {queue: asdict(cfg.existing(queue).stats())}
-    else:
-        rows = {name: asdict(cfg.queue(name).stats()) for name in list_queues(cfg.client(), cfg.prefix)}
+def stats(cfg: Config, queue: str | None, as_json: bool, per_shard: bool) -> None:
+    """Counts of waiting, in-flight, delayed and dead messages (one queue, or all); a
+    sharded queue's are the sums of its shards'."""
+    queues = {queue: cfg.existing(queue)} if queue else {n: cfg.queue(n) for n in list_queues(cfg.client(), cfg.prefix)}
+    rows: dict[str, dict[str, Any]] = {}
+    shard_rows: dict[str, list[dict[str, Any]]] = {}
+    for name, q in queues.items():
+        rows[name] = asdict(q.stats())
+        if per_shard and q.shards > 1:
+            shard_rows[name] = [asdict(s) for s in q.shard_stats()]
+            if as_json:
+                rows[name]["shards"] = shard_rows[name]
     if as_json:
         click.echo(json.dumps(rows[queue] if queue else rows, indent=None if queue else 2))
         return
@@ -66,11 +78,13 @@ def stats(cfg: Config, queue: str | None, as_json: bool) -> None:
     )
     click.echo(header)
     for name, s in rows.items():
-        age = "-" if s["oldest_age"] is None else f"{s['oldest_age']:.1f}s"
-        click.echo(
-            f"{name:<24} {s['waiting']:>9} {s['processing']:>10} {s['delayed']:>9} {s['dead']:>9} {age:>11} "
-            f"{s['held']:>9}"
-        )
+        listed = [(name, s)] + [(f"{name}#{i}", one) for i, one in enumerate(shard_rows.get(name, []))]
+        for shown, row in listed:
+            age = "-" if row["oldest_age"] is None else f"{row['oldest_age']:.1f}s"
+            click.echo(
+                f"{shown:<24} {row['waiting']:>9} {row['processing']:>10} {row['delayed']:>9} {row['dead']:>9} "
+                f"{age:>11} {row['held']:>9}"
+            )
 
 
 #: Control characters (C0, DEL, C1) shown escaped, so a body cannot move the cursor,

@@ -18,6 +18,7 @@ from ..errors import (
     InvalidSchedule,
     KeyQueueError,
     MessageTooLarge,
+    ShardsFound,
     UnknownSchedule,
 )
 from ..keys import QueueKeys, registry_key, validate_prefix
@@ -154,6 +155,41 @@ def enqueued_ms(at: object) -> int | None:
     return int(at * 1000)
 
 
+def batch_args(
+    bodies: Iterable[object],
+    delay: float,
+    delays: Sequence[float] | None,
+    dedup_keys: Sequence[str | None] | None,
+    attributes: Sequence[bytes | None] | None,
+    enqueued_at: Sequence[float | None] | None,
+    shard_keys: Sequence[str | None] | None,
+) -> tuple[list[bytes], int, list[int] | None, list[int | None] | None]:
+    """An ``enqueue_many``'s arguments checked before any I/O (a bad one writes nothing):
+    the bodies as bytes, the delay and each message's (ms), each enqueue time (ms)."""
+    not_one(bodies, "bodies", "enqueue(body)")
+    raw = [to_bytes(b) for b in bodies]
+    delay_ms = seconds_arg("delay", delay)
+    if attributes is not None:
+        not_one(attributes, "attributes", "enqueue(body, attributes=...)")
+        check_attributes(attributes)
+    since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
+    for name, per in (
+        ("delays", delays),
+        ("dedup_keys", dedup_keys),
+        ("attributes", attributes),
+        ("enqueued_at", enqueued_at),
+        ("shard_keys", shard_keys),
+    ):
+        if per is not None and len(per) != len(raw):
+            raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
+    each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
+    for key in dedup_keys or ():
+        check_dedup_key("each dedup key", key)
+    for key in shard_keys or ():
+        check_dedup_key("each shard key", key)
+    return raw, delay_ms, each_ms, since
+
+
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
@@ -234,6 +270,11 @@ class QueueCore:
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
         self.limited_until = 0.0
+        #: The name the registry lists this queue under (a shard's: its logical queue's).
+        self.listed_as = keys.name
+        #: The shard count this Queue was given: None adopts a stored one (the Queue turns
+        #: sharded), 1 refuses it; False: a shard itself, which has no count of its own.
+        self.expect_shards: int | None | bool = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -248,11 +289,14 @@ class QueueCore:
         """Read the config hash and write the values this Queue was given (last writer
         wins); log which values in force the given ones changed."""
         k = self.keys
-        stored_raw, registered, limits = yield [
+        stored_raw, registered, limits, *count = yield [
             ("HGETALL", k.config),
-            ("SISMEMBER", k.registry, self.name),
+            ("SISMEMBER", k.registry, self.listed_as),
             ("CONFIG", "GET", "hash-max-*-value"),
+            *([("GET", k.shards)] if self.expect_shards is not False else []),
         ]
+        if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
+            self.sharded(count[0])
         if isinstance(stored_raw, Exception):
             raise error_for(stored_raw, k.config)
         self.ops.field_bytes = field_bytes(limits)
@@ -278,6 +322,18 @@ class QueueCore:
         self.held = settings.to_hash({f.decode() for f in stored} & SETTING_NAMES | set(self.given))
         self.settings = settings
 
+    def sharded(self, reply: object) -> None:
+        """The queue is sharded (``reply``: its stored count): a Queue given no count adopts
+        it (ShardsFound: the face rebuilds itself sharded), one given shards=1 is refused."""
+        if isinstance(reply, Exception) or not text(reply).isdigit():
+            raise error_for(reply, self.keys.shards) if isinstance(reply, Exception) else CorruptQueue(self.keys.shards)
+        count = int(text(reply))
+        if self.expect_shards is None:
+            raise ShardsFound(count)
+        raise ConfigurationError(
+            f"queue {self.name!r} has {count} shards, not {self.expect_shards}; nothing was written"
+        )
+
     def refresh_settings(self) -> Op[QueueSettings]:
         """Re-read the config hash (the reaper does this every pass). A hash that vanished
         keeps the settings held until a write restores it, rather than falling to defaults."""
@@ -294,7 +350,7 @@ class QueueCore:
     def register(self) -> Op[None]:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
         if not self.registered:
-            (reply,) = yield [("SADD", self.keys.registry, self.name)]
+            (reply,) = yield [("SADD", self.keys.registry, self.listed_as)]
             self.registry_ok(reply)
             self.registered = True
 
@@ -324,7 +380,7 @@ class QueueCore:
         self.restored_at = now
         k = self.keys
         commands: list[Command] = [("HSETNX", k.config, name, value) for name, value in self.held.items()]
-        replies = yield [*commands, ("SADD", k.registry, self.name)]
+        replies = yield [*commands, ("SADD", k.registry, self.listed_as)]
         for reply in replies[:-1]:
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
@@ -383,10 +439,12 @@ class QueueCore:
         dedup_key: str | None,
         attributes: bytes | None = None,
         group: object = None,
+        shard_key: str | None = None,
     ) -> Op[str]:
         data = to_bytes(body)  # a wrong type fails before any I/O
         delay_ms = seconds_arg("delay", delay)
         check_dedup_key("dedup_key", dedup_key)
+        check_dedup_key("shard_key", shard_key)  # (one queue: every key routes to it)
         check_attributes([attributes])
         g = self.grouped(group, [])
         s = yield from self.ready()
@@ -410,25 +468,11 @@ class QueueCore:
         attributes: Sequence[bytes | None] | None = None,
         enqueued_at: Sequence[float | None] | None = None,
         group: object = None,
+        shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
-        not_one(bodies, "bodies", "enqueue(body)")
-        raw = [to_bytes(b) for b in bodies]
-        delay_ms = seconds_arg("delay", delay)
-        if attributes is not None:
-            not_one(attributes, "attributes", "enqueue(body, attributes=...)")
-            check_attributes(attributes)
-        since = None if enqueued_at is None else [enqueued_ms(t) for t in enqueued_at]
-        for name, per in (
-            ("delays", delays),
-            ("dedup_keys", dedup_keys),
-            ("attributes", attributes),
-            ("enqueued_at", enqueued_at),
-        ):
-            if per is not None and len(per) != len(raw):
-                raise InvalidArgument(f"{name} has {len(per)} entries for {len(raw)} bodies")
-        each_ms = None if delays is None else [seconds_arg("delay", d) for d in delays]
-        for key in dedup_keys or ():
-            check_dedup_key("each dedup key", key)
+        raw, delay_ms, each_ms, since = batch_args(
+            bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys
+        )
         g = self.grouped(
             group,
             [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)],
@@ -1119,7 +1163,7 @@ class QueueCore:
 
     def exists(self) -> Op[bool]:
         """Whether the queue is registered (made with settings, or written to)."""
-        (reply,) = yield [("SISMEMBER", self.keys.registry, self.name)]
+        (reply,) = yield [("SISMEMBER", self.keys.registry, self.listed_as)]
         if isinstance(reply, Exception):
             raise error_for(reply, self.keys.registry)
         return bool(reply)
@@ -1155,7 +1199,7 @@ class QueueCore:
                 yield [("UNLINK", *found[i : i + BATCH])]
             if cursor == "0":
                 break
-        (reply,) = yield [("SREM", self.keys.registry, self.name)]
+        (reply,) = yield [("SREM", self.keys.registry, self.listed_as)]
         if isinstance(reply, Exception):
             raise error_for(reply, self.keys.registry)
         self.registered, self.held = False, {}

@@ -52,6 +52,38 @@ def one(command: Command) -> Op[Any]:
     return (yield [command])[0]
 
 
+def together(ops: Sequence[Op[T]]) -> Op[list[T]]:
+    """Run read operations side by side: each step one round trip holding every unfinished
+    one's next round trip (the replies split back); their results in order. Only for
+    operations that neither sleep nor WATCH across round trips (one operation's EXEC would
+    drop another's watch on the shared connection)."""
+    results: list[Any] = [None] * len(ops)
+    pending: dict[int, list[Command]] = {}
+
+    def step(i: int, replies: Replies | None) -> None:
+        try:
+            trip = next(ops[i]) if replies is None else ops[i].send(replies)
+        except StopIteration as stop:
+            pending.pop(i, None)
+            results[i] = stop.value
+            return
+        assert not isinstance(trip, Sleep), "together() runs operations that do not sleep"
+        pending[i] = trip
+
+    for i in range(len(ops)):
+        step(i, None)
+    while pending:
+        merged: list[Command] = []
+        spans: dict[int, tuple[int, int]] = {}
+        for i, trip in pending.items():
+            spans[i] = (len(merged), len(merged) + len(trip))
+            merged += trip
+        replies = yield merged
+        for i, (start, end) in spans.items():
+            step(i, replies[start:end])
+    return results
+
+
 def transaction(commands: Sequence[Command], replication: Any = None) -> Op[list[Any] | None]:
     """MULTI ... EXEC: the replies, or None when a watched key changed (nothing applied).
     With a ``core.replication.Replication``, its WAIT follows the EXEC in the same round trip."""

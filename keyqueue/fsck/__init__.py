@@ -16,9 +16,11 @@ One room a step: ``scan`` reads the queue's keys, ``analyse`` finds what is wron
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.roundtrip import Op, Sleep
+from ..core.shards import ShardedCore, tag
 from ..settings import check_seconds
 from .analyse import (
     BAD_FLOW,
@@ -79,13 +81,33 @@ __all__ = [
 ]
 
 
-def check_op(core: QueueCore, *, repair: bool, settle: float) -> Op[CheckReport]:
+def check_op(core: QueueCore | ShardedCore, *, repair: bool, settle: float) -> Op[CheckReport]:
     """Check every message of the queue is in exactly one state; with ``repair``, fix what
     is not. Only findings still there after ``settle`` seconds count: a live operation
     passes through some of these states for a round trip or two. One operation: every
     round trip on one connection, the wait a ``Sleep`` (so it runs sync or on asyncio)."""
     check_seconds("settle", settle)  # before any I/O
+    if isinstance(core, ShardedCore):
+        return _check_shards(core, repair, settle)
     return _check(core, repair, settle)
+
+
+def _check_shards(core: ShardedCore, repair: bool, settle: float) -> Op[CheckReport]:
+    """Every shard's check, in one report of the logical queue (message ids as the queue
+    gives them: ``<shard>#<id>``)."""
+    yield from core.ready()
+    total = CheckReport(core.name)
+    for shard, one in enumerate(core.cores):
+        part = yield from _check(one, repair, settle)
+        for mine, theirs in ((total.problems, part.problems), (total.notes, part.notes)):
+            mine += [replace(p, ids=[tag(shard, i) if i.isdigit() else i for i in p.ids]) for p in theirs]
+        total.waiting += part.waiting
+        total.processing += part.processing
+        total.delayed += part.delayed
+        total.dead += part.dead
+        total.keys += part.keys
+        total.complete = total.complete and part.complete
+    return total
 
 
 def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:

@@ -101,7 +101,7 @@ def test_a_restore_never_overwrites_newer_settings(r: redis.Redis, scripting: bo
     old = Queue("q", client=r, scripting=scripting, visibility_timeout=5, max_receives=2)
     r.flushdb()
     r.hset(CONFIG, "visibility_timeout", "60")  # another process set it after the loss
-    old._run(old._core.restore())  # what a write that found the hash gone calls
+    old._run(lambda: old._core.restore())  # what a write that found the hash gone calls
     assert r.hgetall(CONFIG) == {b"visibility_timeout": b"60", b"max_receives": b"2"}
 
 

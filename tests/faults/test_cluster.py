@@ -545,3 +545,64 @@ def test_a_tls_cluster_url_sets_tls_on_both_faces_without_connecting() -> None:
     assert (kw["ssl"], kw["ssl_ca_certs"], kw["password"], kw["username"]) == (True, "/etc/ca.pem", "s3cret", "u")
     (only,) = aio.Queue("q", url=url).client.nodes_manager.startup_nodes.values()
     assert only.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem" and only.connection_class.__name__ == "SSLConnection"
+
+
+def spread_name(cluster: RedisCluster, shards: int) -> str:
+    """A queue name whose shards' slots fall on every primary (shards follow their slots)."""
+    primaries = {n.name for n in cluster.get_primaries()}
+    for i in range(1000):
+        name = f"sharded{i}"
+        if {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in range(shards)} == primaries:
+            return name
+    raise AssertionError("no name spreads over every primary")
+
+
+def test_a_sharded_queue_spreads_over_every_primary(cluster: RedisCluster) -> None:
+    name = spread_name(cluster, 6)
+    q = Queue(name, client=cluster, shards=6, visibility_timeout=5)
+    ids = q.enqueue_many([f"m{i}" for i in range(120)]) + [q.enqueue(f"s{i}") for i in range(60)]
+    by_shard = {int(i.split("#")[0]) for i in ids}
+    assert by_shard == set(range(6))
+    nodes = {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in by_shard}
+    assert len(nodes) == len(cluster.get_primaries())
+    per = q.shard_stats()
+    assert all(s.waiting == 30 for s in per)
+    assert q.stats().waiting == sum(s.waiting for s in per) == 180
+    assert Queue(name, client=cluster).shards == 6
+    seen: list[str] = []
+    Worker(q, lambda m: seen.append(m.id), concurrency=4).run(burst=True)
+    assert sorted(seen) == sorted(ids)
+    assert q.counters()["acked"] == 180 and q.stats().processing == 0
+    q.destroy()
+    assert not any(cluster.scan_iter(f"kq:{{{name}*", target_nodes=RedisCluster.ALL_NODES))
+
+
+def test_a_sharded_queue_on_a_cluster_from_asyncio(cluster_set: Cluster) -> None:
+    import asyncio
+
+    import redis.asyncio.cluster
+
+    name = spread_name(cluster_set.client, 6)
+
+    async def main() -> None:
+        client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster_set.nodes[0].port)
+        try:
+            q = aio.Queue(name, client=client, shards=6)
+            ids = await q.enqueue_many([f"m{i}" for i in range(60)])
+            waiter = asyncio.ensure_future(aio.Queue(name, client=client).claim_many(100, wait=5))
+            got = await waiter
+            assert got and all(m.id in ids for m in got)
+            rest = []
+            while len(got) + len(rest) < 60:
+                more = await q.claim_many(100)
+                assert more
+                rest += more
+            assert sorted(m.id for m in got + rest) == sorted(ids)
+            assert await q.ack_many(got + rest) == 60
+            stats = await q.shard_stats()
+            assert sum(s.processing for s in stats) == (await q.stats()).processing == 0
+            await q.destroy()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

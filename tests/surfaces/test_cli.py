@@ -126,6 +126,30 @@ def test_enqueue_len_ls_and_stats(redis_server, r: redis.Redis) -> None:
     assert table[1].split()[:5] == ["jobs", "5", "0", "0", "0"]
 
 
+def test_a_sharded_queue_is_one_queue_to_the_cli(redis_server, r: redis.Redis) -> None:
+    url = redis_server.url
+    q = Queue("big", client=r, shards=3)
+    q.enqueue_many([f"m{i}" for i in range(9)])
+    q.dead_letter(q.claim())
+    assert kq("config", "big", "--set", "visibility_timeout=9", url=url).returncode == 0
+    assert {r.hget(f"kq:{{big#{i}}}:config", "visibility_timeout") for i in range(3)} == {b"9.0"}
+    n, names, one_json, table_text, check = kq_all(
+        ["len", "big"], ["ls"], ["stats", "big", "--json", "--shards"], ["stats", "--shards"], ["check", "big"], url=url
+    )
+    assert n.stdout == "8\n" and names.stdout == "big\n"
+    one = json.loads(one_json.stdout)
+    assert (one["waiting"], one["dead"]) == (8, 1)
+    assert [s["waiting"] for s in one["shards"]] == [s.waiting for s in q.shard_stats()]
+    assert sum(s["waiting"] + s["dead"] for s in one["shards"]) == 9
+    table = [line.split()[0] for line in table_text.stdout.splitlines()[1:]]
+    assert table == ["big", "big#0", "big#1", "big#2"]
+    assert check.returncode == 0 and "consistent" in check.stdout
+    assert kq("requeue", "big", url=url).stdout.strip() == "requeued 1"
+    assert kq("purge", "big", "--yes", url=url).returncode == 0 and len(q) == 0
+    assert kq("destroy", "big", "--yes", url=url).returncode == 0
+    assert r.keys("kq:{big*") == []
+
+
 def test_url_option_beats_nothing_and_prefix_separates(redis_server, r: redis.Redis) -> None:
     res = kq("--url", redis_server.url, "--prefix", "app", "enqueue", "q", "x")
     assert res.returncode == 0

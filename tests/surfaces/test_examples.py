@@ -111,6 +111,16 @@ RUNS: dict[str, list[tuple[str, list[str]]]] = {
             ],
         )
     ],
+    "sharding": [
+        (
+            "sharding/sharded_queue.py",
+            [
+                r"\A1 6\n1 shard for one key\n6 shards adopted\n",
+                r"^QueueStats\(waiting=15, processing=0, delayed=0, dead=0, ",
+                r"^\[2, 2, 2, 2, 2, 5\]\nTrue\n14 handled; 0 waiting\n\Z",
+            ],
+        )
+    ],
     "reaper": [("workers/reaper.py", [r"^QueueStats\(waiting=1, processing=0, delayed=0, dead=0, "])],
     "shared-pool": [("deployment/shared_pool.py", [r"^500 messages enqueued by 500 tasks over 20 connections$"])],
     "dashboard-mount": [("dashboard/mount.py", [r"\A\{'redis': 'ok'\}\n401\n\[\]\n\Z"])],

@@ -187,6 +187,35 @@ def test_metrics_equal_stats_and_counters(web: httpx.Client, r: redis.Redis) -> 
     assert ("keyqueue_oldest_message_age_seconds", (("queue", "empty"),)) not in scrape(web)
 
 
+def test_a_sharded_queue_is_one_row_with_the_real_totals(web: httpx.Client, r: redis.Redis) -> None:
+    big = Queue("big", client=r, shards=4)
+    big.enqueue_many([f"m{i}" for i in range(12)])
+    big.ack(big.claim())  # type: ignore[arg-type]
+    big.claim()
+    rows = web.get("/api/queues").json()
+    assert [row["name"] for row in rows] == ["big"]
+    same_stats(rows[0], big)
+    assert (rows[0]["waiting"], rows[0]["processing"]) == (10, 1)
+    m = scrape(web)
+    for state in ("waiting", "processing", "delayed", "dead"):
+        assert m[("keyqueue_messages", (("queue", "big"), ("state", state)))] == getattr(big.stats(), state)
+    assert m[("keyqueue_enqueued_total", (("queue", "big"),))] == 12
+    assert m[("keyqueue_acked_total", (("queue", "big"),))] == 1
+    got = web.get("/api/queues/big/messages", params={"count": "20"}).json()
+    assert len(got) == 10
+    # the dashboard's actions on one dead letter take its sharded id
+    dead = big.claim_many(2)
+    for m in dead:
+        assert big.dead_letter(m)
+    page = web.get("/queues/big", params={"source": "dead"})
+    assert dead[0].id in page.text
+    csrf = csrf_of(page.text)
+    done = web.post("/queues/big/requeue", data={"csrf": csrf, "id": dead[0].id, "confirm": "1"})
+    assert done.status_code == 303 and big.stats().dead == 1
+    done = web.post("/queues/big/purge", data={"csrf": csrf, "source": "dead", "id": dead[1].id, "confirm": "1"})
+    assert done.status_code == 303 and big.stats().dead == 0 and big.get([dead[1].id]) == []
+
+
 def test_a_corrupt_queue_does_not_take_the_others_down(web: httpx.Client, r: redis.Redis) -> None:
     qs = fill(r)
     r.delete("kq:{reports}:dead")

@@ -1,0 +1,464 @@
+"""Sharded queues: one logical queue stored as N queues (hash tags ``{NAME#0}`` ...
+``{NAME#N-1}``), each with the usual layout, so a cluster spreads one queue over its nodes.
+Sharding is routing only: every operation here runs the per-shard operations of QueueCore
+(so their scripts and their script-free protocol) and combines what they return. A
+message's id names its shard: ``"<shard>#<id in the shard>"``."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from typing import Any, Callable, Iterable, Sequence, Union
+
+from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
+from ..keys import QueueKeys
+from ..settings import QueueSettings
+from .queue_core import QueueCore, batch_args, not_one
+from .replies import error_for, text
+from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
+from .roundtrip import Op, together
+from .schedules import Schedule
+from .sources import peek_source, purge_source, requeue_source
+
+#: Separates a sharded message id's shard from its id in the shard (never in a queue name).
+SEP = "#"
+#: Most shards a queue may have.
+MAX_SHARDS = 1024
+
+
+def check_shards(shards: object) -> int | None:
+    """A ``shards=`` argument: None (adopt the stored count) or a whole number >= 1."""
+    if shards is None:
+        return None
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise InvalidArgument(f"shards must be a whole number from 1 to {MAX_SHARDS}, not {shards!r}")
+    return shards
+
+
+def shard_for(key: str, count: int) -> int:
+    """The shard a routing key goes to: CRC32 of its UTF-8 bytes, so every process (any
+    language, any Python hash seed) puts a key on the same shard."""
+    return zlib.crc32(key.encode("utf-8")) % count
+
+
+def routing(shard_key: str | None, group: object, dedup_key: str | None) -> str | None:
+    """The key a message routes by: its group (so a group's messages stay on one shard, in
+    order), else its shard key, else its dedup key (so a repeat meets the first on its
+    shard's dedup keys); None: round robin."""
+    for key in (group, shard_key, dedup_key):
+        if isinstance(key, str):
+            return key
+    return None
+
+
+def tag(shard: int, msg_id: str) -> str:
+    return f"{shard}{SEP}{msg_id}"
+
+
+class ShardedCore:
+    """The operations of a sharded queue over its shards' QueueCores (``cores``); ``base``
+    holds the logical name's own keys: the shard count, the metadata hash."""
+
+    def __init__(self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore]) -> None:
+        self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
+        self.count = count
+        self.base = make(keys)
+        self.base.expect_shards = count
+        self.cores = [make(keys.shard(i)) for i in range(count)]
+        for core in self.cores:
+            core.listed_as, core.expect_shards = keys.name, False
+        self.replication = self.base.replication
+        #: Round robin of single enqueues and rotation of claims: from a random shard, so
+        #: short-lived producers do not all start on shard 0.
+        self.next = random.randrange(count)
+        self.turn = random.randrange(count)
+        self.made = False
+
+    # -- what a face reads of a core ------------------------------------------------------
+
+    @property
+    def settings(self) -> QueueSettings | None:
+        return self.cores[0].settings if self.made else None
+
+    @property
+    def ops(self) -> Any:
+        return self.cores[0].ops
+
+    @property
+    def limited_until(self) -> float:
+        """Held back only while every shard's limits hold it back."""
+        return min(core.limited_until for core in self.cores)
+
+    def own(self, message_queue_keys: QueueKeys | None, message_id: str, queue_name: str | None) -> None:
+        if message_queue_keys is not None and message_queue_keys != self.keys:
+            raise InvalidArgument(f"message {message_id} belongs to queue {queue_name!r}, not {self.name!r}")
+
+    def rotation(self) -> list[int]:
+        """The shards in the order the next claim serves them: from a rotating one."""
+        start = self.turn
+        self.turn = (start + 1) % self.count
+        return [(start + i) % self.count for i in range(self.count)]
+
+    def tagged(self, shard: int, fields: list[Fields]) -> list[Fields]:
+        return [f._replace(id=tag(shard, f.id)) for f in fields]
+
+    def split(self, msg_id: object) -> tuple[int, str] | None:
+        """(shard, id in the shard) of a sharded id; None for an id no shard of this queue has."""
+        shard, sep, inner = str(msg_id).partition(SEP)
+        if not sep or not shard.isdigit() or int(shard) >= self.count or not inner:
+            return None
+        return int(shard), inner
+
+    def route(self, msg_id: str) -> tuple[QueueCore, str]:
+        where = self.split(msg_id)
+        if where is None:
+            raise InvalidArgument(f"{msg_id!r} is not an id of sharded queue {self.name!r} ('<shard>{SEP}<id>')")
+        return self.cores[where[0]], where[1]
+
+    def by_shard(self, ids: Iterable[object]) -> list[list[str]]:
+        """Ids by shard (each shard's in their order); ids of no shard are left out."""
+        out: list[list[str]] = [[] for _ in self.cores]
+        for i in ids:
+            where = self.split(i)
+            if where is not None:
+                out[where[0]].append(where[1])
+        return out
+
+    # -- settings and the shard count -------------------------------------------------------
+
+    def ready(self) -> Op[QueueSettings]:
+        if not self.made:
+            yield from self.make()
+            yield from together([core.ready() for core in self.cores])  # (one round trip a step)
+        self.made = True
+        settings = self.cores[0].settings
+        assert settings is not None
+        return settings
+
+    def make(self) -> Op[None]:
+        """Fix the count when the queue is first made (and list it); refuse a queue that
+        exists with another count, or unsharded, before anything is written."""
+        k = self.keys
+        stored, registered = yield [("GET", k.shards), ("SISMEMBER", k.registry, self.name)]
+        if isinstance(stored, Exception):
+            raise error_for(stored, k.shards)
+        if stored is None:
+            if registered == 1:
+                raise ConfigurationError(
+                    f"queue {self.name!r} exists unsharded; it cannot take shards={self.count} (nothing was written)"
+                )
+            won, listed = yield [("SET", k.shards, self.count, "NX"), ("SADD", k.registry, self.name)]
+            if isinstance(won, Exception):
+                raise error_for(won, k.shards)
+            self.base.registry_ok(listed)
+            if won:
+                return
+            (stored,) = yield [("GET", k.shards)]
+        if text(stored) != str(self.count):
+            self.base.sharded(stored)
+
+    def refresh_settings(self) -> Op[QueueSettings]:
+        yield from together([core.refresh_settings() for core in self.cores])
+        settings = self.cores[0].settings
+        assert settings is not None
+        return settings
+
+    # -- producing ------------------------------------------------------------------------
+
+    def pick(self, routing_key: str | None) -> int:
+        """The shard of one message: by its routing key (``routing``), else round robin."""
+        if routing_key is not None:
+            return shard_for(routing_key, self.count)
+        shard = self.next
+        self.next = (shard + 1) % self.count
+        return shard
+
+    def enqueue(
+        self,
+        body: object,
+        delay: float,
+        dedup_key: str | None,
+        attributes: bytes | None = None,
+        group: object = None,
+        shard_key: str | None = None,
+    ) -> Op[str]:
+        shard = self.pick(routing(shard_key, group, dedup_key))
+        msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
+        return tag(shard, msg_id)
+
+    def enqueue_many(
+        self,
+        bodies: Iterable[object],
+        delay: float,
+        delays: Sequence[float] | None,
+        dedup_keys: Sequence[str | None] | None,
+        attributes: Sequence[bytes | None] | None = None,
+        enqueued_at: Sequence[float | None] | None = None,
+        group: object = None,
+        shard_keys: Sequence[str | None] | None = None,
+    ) -> Op[list[str]]:
+        """The batch split over the shards (by key, else round robin): one call per shard;
+        every argument is checked first, so a bad one writes to no shard."""
+        items = batch_args(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)[0]
+        s = yield from self.ready()
+        for data in items:
+            self.base.fits(data, s)
+        per: dict[str, Sequence[Any] | None] = {
+            "delays": delays,
+            "dedup_keys": dedup_keys,
+            "attributes": attributes,
+            "enqueued_at": enqueued_at,
+            "shard_keys": shard_keys,
+        }
+        positions: list[list[int]] = [[] for _ in self.cores]
+        for j in range(len(items)):
+            key = routing(
+                None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
+            )
+            positions[self.pick(key)].append(j)
+        ids: list[str] = [""] * len(items)
+        for shard, where in enumerate(positions):
+            if not where:
+                continue
+            picked = {n: None if v is None else [v[j] for j in where] for n, v in per.items()}
+            got = yield from self.cores[shard].enqueue_many(
+                [items[j] for j in where],
+                delay,
+                picked["delays"],
+                picked["dedup_keys"],
+                picked["attributes"],
+                picked["enqueued_at"],
+                group,
+                picked["shard_keys"],
+            )
+            for j, msg_id in zip(where, got):
+                ids[j] = tag(shard, msg_id)
+        return ids
+
+    def get(self, ids: Iterable[object]) -> Op[list[Fields]]:
+        not_one(ids, "ids", "get([id])")
+        wanted = [str(i) for i in ids]
+        found: dict[str, Fields] = {}
+        for shard, inner in enumerate(self.by_shard(wanted)):
+            if inner:
+                for f in self.tagged(shard, (yield from self.cores[shard].get(inner))):
+                    found[f.id] = f
+        return [found[i] for i in wanted if i in found]
+
+    # -- consuming (claims run as a plan over the shards: core/multi.py) -----------------
+
+    def reap_if_due(self) -> Op[bool]:
+        moved = False
+        for core in self.cores:
+            moved = (yield from core.reap_if_due()) or moved
+        return moved
+
+    def ack(self, pairs: Sequence[tuple[str, str]]) -> Op[int]:
+        by_shard: list[list[tuple[str, str]]] = [[] for _ in self.cores]
+        for msg_id, receipt in pairs:
+            where = self.split(msg_id)
+            if where is None:
+                self.route(msg_id)  # (raises: not an id of this queue)
+                continue
+            by_shard[where[0]].append((where[1], receipt))
+        done = 0
+        for core, own in zip(self.cores, by_shard):
+            if own:
+                done += yield from core.ack(own)
+        return done
+
+    def extend(self, msg_id: str, receipt: str | None, seconds: float) -> Op[int | None]:
+        core, inner = self.route(msg_id)
+        return (yield from core.extend(inner, receipt, seconds))
+
+    def release(
+        self, msg_id: str, receipt: str | None, delay: float, error: str | None, unreceive: bool = False
+    ) -> Op[bool]:
+        core, inner = self.route(msg_id)
+        return (yield from core.release(inner, receipt, delay, error, unreceive))
+
+    def dead_letter(self, msg_id: str, receipt: str | None, reason: str) -> Op[bool]:
+        core, inner = self.route(msg_id)
+        return (yield from core.dead_letter(inner, receipt, reason))
+
+    # -- flow control (each shard applies the limits to its own claims) --------------------
+
+    def throttle(self, seconds: float) -> Op[float]:
+        left = 0.0
+        for core in self.cores:
+            left = max(left, (yield from core.throttle(seconds)))
+        return left
+
+    def throttled(self, msg_id: str, receipt: str | None, seconds: float) -> Op[bool]:
+        core, inner = self.route(msg_id)
+        yield from self.throttle(seconds)
+        return (yield from core.release(inner, receipt, 0.0, None, unreceive=True))
+
+    def rate_state(self) -> Op[RateState]:
+        """Shard 0's limits, with the use of every shard."""
+        states: list[RateState] = []
+        for core in self.cores:
+            states.append((yield from core.rate_state()))
+        first = states[0]
+        return RateState(
+            first.limit,
+            first.interval,
+            sum(s.used for s in states),
+            first.resets_in,
+            sum(s.in_flight for s in states),
+            max(s.throttled_for for s in states),
+            first.max_in_flight,
+        )
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def reap(self) -> Op[ReapResult]:
+        """Every shard's reap; a corrupt shard is reported after the others were reaped."""
+        total = ReapResult()
+        broken: CorruptQueue | None = None
+        for core in self.cores:
+            try:
+                total = total + (yield from core.reap())
+            except CorruptQueue as exc:
+                broken = broken or exc
+        if broken is not None:
+            raise broken
+        return total
+
+    def requeue(self, ids: Iterable[object] | None, source: str, progress: Callable[[int], None] | None) -> Op[int]:
+        requeue_source(source)
+        if ids is not None:
+            not_one(ids, "ids", "requeue([id])")
+        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.by_shard(ids)
+        done = 0
+        for core, own in zip(self.cores, groups):
+            if own is None or own:
+                done += yield from core.requeue(own, source, progress)
+        return done
+
+    def purge(
+        self, source: str, progress: Callable[[int], None] | None, ids: Iterable[object] | None = None
+    ) -> Op[int]:
+        source = purge_source(source)
+        if ids is not None and source != "dead":
+            raise InvalidArgument(f"purge(ids=...) deletes dead letters only: source='dead', not {source!r}")
+        if ids is not None:
+            not_one(ids, "ids", "purge(ids=[id], source='dead')")
+        groups: Sequence[list[str] | None] = [None] * self.count if ids is None else self.by_shard(ids)
+        total = 0
+        for core, own in zip(self.cores, groups):
+            total += yield from core.purge(source, progress, own)
+        return total
+
+    def exists(self) -> Op[bool]:
+        return (yield from self.base.exists())
+
+    def metadata(self) -> Op[dict[str, str]]:
+        return (yield from self.base.metadata())
+
+    def set_metadata(self, values: dict[str, str], remove: Iterable[str]) -> Op[None]:
+        yield from self.base.set_metadata(values, remove)
+
+    def destroy(self) -> Op[None]:
+        """Every shard's keys, then the logical name's (its count among them) and its name."""
+        for core in self.cores:
+            yield from core.destroy()
+        yield from self.base.destroy()
+        self.made = False
+
+    # -- schedules: kept on shard 0, whose fires enqueue there ----------------------------
+
+    def schedule(self, *args: Any) -> Op[Schedule]:
+        return (yield from self.cores[0].schedule(*args))
+
+    def unschedule(self, schedule_id: object) -> Op[bool]:
+        return (yield from self.cores[0].unschedule(schedule_id))
+
+    def set_paused(self, schedule_id: object, paused: bool) -> Op[bool]:
+        return (yield from self.cores[0].set_paused(schedule_id, paused))
+
+    def schedules(self) -> Op[list[Schedule]]:
+        return (yield from self.cores[0].schedules())
+
+    def fire_schedule(self, schedule_id: object) -> Op[str]:
+        return tag(0, (yield from self.cores[0].fire_schedule(schedule_id)))
+
+    # -- reading --------------------------------------------------------------------------
+
+    # (The reads of every shard go together: one round trip on a single server.)
+
+    def length(self) -> Op[int]:
+        return sum((yield from together([core.length() for core in self.cores])))
+
+    def counters(self) -> Op[dict[str, int]]:
+        total: dict[str, int] = {}
+        for one in (yield from together([core.counters() for core in self.cores])):
+            for name, n in one.items():
+                total[name] = total.get(name, 0) + n
+        return total
+
+    def groups(self, count: int, busiest: bool = False) -> Op[list[GroupInfo]]:
+        """Every shard's (a group lives on one shard: its messages route by it), merged as
+        one queue's: by id, or the busiest first."""
+        found = [g for each in (yield from together([c.groups(count, busiest) for c in self.cores])) for g in each]
+        if busiest:
+            found.sort(key=lambda info: (-(info.held + info.active), info.id))
+        else:
+            found.sort(key=lambda info: info.id)
+        return found[:count]
+
+    def shard_stats(self) -> Op[list[QueueStats]]:
+        return (yield from together([core.stats() for core in self.cores]))
+
+    def stats(self) -> Op[QueueStats]:
+        return summed((yield from self.shard_stats()))
+
+    def ids(self, source: str) -> Op[list[str]]:
+        source = peek_source(source)
+        each = yield from together([core.ids(source) for core in self.cores])
+        return [tag(shard, i) for shard, ids in enumerate(each) for i in ids]
+
+    def peek(self, count: int, source: str) -> Op[list[Fields]]:
+        """Up to ``count`` of each shard, merged by enqueue time (timer for delayed and in
+        flight messages), and cut to ``count``."""
+        found: list[Fields] = []
+        each = yield from together([core.peek(count, source) for core in self.cores])
+        for shard, fields in enumerate(each):
+            found += self.tagged(shard, fields)
+        timed = source in ("delayed", "processing")
+        found.sort(key=lambda f: (f.timer_ms or 0) if timed else f.enqueued_ms)
+        return found[:count]
+
+
+def summed(stats: Sequence[QueueStats]) -> QueueStats:
+    """The stats of the logical queue: sums, and the oldest age of any shard."""
+    ages = [s.oldest_age for s in stats if s.oldest_age is not None]
+    return QueueStats(
+        sum(s.waiting for s in stats),
+        sum(s.processing for s in stats),
+        sum(s.delayed for s in stats),
+        sum(s.dead for s in stats),
+        max(ages) if ages else None,
+        sum(s.held for s in stats),
+    )
+
+
+Core = Union[QueueCore, ShardedCore]
+
+
+def shard_stats(core: Core) -> Op[list[QueueStats]]:
+    if isinstance(core, ShardedCore):
+        return (yield from core.shard_stats())
+    return [(yield from core.stats())]
+
+
+def settle_core(core: Core, sharded: Callable[[int], ShardedCore]) -> Op[Core]:
+    """The core a Queue runs on, settings loaded: itself, or, when it finds the queue
+    sharded (a Queue given no count adopts the stored one), ``sharded(count)``."""
+    try:
+        yield from core.ready()
+        return core
+    except ShardsFound as found:
+        made = sharded(found.count)
+        yield from made.ready()
+        return made

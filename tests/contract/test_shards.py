@@ -1,0 +1,377 @@
+"""Sharded queues, on both faces and both modes: one logical queue stored as N queues whose
+keys carry ``{NAME#i}``; producers spread over them, claims serve every shard, ids name their
+shard, and the reading and maintenance operations show the logical queue."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import pytest
+import redis
+
+from keyqueue import Queue
+from keyqueue.errors import ConfigurationError, InvalidArgument
+from keyqueue.server import RedisServer
+
+from ..support.workers import Workers
+
+MakeQueue = Callable[..., Queue]
+
+
+def shard_of(msg_id: str) -> int:
+    shard, sep, _ = msg_id.partition("#")
+    assert sep and shard.isdigit(), msg_id
+    return int(shard)
+
+
+def test_round_robin_spreads_single_enqueues_evenly(make_queue: MakeQueue, r: redis.Redis) -> None:
+    q = make_queue("rr", shards=6)
+    ids = [q.enqueue(f"m{i}") for i in range(600)]
+    spread = Counter(shard_of(i) for i in ids)
+    assert sorted(spread) == list(range(6))
+    assert all(95 <= n <= 105 for n in spread.values()), spread
+    # each shard holds what its ids say, in its own keys
+    for shard, n in spread.items():
+        assert r.scard(f"kq:{{rr#{shard}}}:items") == n
+    assert len(q) == 600
+
+
+def test_a_batch_goes_over_every_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("batch", shards=6)
+    ids = q.enqueue_many([f"m{i}" for i in range(60)], delays=[0.0] * 60)
+    assert len(ids) == len(set(ids)) == 60
+    assert Counter(shard_of(i) for i in ids) == {s: 10 for s in range(6)}
+    # ids come back in the bodies' order
+    assert [m.text for m in q.get(ids)] == [f"m{i}" for i in range(60)]
+
+
+def test_a_shard_key_keeps_its_messages_on_one_shard_in_every_process(make_queue: MakeQueue) -> None:
+    q = make_queue("keyed", shards=6)
+    ids = [q.enqueue(f"m{i}", shard_key="customer-42") for i in range(12)]
+    ids += q.enqueue_many(["x", "y"], shard_keys=["customer-42", "customer-42"])
+    shards = {shard_of(i) for i in ids}
+    assert len(shards) == 1
+    # another process (another hash seed) routes the key to the same shard
+    code = "from keyqueue.core.shards import shard_for; print(shard_for('customer-42', 6))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "7"}
+    )
+    assert int(out.stdout) == shards.pop()
+    # messages of one key keep their order on their shard
+    got = [m.text for m in q.claim_many(14)]
+    assert got == [f"m{i}" for i in range(12)] + ["x", "y"]
+
+
+def test_claims_serve_every_shard_starting_from_a_rotating_one(make_queue: MakeQueue) -> None:
+    q = make_queue("rot", shards=4)
+    for shard in range(4):
+        for i in range(3):
+            q.enqueue(f"{shard}-{i}", shard_key=next(k for k in map(str, range(100)) if _shard(k, 4) == shard))
+    firsts = [shard_of(m.id) for m in (q.claim() for _ in range(4)) if m is not None]
+    assert sorted(firsts) == [0, 1, 2, 3]  # four claims in a row: four different shards first
+    rest = q.claim_many(100)
+    assert len(rest) + 4 == 12
+    assert {shard_of(m.id) for m in rest} == {0, 1, 2, 3}
+
+
+def _shard(key: str, count: int) -> int:
+    from keyqueue.core.shards import shard_for
+
+    return shard_for(key, count)
+
+
+def test_a_long_poll_wakes_for_any_shard(make_queue: MakeQueue, redis_server: RedisServer) -> None:
+    q = make_queue("poll", shards=3)
+    producer = make_queue("poll", url=f"redis://127.0.0.1:{redis_server.port}/0")
+    assert producer.shards == 3
+    late = threading.Timer(0.3, lambda: producer.enqueue("late"))
+    late.start()
+    got = q.claim(wait=5)
+    late.join()
+    assert got is not None and got.text == "late"
+
+
+def test_settling_by_sharded_id(make_queue: MakeQueue) -> None:
+    q = make_queue("settle", shards=3, max_receives=5)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    msgs = q.claim_many(6)
+    assert len(msgs) == 6 and {shard_of(m.id) for m in msgs} == {0, 1, 2}
+    a, b, c, d, e, f = msgs
+    assert q.ack(a) and not q.ack(a)
+    assert q.ack_many([b, c]) == 2
+    assert q.extend(d, 100)
+    assert q.release(e, error="boom")
+    assert q.dead_letter(f, "bad")
+    st = q.stats()
+    assert (st.waiting, st.processing, st.dead) == (1, 1, 1)
+    assert [m.id for m in q.peek(source="dead")] == [f.id]
+    assert q.peek(source="dead")[0].last_error == "bad"
+    assert q.requeue([f.id]) == 1
+    assert q.stats().dead == 0 and len(q) == 2
+    again = q.get([e.id, f.id, "9#1", "nonsense"])
+    assert [m.id for m in again] == [e.id, f.id]
+    assert again[0].last_error == "boom"
+    assert q.purge(ids=["0#999", "x"], source="dead") == 0
+    with pytest.raises(InvalidArgument):
+        q.purge(ids=[f.id], source="waiting")
+
+
+def test_aggregate_stats_are_the_sums_of_the_shards(make_queue: MakeQueue) -> None:
+    q = make_queue("sums", shards=4)
+    q.enqueue_many([f"m{i}" for i in range(20)])
+    q.enqueue_many(["later"] * 4, delay=60)
+    got = q.claim_many(5)
+    q.dead_letter(got[0], "x")
+    per = q.shard_stats()
+    assert len(per) == 4
+    total = q.stats()
+    for name in ("waiting", "processing", "delayed", "dead"):
+        assert getattr(total, name) == sum(getattr(s, name) for s in per)
+    assert (total.waiting, total.processing, total.delayed, total.dead) == (15, 4, 4, 1)
+    counters = q.counters()
+    assert counters["enqueued"] == 24 and counters["dead_lettered"] == 1
+
+
+def test_peek_is_merged_and_bounded(make_queue: MakeQueue) -> None:
+    q = make_queue("peek", shards=3)
+    ids = [q.enqueue(f"m{i}") for i in range(9)]
+    peeked = q.peek(5)
+    assert len(peeked) == 5
+    assert {m.id for m in peeked} <= set(ids)
+    assert sorted(q.ids()) == sorted(ids)
+
+
+def test_purge_requeue_and_destroy_cover_every_shard(make_queue: MakeQueue, r: redis.Redis) -> None:
+    q = make_queue("gone", shards=3)
+    q.enqueue_many([f"m{i}" for i in range(9)])
+    for m in q.claim_many(3):
+        q.dead_letter(m)
+    assert q.requeue() == 3
+    assert len(q) == 9
+    assert q.purge() == 9
+    assert len(q) == 0
+    q.enqueue_many(["a", "b", "c"])
+    q.destroy()
+    assert r.keys("kq:{gone*") == []
+    assert b"gone" not in r.smembers("kq:queues")
+
+
+def test_a_different_count_is_refused_with_nothing_written(make_queue: MakeQueue, r: redis.Redis) -> None:
+    make_queue("fixed", shards=4).enqueue("x")
+    before = {k: r.dump(k) for k in r.keys("*")}
+    for wrong in (1, 3, 8):
+        with pytest.raises(ConfigurationError):
+            make_queue("fixed", shards=wrong, visibility_timeout=7)
+    # an existing unsharded queue takes no count either
+    make_queue("plain").enqueue("y")
+    before = {k: r.dump(k) for k in r.keys("*")}
+    with pytest.raises(ConfigurationError):
+        make_queue("plain", shards=2, visibility_timeout=7)
+    assert {k: r.dump(k) for k in r.keys("*")} == before
+
+
+def test_a_queue_made_without_a_count_adopts_the_stored_one(make_queue: MakeQueue) -> None:
+    first = make_queue("adopt", shards=5, visibility_timeout=9)
+    ids = first.enqueue_many([f"m{i}" for i in range(10)])
+    second = make_queue("adopt")
+    assert second.shards == 5
+    assert second.settings.visibility_timeout == 9
+    got = second.claim_many(10)
+    assert sorted(m.id for m in got) == sorted(ids)
+    assert second.ack_many(got) == 10
+
+
+def test_settings_reach_every_shard(make_queue: MakeQueue, r: redis.Redis) -> None:
+    make_queue("cfg", shards=3)
+    make_queue("cfg", visibility_timeout=12)
+    for shard in range(3):
+        assert r.hget(f"kq:{{cfg#{shard}}}:config", "visibility_timeout") == b"12"
+
+
+def test_one_shard_is_the_unsharded_layout(make_queue: MakeQueue, r: redis.Redis) -> None:
+    q = make_queue("one", shards=1)
+    msg_id = q.enqueue("x")
+    assert "#" not in msg_id
+    assert q.shards == 1
+    assert all(k.startswith(b"kq:{one}:") or k == b"kq:queues" for k in r.keys("*"))
+    assert not r.exists("kq:{one}:shards")
+
+
+def test_check_reports_a_problem_in_any_shard(make_queue: MakeQueue, r: redis.Redis) -> None:
+    q = make_queue("fsck", shards=3)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    assert q.check(settle=0).consistent
+    r.srem("kq:{fsck#2}:items", *r.smembers("kq:{fsck#2}:items"))  # shard 2's ids lose their state
+    report = q.check(settle=0)
+    assert not report.consistent
+    assert all(i.startswith("2#") for p in report.problems for i in p.ids if "#" in i)
+    assert q.check(settle=0, repair=True).problems
+    assert q.check(settle=0).consistent
+
+
+def test_reap_reaps_every_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("reap", shards=3, visibility_timeout=0.2)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    assert len(q.claim_many(6)) == 6
+    deadline = time.monotonic() + 10
+    requeued = 0
+    while requeued < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        requeued += q.reap().requeued
+    assert requeued == 6
+    assert len(q) == 6
+
+
+def test_a_worker_drains_a_sharded_queue_once_each(make_queue: MakeQueue, workers: Workers) -> None:
+    q = make_queue("work", shards=6)
+    ids = q.enqueue_many([f"m{i}" for i in range(120)])
+    seen: list[str] = []
+    workers.run(workers.make(q, lambda m: seen.append(m.id), concurrency=4))
+    assert sorted(seen) == sorted(ids)
+    assert q.stats().processing == 0 and len(q) == 0
+
+
+def test_the_registry_and_an_all_queues_reaper_see_the_logical_queue_once(
+    make_queue: MakeQueue, r: redis.Redis, scripting: bool
+) -> None:
+    from keyqueue import Reaper
+    from keyqueue.queue import list_queues
+
+    q = make_queue("listed", shards=4, visibility_timeout=0.2)
+    make_queue("plain").enqueue("x")
+    q.enqueue_many([f"m{i}" for i in range(8)])
+    assert list_queues(r) == ["listed", "plain"]
+    assert len(q.claim_many(8)) == 8
+    reaper = Reaper(client=r, scripting=scripting)
+    deadline = time.monotonic() + 10
+    requeued = 0
+    while requeued < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        requeued += reaper.reap_once()["listed"].requeued
+    assert requeued == 8 and len(q) == 8
+
+
+def test_a_dedup_key_meets_its_repeat_on_one_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("dedup", shards=6, dedup_window=60)
+    first = [q.enqueue(f"m{i}", dedup_key=f"k{i}") for i in range(12)]
+    again = [q.enqueue("repeat", dedup_key=f"k{i}") for i in range(12)]
+    assert again == first
+    assert q.enqueue_many(["a", "b"], dedup_keys=["k0", "k1"]) == first[:2]
+    assert len(q) == 12
+
+
+def test_an_id_of_no_shard_is_refused_by_settling(make_queue: MakeQueue) -> None:
+    q = make_queue("foreign", shards=2)
+    q.enqueue("x")
+    m = q.claim()
+    assert m is not None
+    inner = m._m if hasattr(m, "_m") else m  # (the async face's message behind the test's proxy)
+    for wrong in ("7", "5#1", "x#1"):
+        object.__setattr__(inner, "id", wrong)
+        with pytest.raises(InvalidArgument, match="not an id of sharded queue"):
+            q.extend(m, 10)
+
+
+def test_limits_apply_to_each_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("limited", shards=2, max_in_flight=1)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    got = q.claim_many(6)
+    assert len(got) == 2  # one in flight per shard
+    assert {shard_of(m.id) for m in got} == {0, 1}
+    assert q.rate_state().in_flight == 2
+    q.throttle(30)
+    for m in got:
+        q.ack(m)
+    assert q.claim() is None  # a throttle holds back every shard
+
+
+def test_a_bad_batch_writes_to_no_shard(make_queue: MakeQueue) -> None:
+    q = make_queue("badbatch", shards=3, max_body_bytes=10)
+    for bad in (
+        dict(bodies=["a", "b", "c", "d", 5]),
+        dict(bodies=["a", "b", "c", "d", "x" * 11]),
+        dict(bodies=["a", "b", "c", "d"], shard_keys=["k", "k", "k", 7]),
+        dict(bodies=["a", "b", "c", "d"], delays=[0, 0, 0, -1]),
+    ):
+        with pytest.raises((TypeError, ValueError)):
+            q.enqueue_many(**bad)  # type: ignore[arg-type]
+    assert q.counters()["enqueued"] == 0 and len(q) == 0
+
+
+def test_the_reads_of_every_shard_go_in_one_round_trip(r: redis.Redis, scripting: bool, round_trips: list[int]) -> None:
+    q = Queue("reads", client=r, scripting=scripting, shards=6)
+    q.enqueue_many([f"m{i}" for i in range(12)])
+    q.enqueue("later", delay=60)
+    for read, want in ((len, 12), (lambda q: q.counters()["enqueued"], 13), (lambda q: q.stats().delayed, 1)):
+        round_trips.clear()
+        assert read(q) == want
+        assert len(round_trips) <= 4  # one per step of one shard's read (script-free stats: 4), not per shard
+    round_trips.clear()
+    assert len(q.peek(4)) == 4 and len(round_trips) <= 3
+
+
+def test_an_asyncio_queue_adopts_the_count_at_its_first_operation(r: redis.Redis, redis_server: RedisServer) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from keyqueue import aio
+
+    Queue("lazy", client=r, shards=4).enqueue_many([f"m{i}" for i in range(8)])
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        try:
+            first_len = aio.Queue("lazy", client=client)  # no I/O yet
+            assert first_len.shards == 1  # (not known before its first operation)
+            assert await first_len.length() == 8 and first_len.shards == 4
+            first_claim = aio.Queue("lazy", client=client)
+            got = await first_claim.claim_many(3)
+            assert len(got) == 3 and all("#" in m.id for m in got)
+            assert await first_claim.ack_many(got) == 3
+            seen: list[str] = []
+
+            async def handle(m: Any) -> None:
+                seen.append(m.id)
+
+            await aio.Worker(aio.Queue("lazy", client=client), handle).run(burst=True)  # first use: the worker's claim
+            assert len(seen) == 5 and len(set(seen)) == 5
+            with pytest.raises(ConfigurationError):
+                await aio.Queue("lazy", client=client, shards=1).length()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_group_stays_on_one_shard_in_order(make_queue: MakeQueue, r: redis.Redis, scripting: bool) -> None:
+    q = make_queue("grouped", shards=4)
+    if not scripting:  # (groups need the scripted mode: refused before any shard is written)
+        with pytest.raises(ConfigurationError):
+            q.enqueue_many(["x", "y"], group="g")
+        assert q.counters()["enqueued"] == 0
+        return
+    sent: dict[str, list[str]] = {}
+    for i in range(5):
+        for g in ("a", "b", "c", "d", "e"):
+            sent.setdefault(g, []).append(q.enqueue(f"{g}{i}", group=g))
+    sent["f"] = q.enqueue_many([f"f{i}" for i in range(5)], group="f")
+    for g, ids in sent.items():
+        assert len({shard_of(i) for i in ids}) == 1, g  # one shard a group
+    infos = q.groups()
+    assert [i.id for i in infos] == sorted(sent)
+    assert q.stats().held == sum(s.held for s in q.shard_stats()) == sum(i.held for i in infos) > 0
+    got: dict[str, list[str]] = {}
+    while batch := q.claim_many(10):
+        groups = [m.group for m in batch]
+        assert len(groups) == len(set(groups))  # one of a group in flight at a time
+        for m in batch:
+            got.setdefault(m.group, []).append(m.id)
+        assert q.ack_many(batch) == len(batch)
+    assert got == sent
+    assert q.groups() == [] and q.stats().held == 0
