@@ -27,18 +27,30 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/nu
     exit 1
   fi
 fi
-.venv/bin/ruff check keyqueue tests scripts examples docs   # lint: unused imports and variables, undefined names, import order
-.venv/bin/ruff format --check --quiet keyqueue tests scripts examples docs   # the formatting ruff format writes
-.venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
+# Lint, types and the docs build run beside the tests too (their output comes at the end).
+lint_log=$(mktemp)
+(
+  set -e
+  .venv/bin/ruff check keyqueue tests scripts examples docs   # lint: unused imports and variables, undefined names, import order
+  .venv/bin/ruff format --check --quiet keyqueue tests scripts examples docs   # the formatting ruff format writes
+  .venv/bin/mypy                     # strict type check of keyqueue/ (settings in pyproject.toml)
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
+) >"$lint_log" 2>&1 &
+lint_pid=$!
+trap 'kill "$spark_pid" "$lint_pid" 2>/dev/null || true' EXIT
 status=0
 nice -n 15 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup -m "not spark" "$@" || status=$?
 [ "$status" = 5 ] && status=0
 spark=0
 wait "$spark_pid" || spark=$?
+lint=0
+wait "$lint_pid" || lint=$?
 trap - EXIT
 echo "-- the Spark tests (run beside the rest):"
 cat "$spark_log"
-rm -f "$spark_log"
+echo "-- ruff, mypy and the docs build (run beside the tests):"
+cat "$lint_log"
+[ "$lint" = 0 ] && echo "ok"
+rm -f "$spark_log" "$lint_log"
 [ "$spark" = 5 ] && spark=0
-exit $(( status != 0 ? status : spark ))
+exit $(( status != 0 ? status : (spark != 0 ? spark : lint) ))
