@@ -238,24 +238,37 @@ end
 
 -- Release held messages of group g while fewer than the limit are released (`active` of
 -- them now) to the tail of the FIFO, and store the count unless it is still `stored`.
--- Returns how many were released.
-local function group_fill(g, active, stored)
+-- Returns how many were released. With `batch` ({ids = {}, popped = 0}), the released ids
+-- and the number of held ids taken are gathered there, for group_flush to write at once.
+local function group_fill(g, active, stored, batch)
   local limit, gk, n = group_limit(), group_key(g), 0
   while active < limit do
     local id = rcall('LPOP', gk)
     if not id then break end
-    if rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
+    if batch then batch.popped = batch.popped + 1
+    elseif rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
     if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
       rcall('HSET', item_key(id), 'j', '1')
-      make_waiting(BASE .. 'queue', BASE .. 'items', id)
+      if batch then batch.ids[#batch.ids + 1] = id else make_waiting(BASE .. 'queue', BASE .. 'items', id) end
       active, n = active + 1, n + 1
     end
   end
   if active ~= stored then
     if active > 0 then rcall('HSET', BASE .. 'groups', g, active) else rcall('HDEL', BASE .. 'groups', g) end
   end
-  if n > 0 then signal(BASE .. 'signal') end
+  if n > 0 and not batch then signal(BASE .. 'signal') end
   return n
+end
+
+-- What group_fill gathered in `batch`: the held counter, the FIFO and `items` written once.
+local function group_flush(batch)
+  if batch.popped > 0 and rcall('DECRBY', BASE .. 'held', batch.popped) <= 0 then rcall('DEL', BASE .. 'held') end
+  for i = 1, #batch.ids, 1000 do
+    local last = math.min(i + 999, #batch.ids)
+    rcall('RPUSH', BASE .. 'queue', unpack(batch.ids, i, last))
+    rcall('SADD', BASE .. 'items', unpack(batch.ids, i, last))
+  end
+  if #batch.ids > 0 then signal(BASE .. 'signal') end
 end
 
 -- A released message of group g ended (acked, dead-lettered, expired, purged): the group's
@@ -263,6 +276,22 @@ end
 local function group_end(g)
   local stored = tonumber(rcall('HGET', BASE .. 'groups', g) or '')
   return group_fill(g, math.max((stored or 1) - 1, 0), stored)
+end
+
+-- Released messages of groups `gs` ended (one entry a message; a group may repeat): as
+-- group_end for each, with each group's count read once and the releases written together.
+local function group_end_many(gs)
+  local ended, order = {}, {}
+  for _, g in ipairs(gs) do
+    if not ended[g] then ended[g] = 0; order[#order + 1] = g end
+    ended[g] = ended[g] + 1
+  end
+  local batch = {ids = {}, popped = 0}
+  for _, g in ipairs(order) do
+    local stored = tonumber(rcall('HGET', BASE .. 'groups', g) or '')
+    group_fill(g, math.max((stored or ended[g]) - ended[g], 0), stored, batch)
+  end
+  group_flush(batch)
 end
 
 -- A grouped message `id` joins group g at its end (enqueued, due after its delay, requeued):

@@ -61,5 +61,5 @@ local n = rcall('SREM', KEYS[1], unpack(ids))
 rcall('HINCRBY', KEYS[3], 'acked', n)
 drop_timers(KEYS[2], groups, order)
 rcall('DEL', unpack(keys))
-for _, g in ipairs(ended) do group_end(g) end
+if #ended > 0 then group_end_many(ended) end
 return n
