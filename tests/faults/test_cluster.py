@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 from keyqueue import KeyQueueError, Queue, Worker, aio
 from keyqueue.server import free_port
 
-from ..support.cluster import Cluster
+from ..support.cluster import Cluster, spread_name
 from ..support.helpers import ROOT, wait_until
 from ..support.processes import Procs
 
@@ -545,16 +545,6 @@ def test_a_tls_cluster_url_sets_tls_on_both_faces_without_connecting() -> None:
     assert (kw["ssl"], kw["ssl_ca_certs"], kw["password"], kw["username"]) == (True, "/etc/ca.pem", "s3cret", "u")
     (only,) = aio.Queue("q", url=url).client.nodes_manager.startup_nodes.values()
     assert only.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem" and only.connection_class.__name__ == "SSLConnection"
-
-
-def spread_name(cluster: RedisCluster, shards: int) -> str:
-    """A queue name whose shards' slots fall on every primary (shards follow their slots)."""
-    primaries = {n.name for n in cluster.get_primaries()}
-    for i in range(1000):
-        name = f"sharded{i}"
-        if {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in range(shards)} == primaries:
-            return name
-    raise AssertionError("no name spreads over every primary")
 
 
 def test_a_sharded_queue_spreads_over_every_primary(cluster: RedisCluster) -> None:

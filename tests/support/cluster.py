@@ -104,3 +104,14 @@ def _info(node: RedisServer) -> dict[str, str]:
     with redis.Redis(port=node.port, socket_timeout=2) as r:
         raw = r.execute_command("CLUSTER INFO")
     return {str(k): str(v) for k, v in raw.items()}
+
+
+def spread_name(cluster: RedisCluster, shards: int, prefix: str = "sharded") -> str:
+    """A queue name whose shards' slots fall on every primary (shards follow their slots):
+    with fewer shards than primaries, or an unlucky name, some primary holds none."""
+    primaries = {n.name for n in cluster.get_primaries()}
+    for i in range(1000):
+        name = f"{prefix}{i}"
+        if {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in range(shards)} == primaries:
+            return name
+    raise AssertionError("no name spreads over every primary")
