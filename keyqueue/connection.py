@@ -38,8 +38,32 @@ def outage_delay(failures: int) -> float:
     return min(0.1 * 2 ** (failures - 1), MAX_PAUSE)
 
 
-_USERINFO_PASSWORD = re.compile(r"(://[^/@?#]*?:)[^/?#]*@")
+#: A user info's password runs to the last "@": passwords from managed services hold "/",
+#: "?" or "#" unencoded.
+_USERINFO_PASSWORD = re.compile(r"(://[^/@?#:]*:).*@")
 _QUERY_PASSWORD = re.compile(r"((?:^|[?&])[a-z_]*password=)[^&#]*", re.I)
+
+
+def _split_userinfo(rest: str) -> tuple[str, str]:
+    """(user info, the rest) of what follows a URL's ``://``, split at its last "@"."""
+    userinfo, at, after = rest.rpartition("@")
+    return (userinfo, after) if at else ("", rest)
+
+
+def _password_of(url: str) -> str:
+    """The password in a URL's user info ("" when none)."""
+    return _split_userinfo(url.partition("://")[2])[0].partition(":")[2]
+
+
+def _without_password(text: str, url: str) -> str:
+    """``text`` (what a parser said of ``url``) with every word that is a piece of the URL's
+    password (a parser split at a "/" or "?" inside it) replaced by ``***``."""
+    password = _password_of(url)
+    if not password:
+        return text
+    return re.sub(
+        r"[^\s'\"]+", lambda m: "***" if len(m[0]) > 1 and (m[0] in password or password in m[0]) else m[0], text
+    )
 
 
 def redact(url: str) -> str:
@@ -129,9 +153,9 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, dict[str
     naming the first problem."""
     scheme, _, rest = url.partition("://")
     tls = SENTINEL_SCHEMES[scheme]
+    userinfo, rest = _split_userinfo(rest)
     rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    userinfo, _, hostlist = netloc.rpartition("@")
+    hostlist, _, path = rest.partition("/")
     server = _userinfo(userinfo)
     hosts = _addresses(hostlist, SENTINEL_PORT, "sentinel")
     names = [unquote(p) for p in path.split("/") if p] if path else []
@@ -151,11 +175,11 @@ def cluster_parts(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """(seed nodes, client settings) of a cluster URL; ValueError naming the first problem.
     A cluster has one database, so the URL has no path."""
     scheme, _, rest = url.partition("://")
+    userinfo, rest = _split_userinfo(rest)
     rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
+    hostlist, _, path = rest.partition("/")
     if path:
         raise ValueError(f"a cluster has no databases: drop the path /{path}")
-    userinfo, _, hostlist = netloc.rpartition("@")
     settings = _userinfo(userinfo)
     hosts = _addresses(hostlist, None, "cluster node")
     shared, _ = _options(query, CLUSTER_SCHEMES[scheme], scheme)
@@ -259,7 +283,7 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
     except (ValueError, TypeError) as exc:
         unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         why = f"unknown query parameter {unknown.group(1)!r}" if unknown else str(exc)
-        raise ConfigurationError(f"invalid Redis URL {redact(url)}: {why}") from None
+        raise ConfigurationError(f"invalid Redis URL {redact(url)}: {_without_password(why, url)}") from None
 
 
 def default_url() -> str:

@@ -3,6 +3,8 @@ sync and async clients, one clear line for a malformed URL, passwords never show
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import redis
 import redis.asyncio
@@ -72,3 +74,21 @@ def test_passwords_never_appear_in_errors_or_redacted_urls() -> None:
         assert "s3cret" not in redact(url) and "topsecret" not in redact(url)
     assert redact(SENTINEL) == "redis+sentinel://kq:***@127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster/2"
     assert redact("redis://h:1/0") == "redis://h:1/0"
+
+
+@pytest.mark.parametrize("password", ["s3cr/et-pw", "s3cr?et-pw", "s3cr#et-pw", "k3yA/x9Qz?Lm2w#Rt7v"])
+def test_a_password_holding_url_delimiters_never_appears_either(password: str) -> None:
+    """Managed services hand out passwords with "/", "?" or "#" unencoded: a parser splits
+    the URL there, and what it quotes of the pieces must not show them."""
+    pieces = [p for p in re.split(r"[/?#]", password) if len(p) > 1]
+    for url in (
+        f"redis+cluster://user:{password}@h1:7000/1",
+        f"redis+cluster://user:{password}@h1:70x00",
+        f"redis+sentinel://user:{password}@h:26379",
+        f"redis://user:{password}@localhost:6379/x",
+    ):
+        with pytest.raises(ConfigurationError) as info:
+            from_url(url)
+        shown = str(info.value) + redact(url)
+        assert all(p not in shown for p in pieces), shown
+    assert redact(f"rediss+cluster://user:{password}@h1:7000,h2:7001") == "rediss+cluster://user:***@h1:7000,h2:7001"
