@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote
 
 import redis
@@ -74,6 +74,17 @@ def redact(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", url))
 
 
+#: The words a boolean query parameter takes (the first four are true).
+BOOLEAN_WORDS = ("1", "true", "yes", "on", "0", "false", "no", "off")
+
+
+def _choice(value: str, allowed: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``allowed`` (any case), else ValueError."""
+    if value.lower() not in allowed:
+        raise ValueError(value)
+    return value.lower()
+
+
 #: Sentinel URLs: redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]
 SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
 #: Cluster URLs: redis+cluster://[user:password@]host:port[,host:port...][/?options]
@@ -83,18 +94,18 @@ SENTINEL_PORT = 26379
 #: Query parameters of a Sentinel URL: the sentinels' own credentials, and connection
 #: settings applied to the servers and the sentinels alike (redis-py's URL parsers).
 SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
-SENTINEL_OPTIONS = {
+SENTINEL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "socket_timeout": float,
     "socket_connect_timeout": float,
-    "socket_keepalive": str,
+    "socket_keepalive": lambda v: _choice(v, BOOLEAN_WORDS),
     "health_check_interval": int,
     "max_connections": int,
     "pool_timeout": float,
     "ssl_ca_certs": str,
     "ssl_certfile": str,
     "ssl_keyfile": str,
-    "ssl_cert_reqs": str,
-    "ssl_check_hostname": str,
+    "ssl_cert_reqs": lambda v: _choice(v, ("none", "optional", "required")),
+    "ssl_check_hostname": lambda v: _choice(v, BOOLEAN_WORDS),
 }
 
 
@@ -139,9 +150,7 @@ def _options(query: str, tls: bool, scheme: str, extra: tuple[str, ...] = ()) ->
             except ValueError:
                 raise ValueError(f"invalid value for {name!r}") from None
             shared[name] = (
-                parsed
-                if name not in ("socket_keepalive", "ssl_check_hostname")
-                else value in ("1", "true", "yes", "on", "True")
+                parsed if name not in ("socket_keepalive", "ssl_check_hostname") else parsed in BOOLEAN_WORDS[:4]
             )
         else:
             raise ValueError(f"unknown query parameter {name!r}")

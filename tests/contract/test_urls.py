@@ -92,3 +92,16 @@ def test_a_password_holding_url_delimiters_never_appears_either(password: str) -
         shown = str(info.value) + redact(url)
         assert all(p not in shown for p in pieces), shown
     assert redact(f"rediss+cluster://user:{password}@h1:7000,h2:7001") == "rediss+cluster://user:***@h1:7000,h2:7001"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss+cluster://u:p@h1:7000/?ssl_cert_reqs=maybe",
+        "redis+cluster://h1:7000/?socket_keepalive=anything",
+        "rediss+sentinel://h:26379/m?ssl_check_hostname=perhaps",
+    ],
+)
+def test_an_option_value_a_url_cannot_mean_is_refused_before_any_connection(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid value for"):
+        from_url(url)
