@@ -90,6 +90,46 @@ local function signal(sig)
   signalled = true
 end
 
+-- One message enqueued visible now (enqueue.lua's and enqueue_group.lua's hot path, their
+-- KEYS): the writes check the types themselves (redis.pcall), in an order where each one
+-- that can fail is undone with those before it, so a corrupt key changes nothing without a
+-- read of every key first. undo_enqueue undoes the steps before `step` (2: the item, 3: the
+-- FIFO entry, 4: the items entry) and the id, and returns `err`.
+local function undo_enqueue(step, id, err)
+  if step > 3 then rcall('SREM', KEYS[3], id) end
+  if step > 2 then rcall('RPOP', KEYS[2]) end
+  if step > 1 then rcall('DEL', item_key(id)) end
+  if id == '1' then rcall('DEL', KEYS[1]) else rcall('DECR', KEYS[1]) end
+  return err
+end
+
+-- The new id (INCR seq), or nil and the error: seq is not a number, or the id's item exists
+-- (item keys are new by construction; one that exists means seq was overwritten).
+local function next_id()
+  local id = redis.pcall('INCR', KEYS[1])
+  if type(id) == 'table' then return nil, write_error(id, KEYS[1]) end
+  id = fmt(id)
+  if rcall('EXISTS', item_key(id)) == 1 then return nil, undo_enqueue(1, id, corrupt(KEYS[1])) end
+  return id
+end
+
+-- After the item's HSET: the FIFO and items entries when `waiting`, then the enqueued
+-- counter. Returns the counter's reply (1: the counters were absent, as when Redis lost its
+-- data), or nil and the error, every write undone.
+local function push_new(id, waiting)
+  local step = 2
+  if waiting then
+    local r = redis.pcall('RPUSH', KEYS[2], id)
+    if type(r) == 'table' then return nil, undo_enqueue(2, id, write_error(r, KEYS[2])) end
+    r = redis.pcall('SADD', KEYS[3], id)
+    if type(r) == 'table' then return nil, undo_enqueue(3, id, write_error(r, KEYS[3])) end
+    step = 4
+  end
+  local r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)
+  if type(r) == 'table' then return nil, undo_enqueue(step, id, write_error(r, KEYS[7])) end
+  return r
+end
+
 -- Move a waiting-eligible id to the tail of the FIFO.
 local function make_waiting(queue, items, id)
   rcall('RPUSH', queue, id)
@@ -114,6 +154,17 @@ local function body_fields(out, body, chunk)
     k = k + 1
   end
   return out
+end
+
+-- HSET a new item: its body's fields, then the field/value pairs given; no table is made for
+-- a body of one or two fields.
+local function write_item(ik, body, chunk, ...)
+  local len = #body
+  if len <= chunk then return rcall('HSET', ik, 'b', body, ...) end
+  if len <= 2 * chunk then
+    return rcall('HSET', ik, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1), ...)
+  end
+  return rcall('HSET', ik, unpack(body_fields({...}, body, chunk)))
 end
 
 -- The item hash as a table with the body reassembled in f.b: nil when the key is absent,

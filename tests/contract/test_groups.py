@@ -386,6 +386,29 @@ def test_a_group_key_of_the_wrong_type_fails_the_operation_writing_nothing(
     assert q.ack(m)
 
 
+@pytest.mark.parametrize(
+    ("key", "released"),
+    [(k, True) for k in ("seq", "queue", "items", "counters", "signal")]
+    + [(k, False) for k in ("seq", "counters", "signal")],  # (a held one is not in the FIFO)
+)
+def test_a_queue_key_of_the_wrong_type_fails_a_grouped_enqueue_writing_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, key: str, released: bool
+) -> None:
+    """One grouped message, released or held: a corrupt key found by a write half-way is
+    undone with every write before it."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many(["1", "2"], group="busy")  # (one released, one held)
+    full = f"kq:{{q}}:{key}"
+    r.delete(full)
+    r.sadd(full, "x") if key != "items" else r.set(full, "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=full.replace("{", "\\{")):
+        q.enqueue("3", group="free" if released else "busy")
+    assert snapshot(r) == before
+
+
 def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
 ) -> None:
