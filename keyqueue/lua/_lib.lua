@@ -1,7 +1,8 @@
 --[[
   Shared by every script (prepended at load time).
   Convention for every script:
-    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>" and "timer:<bucket>"
+    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>", "timer:<bucket>"
+             and (schedule_fire_due) "schedule:<id>"
     ARGV[2]  clock override in epoch ms ('' = the server's TIME); tests use it to control time
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
     c current receipt, d timer ms (visibility deadline while processing, visible-at while

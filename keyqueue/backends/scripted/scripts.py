@@ -34,6 +34,7 @@ SCRIPT_NAMES = (
     "schedule_put",
     "schedule_fire",
     "schedule_fire_many",
+    "schedule_fire_due",
 )
 #: Scripts that never write: no WAIT after them.
 READ_ONLY = frozenset({"peek", "stats"})
