@@ -120,6 +120,12 @@ class Sqs:
         if p.get("Attributes") is None:
             raise missing("Attributes")
         attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn, known.fifo)
+        if attributes.get("DeduplicationScope") == "queue" and known.fifo and known.queue.shards > 1:
+            raise SqsError(
+                "InvalidAttributeValue",
+                "Invalid value for the parameter DeduplicationScope. Reason: a sharded FIFO queue "
+                "deduplicates within a message group (DeduplicationScope messageGroup).",
+            )
         await self.check_redrive_target(attributes, known.fifo)
         await self.directory.set_attributes(known, attributes)
         if attributes.get("RedrivePolicy"):

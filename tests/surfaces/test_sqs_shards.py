@@ -5,16 +5,19 @@ SQS queue. Its messages spread over the shards, receipt handles carry the sharde
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
+import pytest
 import redis
 
 from keyqueue import Queue
+from keyqueue.server import RedisServer
 
 from ..support.helpers import wait_until
 from . import test_sqs
-from .test_sqs import PREFIX, Server
+from .test_sqs import PREFIX, VENV_BIN, Server, error_of, name_of, serving
 
 # the server and clients of the SQS tests, shared
 keyqueue_server, kq, rc = test_sqs.keyqueue_server, test_sqs.kq, test_sqs.rc
@@ -142,3 +145,48 @@ def receive_all(c: Any, url: str, n: int, **kw: Any) -> list[dict[str, Any]]:
         out += got
     assert len(out) == n
     return out
+
+
+@pytest.fixture(scope="module")
+def spreading(redis_server: RedisServer) -> Iterator[Server]:
+    """A server whose CreateQueue makes queues of 4 shards."""
+    with serving(redis_server, "--sqs-shards", "4") as server:
+        yield server
+
+
+def test_create_queue_makes_sharded_queues_with_sqs_shards(spreading: Server, kq: Server, rc: redis.Redis) -> None:
+    c = spreading.sqs
+    url = spreading.queue()
+    q = Queue(name_of(url), client=rc, prefix=PREFIX)
+    assert q.shards == 4 and rc.get(f"{PREFIX}:{{{q.name}}}:shards") == b"4"
+    c.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(8)])
+    assert [s.waiting for s in q.shard_stats()] == [2, 2, 2, 2]
+    assert spreading.count(url) == kq.count(url) == 8  # another server serves it as it is
+    # a FIFO queue is sharded when its deduplication is per message group, which it can keep
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    one = c.create_queue(QueueName=f"f-{uuid.uuid4().hex[:10]}.fifo", Attributes=fifo)["QueueUrl"]
+    grouped = c.create_queue(
+        QueueName=f"f-{uuid.uuid4().hex[:10]}.fifo", Attributes={**fifo, "DeduplicationScope": "messageGroup"}
+    )["QueueUrl"]
+    assert Queue(name_of(one), client=rc, prefix=PREFIX).shards == 1
+    assert Queue(name_of(grouped), client=rc, prefix=PREFIX).shards == 4
+    err = error_of(lambda: c.set_queue_attributes(QueueUrl=grouped, Attributes={"DeduplicationScope": "queue"}))
+    assert err["Error"]["Code"] == "InvalidAttributeValue" and "message group" in err["Error"]["Message"]
+    got = c.get_queue_attributes(QueueUrl=grouped, AttributeNames=["DeduplicationScope"])["Attributes"]
+    assert got == {"DeduplicationScope": "messageGroup"}
+    # the same body in two groups: two messages (content-based deduplication within a group)
+    for g in ("a", "b", "a"):
+        c.send_message(QueueUrl=grouped, MessageBody="same", MessageGroupId=g)
+    assert spreading.count(grouped) == 2
+    # the server without the option makes unsharded ones
+    assert Queue(name_of(kq.queue()), client=rc, prefix=PREFIX).shards == 1
+
+
+def test_sqs_shards_needs_the_sqs_api() -> None:
+    done = subprocess.run(
+        [str(VENV_BIN / "keyqueue"), "--url", "redis://127.0.0.1:1", "serve", "--sqs-shards", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and done.stderr.strip() == "Error: --sqs-shards is for the SQS API: give --sqs too"

@@ -647,8 +647,14 @@ def test_sqs_requests_go_to_the_sqs_app(monkeypatch: pytest.MonkeyPatch, redis_s
 
     monkeypatch.setitem(sys.modules, "keyqueue.sqs", types.SimpleNamespace(create_sqs_app=create_sqs_app))
     client = redis.asyncio.Redis(port=redis_server.port)  # (never connects: /healthz is not asked)
-    app = create_app(client=client, prefix="kq", token=TOKEN, sqs=("AKID", "SECRET"))
-    assert made == {"client": client, "prefix": "kq", "access_key_id": "AKID", "secret_access_key": "SECRET"}
+    app = create_app(client=client, prefix="kq", token=TOKEN, sqs=("AKID", "SECRET"), sqs_shards=4)
+    assert made == {
+        "client": client,
+        "prefix": "kq",
+        "access_key_id": "AKID",
+        "secret_access_key": "SECRET",
+        "shards": 4,
+    }
     form = {"content-type": "application/x-www-form-urlencoded"}
     served = Served(app)
     try:
