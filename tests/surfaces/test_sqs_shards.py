@@ -44,6 +44,7 @@ def test_a_sharded_queue_through_sqs(kq: Server, rc: redis.Redis) -> None:
     c = kq.sqs
     q, name = sharded(rc)
     url = c.get_queue_url(QueueName=name)["QueueUrl"]
+    assert c.list_queues(QueueNamePrefix=name)["QueueUrls"] == [url]  # listed once, by its name
     sent = [c.send_message(QueueUrl=url, MessageBody=f"one-{i}")["MessageId"] for i in range(12)]
     for start in range(0, 48, 10):
         batch = [{"Id": str(i), "MessageBody": f"batch-{i}"} for i in range(start, min(start + 10, 48))]
@@ -82,6 +83,13 @@ def test_a_sharded_queue_through_sqs(kq: Server, rc: redis.Redis) -> None:
     assert counts(kq, url) == shard_sums(q) == (0, 0, 1)
     assert q.counters()["acked"] == 60
     assert q.check(settle=0).consistent
+    c.purge_queue(QueueUrl=url)
+    assert counts(kq, url) == shard_sums(q) == (0, 0, 0)
+    assert {k.decode().split("}")[0] for k in rc.keys(f"{PREFIX}:{{{name}*")} == {
+        f"{PREFIX}:{{{name}{tail}" for tail in ("", *(f"#{i}" for i in range(6)))
+    }
+    c.delete_queue(QueueUrl=url)
+    assert not q.exists() and rc.keys(f"{PREFIX}:{{{name}*") == []  # every shard's keys gone
 
 
 def test_a_sharded_fifo_queue_keeps_each_groups_order(kq: Server, rc: redis.Redis) -> None:
