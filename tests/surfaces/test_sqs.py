@@ -5,6 +5,7 @@ on a test redis-server. Tests of plain SQS behaviour run against moto's SQS serv
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -62,8 +63,9 @@ class Server:
         return int(self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[name])["Attributes"][name])
 
 
-@pytest.fixture(scope="module")
-def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
+@contextlib.contextmanager
+def serving(redis_server: RedisServer, *options: str) -> Iterator[Server]:
+    """``keyqueue serve --sqs`` (with these more options) on a free port, once it answers."""
     port = free_port()
     env = dict(os.environ, KEYQUEUE_SQS_ACCESS_KEY_ID=KEY_ID, KEYQUEUE_SQS_SECRET_ACCESS_KEY=SECRET)
     proc = subprocess.Popen(
@@ -75,6 +77,7 @@ def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
             PREFIX,
             "serve",
             "--sqs",
+            *options,
             "--port",
             str(port),
             "--log-level",
@@ -99,6 +102,12 @@ def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
+    with serving(redis_server) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
