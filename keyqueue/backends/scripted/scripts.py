@@ -98,7 +98,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
     """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
     receipt, limited, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s, g} unless the message is a
     first delivery without error or attributes (receives 1, the first receipt, first
-    delivered now)."""
+    delivered now): then it is the id, or {id, s, g} for a schedule's or a group's."""
     now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
     messages = []
     for i in range(7, len(reply), 4):
@@ -117,6 +117,23 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     None,
                     None,
                     now,
+                )
+            )
+        elif len(mid) == 3:  # the same, for a schedule's or a group's message: {id, s, g}
+            mid, s, g = mid
+            messages.append(
+                Fields(
+                    text(mid),
+                    body,
+                    int_or(t),
+                    1,
+                    deadline,
+                    first,
+                    None,
+                    None,
+                    now,
+                    None if s is None else int(s),
+                    None if g is None else text(g),
                 )
             )
         else:
