@@ -105,25 +105,13 @@ def claimed(reply: Sequence[Any]) -> Claimed:
         mid, b, b1, t = reply[i : i + 4]
         body = (b or b"") + b1 if b1 else b or b""
         # ids, receipts and numbers are ASCII the script wrote: decoded inline (a claim reads 100 at once)
-        if type(mid) is not list:
+        if type(mid) is not list or len(mid) == 3:  # a first delivery: the id, or {id, s, g}
+            s = g = None
+            if type(mid) is list:
+                mid, s, g = mid
             messages.append(
                 Fields(
                     mid.decode() if type(mid) is bytes else text(mid),
-                    body,
-                    int_or(t),
-                    1,
-                    deadline,
-                    first,
-                    None,
-                    None,
-                    now,
-                )
-            )
-        elif len(mid) == 3:  # the same, for a schedule's or a group's message: {id, s, g}
-            mid, s, g = mid
-            messages.append(
-                Fields(
-                    text(mid),
                     body,
                     int_or(t),
                     1,
