@@ -10,29 +10,28 @@
   KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters
   ARGV[3] bytes per body field  ARGV[4] late ms (catch_up none: older fire times are missed)
-  ARGV[5] how many entries of the index to look at, from its head (the earliest)
+  ARGV[5] how many due entries of the index to look at, from its head (the earliest)
   The schedules it fires are the due ones of that look; their keys are schedule:<id> (made
   here, as item keys are).
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
-  ('' = none), entries looked at, then id, index score of each due schedule left to the
+  ('' = none), due entries looked at, then id, index score of each due schedule left to the
   client}.
 ]]
 local bad = {}
-local head = checked(bad, 'ZRANGE', KEYS[1], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
-if #bad > 0 then return corrupt(bad[1]) end
 local now = now_ms()
+-- The due entries of the head, then the first one after them (when fewer than the look's
+-- size are due): no more is read from an index of schedules that are not due.
+local limit = tonumber(ARGV[5])
+local head = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+if #bad > 0 then return corrupt(bad[1]) end
 local due, scores_read, soonest = {}, {}, nil
-for i = 1, #head, 2 do
-  local sc = head[i + 1]
-  local t = sc ~= 'inf' and tonumber(sc)
-  if not t or t > now then
-    if t then soonest = t end
-    break
-  end
-  due[#due + 1] = head[i]; scores_read[#scores_read + 1] = sc
+for i = 1, #head, 2 do due[#due + 1] = head[i]; scores_read[#scores_read + 1] = head[i + 1] end
+local looked = #due
+if looked < limit then
+  local after = rcall('ZRANGE', KEYS[1], '(' .. fmt(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if after[2] and after[2] ~= 'inf' then soonest = tonumber(after[2]) end
 end
-local looked = #head / 2
 local out = {rcall('EXISTS', KEYS[6]) == 0 and 1 or 0, fmt(now), 0, '', looked}
 if #due == 0 then
   if soonest then out[4] = fmt(soonest) end
