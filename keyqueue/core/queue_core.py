@@ -205,7 +205,13 @@ def check_group(group: object) -> str | None:
     (letters, digits, punctuation: what SQS takes as a MessageGroupId)."""
     if group is None:
         return None
-    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP or not all("!" <= ch <= "~" for ch in group):
+    if not (
+        isinstance(group, str)
+        and 1 <= len(group) <= MAX_GROUP
+        and group.isascii()
+        and group.isprintable()  # (ASCII: "!" to "~", and the space, refused below)
+        and " " not in group
+    ):
         raise InvalidArgument(
             f"group must be a str of 1 to {MAX_GROUP} printable ASCII characters without spaces, not {group!r}"
         )

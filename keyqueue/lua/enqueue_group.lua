@@ -18,18 +18,27 @@ local n = (#ARGV - 8) / step
 local dedup = KEYS[8]
 
 if n == 1 and delay == 0 then
-  -- The hot path (see undo_enqueue): the reads of the group's state check their types.
+  -- The hot path (see undo_enqueue): the reads of the group's state check the types of
+  -- what the message's way writes (released: the group's count and the signal; held: the
+  -- held count).
   local bad = {}
-  local tokens = checked(bad, 'LLEN', KEYS[5])
   local existing = dedup and checked(bad, 'GET', dedup)
-  local stored = checked(bad, 'HGET', BASE .. 'groups', g)
   local queued = checked(bad, 'LLEN', group_key(g))
-  local held = checked(bad, 'GET', BASE .. 'held')
   if #bad > 0 then return corrupt(bad[1]) end
-  if held and not tonumber(held) then return corrupt(BASE .. 'held') end
+  local stored, tokens, release = 0, 1, false
+  if queued == 0 then  -- (nothing held: the group may have room)
+    stored = checked(bad, 'HGET', BASE .. 'groups', g)
+    tokens = checked(bad, 'LLEN', KEYS[5])
+    if #bad > 0 then return corrupt(bad[1]) end
+    stored = tonumber(stored or '') or 0
+    release = stored < group_limit()
+  end
+  if not release then
+    local held = checked(bad, 'GET', BASE .. 'held')
+    if #bad > 0 then return corrupt(bad[1]) end
+    if held and not tonumber(held) then return corrupt(BASE .. 'held') end
+  end
   if existing then return {existing, 0, rcall('EXISTS', KEYS[6]) == 0 and 1 or 0} end
-  stored = tonumber(stored or '') or 0
-  local release = queued == 0 and stored < group_limit()
   local id, err = next_id()
   if not id then return err end
   local ik = item_key(id)

@@ -38,6 +38,10 @@ class Produce(ScriptBase):
         attributes: Attributes = None,
     ) -> Op[Enqueued]:
         keys = self.enqueue_keys if dedup_key is None else (*self.enqueue_keys, self.keys.dedup(dedup_key))
+        if len(bodies) == 1 and attributes is None:  # one message: one call, as enqueue_one makes it
+            args = (delay_ms, bucket_ms, dedup_ms, self.field_bytes, group, "", bodies[0])
+            first, _, missing = yield from self.call("enqueue_group", keys, args)
+            return Enqueued([text(first)], missing == 1)
         calls = []
         for i in range(0, len(bodies), CHUNK):
             paired, values = _values(bodies[i : i + CHUNK], None if attributes is None else attributes[i : i + CHUNK])
