@@ -190,6 +190,18 @@ def batch_args(
     return raw, delay_ms, each_ms, since
 
 
+def enqueue_args(
+    body: object, delay: float, dedup_key: object, attributes: object, shard_key: object
+) -> tuple[bytes, int]:
+    """An ``enqueue``'s arguments checked before any I/O: the body as bytes, the delay (ms)."""
+    data = to_bytes(body)
+    delay_ms = seconds_arg("delay", delay)
+    check_dedup_key("dedup_key", dedup_key)
+    check_dedup_key("shard_key", shard_key)
+    check_attributes([attributes])
+    return data, delay_ms
+
+
 def check_dedup_key(what: str, key: object) -> None:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidArgument(f"{what} must be a non-empty str or None, not {key!r}")
@@ -441,11 +453,7 @@ class QueueCore:
         group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
-        data = to_bytes(body)  # a wrong type fails before any I/O
-        delay_ms = seconds_arg("delay", delay)
-        check_dedup_key("dedup_key", dedup_key)
-        check_dedup_key("shard_key", shard_key)  # (one queue: every key routes to it)
-        check_attributes([attributes])
+        data, delay_ms = enqueue_args(body, delay, dedup_key, attributes, shard_key)
         g = self.grouped(group, [])
         s = yield from self.ready()
         self.fits(data, s)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
-from .queue_core import QueueCore, batch_args, not_one
+from .queue_core import QueueCore, batch_args, enqueue_args, not_one
 from .replies import error_for, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
 from .roundtrip import Op, together
@@ -72,7 +72,10 @@ class ShardedCore:
         #: short-lived producers do not all start on shard 0.
         self.next = random.randrange(count)
         self.turn = random.randrange(count)
+        #: Whether the shards' settings are loaded, and whether the count is known to be
+        #: stored (False after ``destroy``: the next write stores it again, a read does not).
         self.made = False
+        self.counted = False
 
     # -- what a face reads of a core ------------------------------------------------------
 
@@ -130,7 +133,7 @@ class ShardedCore:
         if not self.made:
             yield from self.make()
             yield from together([core.ready() for core in self.cores])  # (one round trip a step)
-        self.made = True
+            self.made = self.counted = True
         settings = self.cores[0].settings
         assert settings is not None
         return settings
@@ -157,6 +160,13 @@ class ShardedCore:
         if text(stored) != str(self.count):
             self.base.sharded(stored)
 
+    def counted_again(self) -> Op[None]:
+        """Before a write: the count stored again if this Queue destroyed the queue (as an
+        unsharded queue's next write makes it again; reading it makes nothing)."""
+        if not self.counted:
+            yield from self.make()
+            self.counted = True
+
     def refresh_settings(self) -> Op[QueueSettings]:
         yield from together([core.refresh_settings() for core in self.cores])
         settings = self.cores[0].settings
@@ -182,7 +192,10 @@ class ShardedCore:
         group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
+        enqueue_args(body, delay, dedup_key, attributes, shard_key)
+        self.cores[0].grouped(group, [])
         shard = self.pick(routing(shard_key, group, dedup_key))
+        yield from self.counted_again()
         msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
         return tag(shard, msg_id)
 
@@ -200,9 +213,11 @@ class ShardedCore:
         """The batch split over the shards (by key, else round robin): one call per shard;
         every argument is checked first, so a bad one writes to no shard."""
         items = batch_args(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)[0]
+        self.cores[0].grouped(group, [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)])
         s = yield from self.ready()
         for data in items:
             self.base.fits(data, s)
+        yield from self.counted_again()
         per: dict[str, Sequence[Any] | None] = {
             "delays": delays,
             "dedup_keys": dedup_keys,
@@ -364,11 +379,12 @@ class ShardedCore:
         for core in self.cores:
             yield from core.destroy()
         yield from self.base.destroy()
-        self.made = False
+        self.counted = False
 
     # -- schedules: kept on shard 0, whose fires enqueue there ----------------------------
 
     def schedule(self, *args: Any) -> Op[Schedule]:
+        yield from self.counted_again()
         return (yield from self.cores[0].schedule(*args))
 
     def unschedule(self, schedule_id: object) -> Op[bool]:

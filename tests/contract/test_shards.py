@@ -375,3 +375,22 @@ def test_a_group_stays_on_one_shard_in_order(make_queue: MakeQueue, r: redis.Red
         assert q.ack_many(batch) == len(batch)
     assert got == sent
     assert q.groups() == [] and q.stats().held == 0
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_reads_after_destroy_leave_the_queue_destroyed(make_queue: MakeQueue, r: redis.Redis, shards: int) -> None:
+    """As an unsharded queue: reading a destroyed queue makes nothing; the next write makes
+    it again, with its shard count, so another Queue of the name finds the message."""
+    q = make_queue("undone", shards=shards, visibility_timeout=9)
+    q.enqueue_many(["a", "b", "c"])
+    q.destroy()
+    assert len(q) == 0 and q.stats().waiting == 0 and q.peek() == [] and q.counters()["enqueued"] == 0
+    assert q.claim() is None and q.rate_state().in_flight == 0 and not q.exists()
+    q.reap()
+    assert r.keys("kq:{undone*") == [] and r.smembers("kq:queues") == set()
+    msg_id = q.enqueue("again")
+    assert q.exists() and r.smembers("kq:queues") == {b"undone"}
+    other = make_queue("undone")
+    assert other.shards == shards
+    got = other.claim()
+    assert got is not None and got.id == msg_id and got.text == "again"
