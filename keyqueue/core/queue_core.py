@@ -287,6 +287,9 @@ class QueueCore:
         #: The shard count this Queue was given: None adopts a stored one (the Queue turns
         #: sharded), 1 refuses it; False: a shard itself, which has no count of its own.
         self.expect_shards: int | None | bool = None
+        #: A count stored since this Queue (given none) loaded, read with a reap or a
+        #: claim's look at the schedules: the face turns the Queue sharded.
+        self.found_shards: int | None = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -346,10 +349,28 @@ class QueueCore:
             f"queue {self.name!r} has {count} shards, not {self.expect_shards}; nothing was written"
         )
 
+    def counts(self) -> list[Command]:
+        """The read of the shard count that goes with another round trip (none for a shard)."""
+        return [] if self.expect_shards is False else [("GET", self.keys.shards)]
+
+    def notice(self, count: list[Any], adopt: bool) -> None:
+        """A count read with another round trip (``counts``): the queue was sharded after this
+        Queue loaded. ``adopt``: raise ShardsFound now (nothing written yet: the face runs the
+        operation again sharded); else noted for the face, once this operation ends."""
+        if not count or count[0] is None:
+            return
+        try:
+            self.sharded(count[0])
+        except ShardsFound as found:
+            if adopt:
+                raise
+            self.found_shards = found.count
+
     def refresh_settings(self) -> Op[QueueSettings]:
         """Re-read the config hash (the reaper does this every pass). A hash that vanished
         keeps the settings held until a write restores it, rather than falling to defaults."""
-        (raw,) = yield [("HGETALL", self.keys.config)]
+        raw, *count = yield [("HGETALL", self.keys.config), *self.counts()]
+        self.notice(count, adopt=True)
         if isinstance(raw, Exception):
             raise error_for(raw, self.keys.config)
         stored = hash_reply(raw)
@@ -362,8 +383,9 @@ class QueueCore:
     def register(self) -> Op[None]:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
         if not self.registered:
-            (reply,) = yield [("SADD", self.keys.registry, self.listed_as)]
+            reply, *count = yield [("SADD", self.keys.registry, self.listed_as), *self.counts()]
             self.registry_ok(reply)
+            self.notice(count, adopt=True)  # (sharded since it loaded: written to the shards instead)
             self.registered = True
 
     def registry_ok(self, reply: object) -> bool:
@@ -545,7 +567,7 @@ class QueueCore:
         while not got:
             now = time.monotonic()
             remaining = deadline - now
-            if remaining <= 0:
+            if remaining <= 0 or self.found_shards:  # (found sharded: the face claims from the shards)
                 return []
             if (yield from self.reap_if_due()):
                 got = yield from self.claim_now(count, vis_ms)
@@ -1023,10 +1045,15 @@ class QueueCore:
         until = time.monotonic() + seconds
         look: list[Command] = [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
         timed = False  # whether the server's time comes with the look
+        # (The first look also reads the shard count: a Queue that claims or reaps learns it.)
+        counts = self.counts()
         while True:
             # A queue without schedules costs this one read; the clock is read only when
             # the index holds something that may be due (with the looks after the first).
-            raw, *tm = yield look + [("TIME",)] if timed else look
+            raw, *tm = yield look + [("TIME",)] if timed else look + counts
+            if counts:
+                self.notice(tm, adopt=False)
+                tm, counts = [], []
             if isinstance(raw, Exception):
                 raise error_for(raw, k.schedules)
             pairs = [(text(m), sc) for m, sc in scored(raw)]

@@ -394,3 +394,37 @@ def test_reads_after_destroy_leave_the_queue_destroyed(make_queue: MakeQueue, r:
     assert other.shards == shards
     got = other.claim()
     assert got is not None and got.id == msg_id and got.text == "again"
+
+
+def test_a_queue_made_before_the_queue_was_sharded_adopts_the_count(make_queue: MakeQueue, r: redis.Redis) -> None:
+    """A Queue given no count that loaded before the queue was made sharded turns sharded:
+    at its first write (before writing), at a claim or reap, and when its settings are
+    re-read; one given shards=1 gets a ConfigurationError there instead."""
+    consumer, producer, refresher = make_queue("late"), make_queue("late"), make_queue("late")
+    one = make_queue("late", shards=1)
+    assert consumer.claim() is None  # it has claimed (and looked) before the queue is sharded
+    sent = make_queue("late", shards=3).enqueue_many([f"m{i}" for i in range(6)])
+    assert producer.shards == 1
+    late_id = producer.enqueue("late")
+    assert producer.shards == 3 and shard_of(late_id) in range(3)
+    assert set(r.keys("kq:{late}:*")) == {b"kq:{late}:shards"}  # nothing went to the unsharded keys
+    got: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 7 and time.monotonic() < deadline:
+        got += [m.id for m in consumer.claim_many(10, wait=1)]
+    assert sorted(got) == sorted([*sent, late_id]) and consumer.shards == 3
+    refresher.refresh_settings()
+    assert refresher.shards == 3
+    before = {k: r.dump(k) for k in r.keys("*")}
+    with pytest.raises(ConfigurationError, match="3 shards"):
+        one.enqueue("x")
+    assert {k: r.dump(k) for k in r.keys("*")} == before
+
+
+def test_a_worker_made_before_the_queue_was_sharded_drains_its_shards(make_queue: MakeQueue, workers: Workers) -> None:
+    q = make_queue("late-work")
+    assert q.claim() is None
+    ids = make_queue("late-work", shards=4).enqueue_many([f"m{i}" for i in range(40)])
+    seen: list[str] = []
+    workers.run(workers.make(q, lambda m: seen.append(m.id), concurrency=2))
+    assert sorted(seen) == sorted(ids) and q.shards == 4
