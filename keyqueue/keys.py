@@ -70,6 +70,7 @@ FAMILY_TYPES = {
     "item:": "hash",
     "timer:": "set",
     "dedup:": "string",
+    "routed:": "string",
     "stream:": "hash",
     "schedule:": "hash",
     "rate:": "string",
@@ -196,6 +197,11 @@ class QueueKeys:
 
     def dedup(self, dedup_key: str) -> str:
         return f"{self.base}dedup:{dedup_key}"
+
+    def routed(self, dedup_key: str) -> str:
+        """A sharded queue's record, on the shard a dedup key hashes to, of the shard the first
+        message with that key went to (for the dedup window)."""
+        return f"{self.base}routed:{dedup_key}"
 
     def stream(self, source: str) -> str:
         """A Spark stream source's manifest of claimed, uncommitted batches."""

@@ -16,7 +16,7 @@ from ..settings import QueueSettings
 from .queue_core import QueueCore, batch_args, enqueue_args, not_one
 from .replies import error_for, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
-from .roundtrip import Op, together
+from .roundtrip import Command, Op, together
 from .schedules import Schedule
 from .sources import peek_source, purge_source, requeue_source
 
@@ -196,6 +196,8 @@ class ShardedCore:
         self.cores[0].grouped(group, [])
         shard = self.pick(routing(shard_key, group, dedup_key))
         yield from self.counted_again()
+        if dedup_key is not None:
+            (shard,) = yield from self.deduplicated([(dedup_key, shard)])
         msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
         return tag(shard, msg_id)
 
@@ -225,12 +227,22 @@ class ShardedCore:
             "enqueued_at": enqueued_at,
             "shard_keys": shard_keys,
         }
-        positions: list[list[int]] = [[] for _ in self.cores]
-        for j in range(len(items)):
-            key = routing(
-                None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
+        routed = [
+            self.pick(
+                routing(
+                    None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
+                )
             )
-            positions[self.pick(key)].append(j)
+            for j in range(len(items))
+        ]
+        if dedup_keys is not None:
+            keyed = [(j, key) for j, key in enumerate(dedup_keys) if key is not None]
+            found = yield from self.deduplicated([(key, routed[j]) for j, key in keyed])
+            for (j, _), shard in zip(keyed, found):
+                routed[j] = shard
+        positions: list[list[int]] = [[] for _ in self.cores]
+        for j, shard in enumerate(routed):
+            positions[shard].append(j)
         ids: list[str] = [""] * len(items)
         for shard, where in enumerate(positions):
             if not where:
@@ -249,6 +261,33 @@ class ShardedCore:
             for j, msg_id in zip(where, got):
                 ids[j] = tag(shard, msg_id)
         return ids
+
+    def deduplicated(self, keyed: Sequence[tuple[str, int]]) -> Op[list[int]]:
+        """The shard each message with a dedup key goes to: the one the first message with
+        that key went to within the dedup window, whatever routed it (recorded on the shard the
+        key hashes to; SET NX, so of two at once both go where the first recorded), else its
+        own. There the shard's dedup key finds a repeat. A client dying after the record sends
+        the next message with the key to that shard: it is enqueued there, nothing is lost."""
+        if not keyed:
+            return []
+        s = yield from self.ready()
+        records = [self.cores[shard_for(key, self.count)].keys.routed(key) for key, _ in keyed]
+        commands: list[Command] = []
+        for record, (_, shard) in zip(records, keyed):
+            commands += [("SET", record, shard, "NX", "PX", s.dedup_ms), ("GET", record)]
+        tail = self.replication.tail()
+        replies = yield [*commands, *tail]
+        for w in replies[len(commands) :]:
+            self.replication.check(w)
+        out = []
+        for record, (_, shard), set_reply, got in zip(records, keyed, replies[0::2], replies[1::2]):
+            for reply in (set_reply, got):
+                if isinstance(reply, Exception):
+                    raise error_for(reply, record)
+            if got is not None and not (text(got).isdigit() and int(text(got)) < self.count):
+                raise CorruptQueue(record, "holds no shard of the queue")
+            out.append(shard if got is None else int(text(got)))
+        return out
 
     def get(self, ids: Iterable[object]) -> Op[list[Fields]]:
         not_one(ids, "ids", "get([id])")

@@ -428,3 +428,42 @@ def test_a_worker_made_before_the_queue_was_sharded_drains_its_shards(make_queue
     seen: list[str] = []
     workers.run(workers.make(q, lambda m: seen.append(m.id), concurrency=2))
     assert sorted(seen) == sorted(ids) and q.shards == 4
+
+
+def test_a_dedup_key_holds_for_the_whole_queue_whatever_routes_the_message(
+    make_queue: MakeQueue, scripting: bool
+) -> None:
+    q = make_queue("dedup-all", shards=6, dedup_window=60)
+    far = next(k for k in map(str, range(100)) if _shard(k, 6) != _shard("d", 6))  # routes elsewhere
+    first = q.enqueue("first", dedup_key="d", shard_key=far)
+    assert shard_of(first) == _shard(far, 6)
+    assert q.enqueue("again", dedup_key="d") == first  # routed by its dedup key alone
+    assert q.enqueue("again", dedup_key="d", shard_key="other") == first
+    if scripting:
+        assert q.enqueue("again", dedup_key="d", group="g") == first
+    # a batch: a repeat of an earlier key, and one key twice with two shard keys
+    x, y, z = q.enqueue_many(["x", "y", "z"], dedup_keys=["d", "e", "e"], shard_keys=["a", "b", far])
+    assert x == first and y == z != first
+    # another Queue (another process) routes a repeat the same way
+    assert make_queue("dedup-all").enqueue("again", dedup_key="e", shard_key="zzz") == y
+    assert sorted(m.text for m in q.peek(100)) == ["first", "y"]
+    assert q.counters()["enqueued"] == 2
+
+
+def test_producers_racing_with_one_dedup_key_and_other_routes_enqueue_it_once(make_queue: MakeQueue) -> None:
+    queues = [make_queue("dedup-race", shards=4, dedup_window=60) for _ in range(6)]
+    for round_ in range(5):
+        ids: list[str] = []
+        start = threading.Barrier(len(queues))
+
+        def send(i: int, q: Queue) -> None:
+            start.wait()
+            ids.append(q.enqueue(f"m{i}", dedup_key=f"k{round_}", shard_key=f"route-{i}"))
+
+        threads = [threading.Thread(target=send, args=(i, q)) for i, q in enumerate(queues)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == len(queues) and len(set(ids)) == 1, ids
+    assert len(queues[0]) == 5

@@ -45,6 +45,11 @@ def _waiting(q: Queue) -> dict[str, Any]:
     return {"ids": q.enqueue_many([f"w{i}" for i in range(6)])}
 
 
+def _deduped(q: Queue) -> dict[str, Any]:
+    """A message with dedup key "k", routed by a shard key to another shard than "k"'s."""
+    return {"ids": [q.enqueue("first", dedup_key="k", shard_key="a")]}
+
+
 def _held(q: Queue) -> dict[str, Any]:
     ctx = _waiting(q)
     ctx["held"] = q.claim_many(6)
@@ -57,6 +62,9 @@ def _held(q: Queue) -> dict[str, Any]:
 OPS: dict[str, tuple[Callable[[Queue], dict[str, Any]], Callable[[Queue, dict[str, Any]], Any], bool]] = {
     "make": (_made, lambda q, c: q, False),
     "enqueue_many": (_made, lambda q, c: q.enqueue_many([f"n{i}" for i in range(6)]), False),
+    # a dedup key's record on its shard, then the enqueue where the record says
+    "enqueue_dedup": (_made, lambda q, c: q.enqueue("new", dedup_key="k", shard_key="b"), False),
+    "enqueue_dedup_repeat": (_deduped, lambda q, c: q.enqueue("again", dedup_key="k", shard_key="b"), False),
     "claim_many": (_waiting, lambda q, c: q.claim_many(6), False),
     "ack_many": (_held, lambda q, c: q.ack_many(c["held"]), True),
 }
@@ -124,6 +132,8 @@ def test_a_client_dying_in_a_sharded_step_loses_nothing(server: RedisServer, scr
         assert healthy.shards == SHARDS
         report = healthy.check(repair=True, settle=0)
         assert healthy.check(settle=0).consistent, f"{op} at {k}: {report.problems}"
+        if op.startswith("enqueue_dedup"):  # the producer sends it again: once in all, whatever died
+            healthy.enqueue("retry", dedup_key="k", shard_key="c")
         got = drain(healthy, clock)
         assert max(got.values(), default=1) == 1, f"{op} at {k}: delivered twice: {got}"
         may_delete = OPS[op][2]
@@ -132,6 +142,8 @@ def test_a_client_dying_in_a_sharded_step_loses_nothing(server: RedisServer, scr
         new = [mid for mid in got if mid not in ctx["before"]]
         if op == "enqueue_many" and not died:
             assert len(new) == 6
+        if op.startswith("enqueue_dedup"):
+            assert len(new) == (op == "enqueue_dedup"), f"{op} at {k}: {got}"
         healthy.enqueue("after")
         assert list_queues(r) == [NAME]
     r.close()
