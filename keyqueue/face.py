@@ -178,12 +178,12 @@ class QueueFace:
             self._core = make(keys)
             self._core.expect_shards = count
         else:
-            self._core = ShardedCore(keys, count, make)
+            self._core = ShardedCore(keys, count, make, not is_cluster(self.client))
         self._made()
 
     def _sharded(self, count: int) -> ShardedCore:
         """This queue's core once it is found sharded (``Queue(NAME)`` adopts the count)."""
-        return ShardedCore(self.keys, count, self._make_core)
+        return ShardedCore(self.keys, count, self._make_core, not is_cluster(self.client))
 
     def _noticed(self) -> bool:
         """Turn sharded if the last operation read a count stored since this Queue loaded

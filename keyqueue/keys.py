@@ -208,8 +208,9 @@ class QueueKeys:
         return f"{self.base}stream:{source}"
 
     def kind(self, key: str) -> str:
-        """The Redis type ``key`` (one of this queue's) must have ('' for a name keyqueue does not use)."""
-        name = key[len(self.base) :]
+        """The Redis type ``key`` (one of this queue's, or of the sharded queue it is a shard
+        of: their shared rate-limit counters) must have ('' for a name keyqueue does not use)."""
+        name = key[len(self.base) :] if key.startswith(self.base) else key.partition("}:")[2]
         for prefix, kind in FAMILY_TYPES.items():
             if name.startswith(prefix):
                 return kind

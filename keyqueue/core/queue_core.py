@@ -735,9 +735,10 @@ class QueueCore:
             return RateState(None, None, 0, None, int(held), throttled_for, s.max_in_flight)
         limit, window = s.rate
         w = now // window
-        (used,) = yield [("GET", k.rate(w))]
+        counted = k.rate(w) if self.ops.rate is None else self.ops.rate.keys.rate(w)
+        (used,) = yield [("GET", counted)]
         if isinstance(used, Exception) or used is not None and not text(used).lstrip("-").isdigit():
-            raise CorruptQueue(k.rate(w))
+            raise CorruptQueue(counted)
         return RateState(
             limit,
             window / 1000.0,

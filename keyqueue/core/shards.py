@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
+from .backend import RateScope
 from .queue_core import QueueCore, batch_args, enqueue_args, not_one
 from .replies import error_for, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
@@ -59,14 +60,20 @@ class ShardedCore:
     """The operations of a sharded queue over its shards' QueueCores (``cores``); ``base``
     holds the logical name's own keys: the shard count, the metadata hash."""
 
-    def __init__(self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore]) -> None:
+    def __init__(
+        self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore], one_node: bool = True
+    ) -> None:
         self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.count = count
         self.base = make(keys)
         self.base.expect_shards = count
         self.cores = [make(keys.shard(i)) for i in range(count)]
-        for core in self.cores:
+        for i, core in enumerate(self.cores):
             core.listed_as, core.expect_shards = keys.name, False
+            # The rate limit holds for the logical queue: one server's shards share its
+            # counters; a cluster's (on other nodes) each take their part of every window.
+            core.ops.rate = RateScope(keys) if one_node else RateScope(core.keys, (i, count))
+        self.one_node = one_node
         self.replication = self.base.replication
         #: Round robin of single enqueues and rotation of claims: from a random shard, so
         #: short-lived producers do not all start on shard 0.
@@ -349,7 +356,7 @@ class ShardedCore:
         return (yield from core.release(inner, receipt, 0.0, None, unreceive=True))
 
     def rate_state(self) -> Op[RateState]:
-        """Shard 0's limits, with the use of every shard."""
+        """Shard 0's limits, with the use of every shard (of their shared counter on one server)."""
         states: list[RateState] = []
         for core in self.cores:
             states.append((yield from core.rate_state()))
@@ -357,7 +364,7 @@ class ShardedCore:
         return RateState(
             first.limit,
             first.interval,
-            sum(s.used for s in states),
+            first.used if self.one_node else sum(s.used for s in states),
             first.resets_in,
             sum(s.in_flight for s in states),
             max(s.throttled_for for s in states),

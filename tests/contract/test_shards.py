@@ -467,3 +467,38 @@ def test_producers_racing_with_one_dedup_key_and_other_routes_enqueue_it_once(ma
             t.join()
         assert len(ids) == len(queues) and len(set(ids)) == 1, ids
     assert len(queues[0]) == 5
+
+
+def claimed_over(q: Queue, seconds: float) -> tuple[int, float]:
+    """Messages claimed by claiming as fast as the limit lets for about ``seconds``, and the
+    seconds that took."""
+    got = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        got += len(q.claim_many(100, wait=0.1))
+    return got, time.monotonic() - start
+
+
+def test_a_rate_limit_holds_for_the_whole_sharded_queue(make_queue: MakeQueue) -> None:
+    q = make_queue("rated", shards=4, rate_limit="10/1")
+    q.enqueue_many([f"m{i}" for i in range(400)])
+    got, spent = claimed_over(q, 2.5)
+    # at most 10 a window, in every window the claims touched (not 10 on each of 4 shards)
+    assert 10 <= got <= 10 * (int(spent) + 2), (got, spent)
+    assert q.rate_state().used <= 10
+
+
+@pytest.mark.parametrize("limit, count", [(12, 6), (10, 4), (3, 6), (1, 5), (7, 7)])
+def test_the_shares_of_a_window_sum_to_the_limit_and_reach_every_shard(limit: int, count: int) -> None:
+    from keyqueue.core.backend import RateScope
+    from keyqueue.keys import QueueKeys
+
+    keys = QueueKeys("kq", "x")
+    scopes = [RateScope(keys, (i, count)) for i in range(count)]
+    served = [0] * count
+    for w in range(1_700_000_000, 1_700_000_000 + count):
+        parts = [s.limit(limit, w) for s in scopes]
+        assert sum(parts) == limit and max(parts) - min(parts) <= 1, parts
+        served = [a + b for a, b in zip(served, parts)]
+    assert served == [limit] * count  # over `count` windows, every shard its even part
+    assert RateScope(keys).limit(limit, 5) == limit
