@@ -103,6 +103,9 @@ SCHEDULE_POLL = WAIT_SLICE
 BUSIEST_LOOK = 10_000
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
+#: Attempts at making a queue (its first writes, or its shard count) while another process
+#: makes it differently.
+MAKE_ATTEMPTS = 10
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
 THROTTLE_ATTEMPTS = 10
 #: Longest sleep of a claimer its limits hold back before it claims again: a slot that
@@ -302,30 +305,47 @@ class QueueCore:
 
     def load_settings(self) -> Op[None]:
         """Read the config hash and write the values this Queue was given (last writer
-        wins); log which values in force the given ones changed."""
+        wins); log which values in force the given ones changed. A Queue that may find the
+        queue sharded writes them only while no count was stored since it looked (WATCH), so
+        of it and a sharded Queue made at once, one wins and the other adopts or refuses."""
         k = self.keys
-        stored_raw, registered, limits, *count = yield [
-            ("HGETALL", k.config),
-            ("SISMEMBER", k.registry, self.listed_as),
-            ("CONFIG", "GET", "hash-max-*-value"),
-            *([("GET", k.shards)] if self.expect_shards is not False else []),
-        ]
-        if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
-            self.sharded(count[0])
-        if isinstance(stored_raw, Exception):
-            raise error_for(stored_raw, k.config)
-        self.ops.field_bytes = field_bytes(limits)
-        stored = hash_reply(stored_raw)
-        self.registered = self.registry_ok(registered) and registered == 1
-        current = parse_settings(k.config, stored)
-        if self.given:
+        guard: list[Command] = [("WATCH", k.shards)] if self.given and self.expect_shards is not False else []
+        for _ in range(MAKE_ATTEMPTS):
+            stored_raw, registered, limits, *count = (
+                yield [
+                    *guard,
+                    ("HGETALL", k.config),
+                    ("SISMEMBER", k.registry, self.listed_as),
+                    ("CONFIG", "GET", "hash-max-*-value"),
+                    *self.counts(),
+                ]
+            )[len(guard) :]
+            if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
+                self.sharded(count[0])
+            if isinstance(stored_raw, Exception):
+                raise error_for(stored_raw, k.config)
+            self.ops.field_bytes = field_bytes(limits)
+            stored = hash_reply(stored_raw)
+            self.registered = self.registry_ok(registered) and registered == 1
+            current = parse_settings(k.config, stored)
+            if not self.given:
+                break
             flat = [x for pair in self.given.items() for x in pair]
+            if guard:
+                if (yield from self.claim_name([("HSET", k.config, *flat)])):
+                    self.registered = True
+                    break
+                continue  # the count was stored meanwhile: read again
             reply, *waited = yield [("HSET", k.config, *flat), *self.replication.tail()]
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
             for w in waited:
                 self.replication.check(w)
             yield from self.register()
+            break
+        else:
+            raise KeyQueueError(f"queue {self.name!r} kept changing while its settings were written; try again")
+        if self.given:
             changed = [
                 f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
                 for name, value in self.given.items()
@@ -382,11 +402,39 @@ class QueueCore:
 
     def register(self) -> Op[None]:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
-        if not self.registered:
-            reply, *count = yield [("SADD", self.keys.registry, self.listed_as), *self.counts()]
+        if self.registered:
+            return
+        if self.expect_shards is False:  # a shard: its logical queue's name
+            (reply,) = yield [("SADD", self.keys.registry, self.listed_as)]
             self.registry_ok(reply)
-            self.notice(count, adopt=True)  # (sharded since it loaded: written to the shards instead)
-            self.registered = True
+        else:
+            for _ in range(MAKE_ATTEMPTS):
+                _, count = yield [("WATCH", self.keys.shards), *self.counts()]
+                self.notice([count], adopt=True)  # (sharded since it loaded: written to the shards instead)
+                if (yield from self.claim_name([("SET", self.keys.seq, 0, "NX")])):
+                    break
+            else:
+                raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
+        self.registered = True
+
+    def claim_name(self, writes: Sequence[Command]) -> Op[bool]:
+        """The first writes of an unsharded queue (its settings, or its id counter), in one
+        MULTI under the WATCH of the shard count, with its registration: False (nothing
+        written) when a sharded Queue stored a count meanwhile. A sharded Queue being made
+        WATCHes these keys in turn, so of the two made at once exactly one is made."""
+        k = self.keys
+        tail = self.replication.tail()
+        listed, _, *queued = yield [("SADD", k.registry, self.listed_as), ("MULTI",), *writes, ("EXEC",), *tail]
+        done = queued[len(writes)]
+        if isinstance(done, Exception):
+            raise error_for(done, k.config)
+        if done is None:
+            return False
+        raise_errors(writes, done, k.base)
+        for w in queued[len(writes) + 1 :]:
+            self.replication.check(w)
+        self.registry_ok(listed)
+        return True
 
     def registry_ok(self, reply: object) -> bool:
         """False (logged) when the registry, shared by every queue, holds the wrong type:

@@ -10,12 +10,12 @@ import random
 import zlib
 from typing import Any, Callable, Iterable, Sequence, Union
 
-from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
+from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, KeyQueueError, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
 from .backend import RateScope
-from .queue_core import QueueCore, batch_args, enqueue_args, not_one
-from .replies import error_for, text
+from .queue_core import MAKE_ATTEMPTS, QueueCore, batch_args, enqueue_args, not_one
+from .replies import error_for, raise_errors, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
 from .roundtrip import Command, Op, together
 from .schedules import Schedule
@@ -147,25 +147,54 @@ class ShardedCore:
 
     def make(self) -> Op[None]:
         """Fix the count when the queue is first made (and list it); refuse a queue that
-        exists with another count, or unsharded, before anything is written."""
+        exists with another count, or unsharded, before anything is written. The count is
+        stored in a MULTI under the WATCH of the keys an unsharded queue's first writes make
+        (its settings, its id counter: ``QueueCore.claim_name``), so of the two made at once
+        exactly one is made: the other refuses, or adopts the count."""
         k = self.keys
-        stored, registered = yield [("GET", k.shards), ("SISMEMBER", k.registry, self.name)]
-        if isinstance(stored, Exception):
-            raise error_for(stored, k.shards)
-        if stored is None:
-            if registered == 1:
+        watching: list[Command] = []
+        for _ in range(MAKE_ATTEMPTS):
+            stored, registered, made = (
+                yield [
+                    *watching,
+                    ("GET", k.shards),
+                    ("SISMEMBER", k.registry, self.name),
+                    ("EXISTS", k.config, k.seq),
+                ]
+            )[len(watching) :]
+            watching = []
+            if isinstance(stored, Exception):
+                raise error_for(stored, k.shards)
+            if stored is None and (registered == 1 or made):
                 raise ConfigurationError(
                     f"queue {self.name!r} exists unsharded; it cannot take shards={self.count} (nothing was written)"
                 )
-            won, listed = yield [("SET", k.shards, self.count, "NX"), ("SADD", k.registry, self.name)]
-            if isinstance(won, Exception):
-                raise error_for(won, k.shards)
-            self.base.registry_ok(listed)
-            if won:
-                return
-            (stored,) = yield [("GET", k.shards)]
-        if text(stored) != str(self.count):
-            self.base.sharded(stored)
+            if stored is None:
+                _, stored, made = yield [
+                    ("WATCH", k.shards, k.config, k.seq),
+                    ("GET", k.shards),
+                    ("EXISTS", k.config, k.seq),
+                ]
+                if stored is None and not made:
+                    tail = self.replication.tail()
+                    _, _, done, *waited = yield [("MULTI",), ("SET", k.shards, self.count, "NX"), ("EXEC",), *tail]
+                    if isinstance(done, Exception):
+                        raise error_for(done, k.shards)
+                    if done is None:
+                        continue  # an unsharded queue (or another count) was made meanwhile: look again
+                    raise_errors([("SET", k.shards)], done, k.shards)
+                    for w in waited:
+                        self.replication.check(w)
+                    # listed once counted (a name listed without a count reads as unsharded)
+                    (listed,) = yield [("SADD", k.registry, self.name)]
+                    self.base.registry_ok(listed)
+                    return
+                watching = [("UNWATCH",)]  # made meanwhile: the next look says how
+                continue
+            if text(stored) != str(self.count):
+                self.base.sharded(stored)
+            return
+        raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
 
     def counted_again(self) -> Op[None]:
         """Before a write: the count stored again if this Queue destroyed the queue (as an

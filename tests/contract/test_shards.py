@@ -502,3 +502,64 @@ def test_the_shares_of_a_window_sum_to_the_limit_and_reach_every_shard(limit: in
         served = [a + b for a, b in zip(served, parts)]
     assert served == [limit] * count  # over `count` windows, every shard its even part
     assert RateScope(keys).limit(limit, 5) == limit
+
+
+def race(*makers: Callable[[], Any]) -> list[Any]:
+    """Run ``makers`` at once (threads from one barrier): what each returned or raised."""
+    out: list[Any] = [None] * len(makers)
+    start = threading.Barrier(len(makers))
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            out[i] = makers[i]()
+        except Exception as exc:  # (what it raised is its outcome)
+            out[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(makers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_queues_made_at_once_with_different_counts_agree_on_one(make_queue: MakeQueue, r: redis.Redis) -> None:
+    make_queue("warm")  # (the fixtures the async face needs, set up before threads ask for them)
+    for round_ in range(10):
+        name = f"race{round_}"
+        counts = [None, 1, 2, 3, 4, None]  # (None: no count given, settings given)
+
+        def make(count: int | None) -> Callable[[], Any]:
+            def run() -> Any:
+                if count is None:
+                    q = make_queue(name, visibility_timeout=9)
+                else:
+                    q = make_queue(name, shards=count, visibility_timeout=9)
+                return q, q.enqueue(f"from {count}")
+
+            return run
+
+        outcomes = race(*(make(c) for c in counts))
+        made = [o for o in outcomes if not isinstance(o, Exception)]
+        failed = [o for o in outcomes if isinstance(o, Exception)]
+        assert all(isinstance(e, ConfigurationError) and "\n" not in str(e) for e in failed), failed
+        stored = r.get(f"kq:{{{name}}}:shards")
+        winner = 1 if stored is None else int(stored)
+        assert {q.shards for q, _ in made} == {winner}  # every Queue made runs on the stored count
+        # every message a made Queue enqueued is where a new Queue of the name claims it
+        reader = make_queue(name)
+        got = [m.id for m in reader.claim_many(100)]
+        assert sorted(got) == sorted(i for _, i in made), (winner, outcomes)
+
+
+def test_an_unsharded_first_enqueue_and_a_sharded_one_at_once_agree(make_queue: MakeQueue) -> None:
+    for round_ in range(10):
+        name = f"first{round_}"
+        plain, sharded = make_queue(name), make_queue(name, shards=3)  # (neither has written yet)
+        outcomes = race(lambda: plain.enqueue("plain"), lambda: sharded.enqueue("sharded"))
+        sent = [i for i in outcomes if isinstance(i, str)]
+        assert all(isinstance(o, (str, ConfigurationError)) for o in outcomes), outcomes
+        assert len(sent) >= 1 and plain.shards == make_queue(name).shards
+        got = [m.id for m in make_queue(name).claim_many(10)]
+        assert sorted(got) == sorted(sent), outcomes

@@ -624,3 +624,33 @@ def test_a_rate_limit_holds_for_a_sharded_queue_over_the_nodes(cluster: RedisClu
     spent = time.monotonic() - start
     assert len(shards) == 6 and got <= 3 * (int(spent) + 2), (shards, got, spent)
     slow.destroy()
+
+
+def test_sharded_queues_made_at_once_on_a_cluster_agree_on_one_count(cluster: RedisCluster) -> None:
+    import threading
+
+    for round_ in range(5):
+        name = f"{spread_name(cluster, 6)}-race{round_}"
+        counts = [None, 2, 3, 6]
+        outcomes: list[object] = [None] * len(counts)
+        start = threading.Barrier(len(counts))
+
+        def make(i: int) -> None:
+            start.wait()
+            try:
+                q = Queue(name, client=cluster, shards=counts[i], visibility_timeout=9)
+                outcomes[i] = (q, q.enqueue(f"from {counts[i]}"))
+            except KeyQueueError as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=make, args=(i,)) for i in range(len(counts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        made = [o for o in outcomes if isinstance(o, tuple)]
+        assert made and all(isinstance(o, tuple) or "\n" not in str(o) for o in outcomes), outcomes
+        assert len({q.shards for q, _ in made}) == 1, outcomes
+        got = [m.id for m in Queue(name, client=cluster).claim_many(100)]
+        assert sorted(got) == sorted(i for _, i in made), outcomes
+        made[0][0].destroy()
