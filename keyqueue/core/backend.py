@@ -82,6 +82,9 @@ class Backend(Protocol):
     replication: Replication
     #: Whether the mode supports message groups (``enqueue_group``).
     groups: bool
+    #: Whether its enqueues WATCH across round trips (then the enqueues of several queues
+    #: cannot share round trips on one connection: ``roundtrip.together``).
+    watched_enqueues: bool
     #: A shard's rate-limit scope (None: its own counters, the whole limit).
     rate: RateScope | None
 

@@ -248,8 +248,9 @@ class ShardedCore:
         group: object = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
-        """The batch split over the shards (by key, else round robin): one call per shard;
-        every argument is checked first, so a bad one writes to no shard."""
+        """The batch split over the shards (by key, else round robin): one call per shard, all
+        in one round trip in the scripted mode; every argument is checked first, so a bad one
+        writes to no shard."""
         items = batch_args(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)[0]
         self.cores[0].grouped(group, [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)])
         s = yield from self.ready()
@@ -279,21 +280,30 @@ class ShardedCore:
         positions: list[list[int]] = [[] for _ in self.cores]
         for j, shard in enumerate(routed):
             positions[shard].append(j)
-        ids: list[str] = [""] * len(items)
-        for shard, where in enumerate(positions):
-            if not where:
-                continue
+        calls = [(shard, where) for shard, where in enumerate(positions) if where]
+        ops = []
+        for shard, where in calls:
             picked = {n: None if v is None else [v[j] for j in where] for n, v in per.items()}
-            got = yield from self.cores[shard].enqueue_many(
-                [items[j] for j in where],
-                delay,
-                picked["delays"],
-                picked["dedup_keys"],
-                picked["attributes"],
-                picked["enqueued_at"],
-                group,
-                picked["shard_keys"],
+            ops.append(
+                self.cores[shard].enqueue_many(
+                    [items[j] for j in where],
+                    delay,
+                    picked["delays"],
+                    picked["dedup_keys"],
+                    picked["attributes"],
+                    picked["enqueued_at"],
+                    group,
+                    picked["shard_keys"],
+                )
             )
+        done: list[list[str]] = []
+        if self.cores[0].ops.watched_enqueues:  # (a WATCH per shard: one shard after another)
+            for op in ops:
+                done.append((yield from op))
+        else:  # every shard's call in one round trip
+            done = yield from together(ops)
+        ids: list[str] = [""] * len(items)
+        for (shard, where), got in zip(calls, done):
             for j, msg_id in zip(where, got):
                 ids[j] = tag(shard, msg_id)
         return ids

@@ -563,3 +563,19 @@ def test_an_unsharded_first_enqueue_and_a_sharded_one_at_once_agree(make_queue: 
         assert len(sent) >= 1 and plain.shards == make_queue(name).shards
         got = [m.id for m in make_queue(name).claim_many(10)]
         assert sorted(got) == sorted(sent), outcomes
+
+
+def test_a_batch_goes_to_every_shard_in_one_round_trip(r: redis.Redis, scripting: bool, round_trips: list[int]) -> None:
+    q = Queue("one-trip", client=r, scripting=scripting, shards=6)
+    q.enqueue_many(["warm"] * 6)  # (scripts loaded, the queue registered)
+    round_trips.clear()
+    ids = q.enqueue_many([f"m{i}" for i in range(60)], shard_keys=[f"k{i % 12}" for i in range(60)])
+    assert len({shard_of(i) for i in ids}) > 1
+    if scripting:
+        assert len(round_trips) == 1
+    else:  # (each shard's enqueue WATCHes: one shard after another)
+        assert len(round_trips) >= len({shard_of(i) for i in ids})
+    # each key's messages in their order on their shard
+    got = [m for m in q.claim_many(100) if m.text != "warm"]
+    for k in range(12):
+        assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]

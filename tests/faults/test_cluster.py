@@ -654,3 +654,21 @@ def test_sharded_queues_made_at_once_on_a_cluster_agree_on_one_count(cluster: Re
         got = [m.id for m in Queue(name, client=cluster).claim_many(100)]
         assert sorted(got) == sorted(i for _, i in made), outcomes
         made[0][0].destroy()
+
+
+def test_a_sharded_batch_is_one_write_to_each_primary(cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from keyqueue.transport import sync
+
+    name = spread_name(cluster, 6)
+    q = Queue(name, client=cluster, shards=6)
+    q.enqueue_many([f"w{i}" for i in range(6)])  # (scripts loaded, the shards registered)
+    writes: list[int] = []
+    pack = sync.pack
+    monkeypatch.setattr(sync, "pack", lambda conn, cmds: (writes.append(len(cmds)), pack(conn, cmds))[1])
+    ids = q.enqueue_many([f"m{i}" for i in range(60)], shard_keys=[f"k{i % 12}" for i in range(60)])
+    assert len(writes) == len(cluster.get_primaries()) and sum(writes) >= 6, writes
+    got = [m for m in q.claim_many(100) if m.text.startswith("m")]
+    assert sorted(m.id for m in got) == sorted(ids)
+    for k in range(12):  # each key's messages in their order on their shard
+        assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]
+    q.destroy()
