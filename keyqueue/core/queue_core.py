@@ -411,19 +411,21 @@ class QueueCore:
             for _ in range(MAKE_ATTEMPTS):
                 _, count = yield [("WATCH", self.keys.shards), *self.counts()]
                 self.notice([count], adopt=True)  # (sharded since it loaded: written to the shards instead)
-                if (yield from self.claim_name([("SET", self.keys.seq, 0, "NX")])):
+                if (yield from self.claim_name([("SET", self.keys.seq, 0, "NX")], replicated=False)):
                     break
             else:
                 raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
         self.registered = True
 
-    def claim_name(self, writes: Sequence[Command]) -> Op[bool]:
+    def claim_name(self, writes: Sequence[Command], replicated: bool = True) -> Op[bool]:
         """The first writes of an unsharded queue (its settings, or its id counter), in one
         MULTI under the WATCH of the shard count, with its registration: False (nothing
         written) when a sharded Queue stored a count meanwhile. A sharded Queue being made
-        WATCHes these keys in turn, so of the two made at once exactly one is made."""
+        WATCHes these keys in turn, so of the two made at once exactly one is made.
+        ``replicated``: followed by the WAIT of min_replicas (settings are; the id counter,
+        like the registration, is not: the first enqueue's own WAIT covers it)."""
         k = self.keys
-        tail = self.replication.tail()
+        tail = self.replication.tail() if replicated else []
         listed, _, *queued = yield [("SADD", k.registry, self.listed_as), ("MULTI",), *writes, ("EXEC",), *tail]
         done = queued[len(writes)]
         if isinstance(done, Exception):
