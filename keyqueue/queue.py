@@ -54,7 +54,8 @@ class Queue(QueueFace):
             released at once; 1 (the default) delivers a group in order, one at a time. A setting.
         scripting: False selects the script-free mode (servers without EVAL).
         shards: store the queue as this many shards (``{name#i}``) that a cluster spreads
-            over its nodes; fixed when the queue is first made, None adopts the stored count.
+            over its nodes; fixed when the queue is first made, None adopts the stored count
+            (one stored after this Queue loaded too, found by its next write, reap or claim).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
 
