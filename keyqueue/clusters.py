@@ -13,7 +13,17 @@ import threading
 from typing import Any
 
 import redis.cluster
-from redis.exceptions import ConnectionError, RedisClusterException
+from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, RedisClusterException
+
+
+def unreachable(exc: RedisClusterException) -> Exception:
+    """What redis-py says when no seed gave the slot map, as a single server would: the
+    seeds' refusal of the credentials or the ACL (configuration, which no wait fixes), else
+    ConnectionError (an outage, waited out)."""
+    cause = exc.__cause__
+    if isinstance(cause, (AuthenticationError, NoPermissionError)):
+        return cause
+    return ConnectionError(str(exc))
 
 
 class RedisCluster(redis.cluster.RedisCluster):
@@ -46,7 +56,7 @@ class RedisCluster(redis.cluster.RedisCluster):
             try:
                 super().__init__(**self._kq_kwargs)
             except RedisClusterException as exc:
-                raise ConnectionError(str(exc)) from None
+                raise unreachable(exc) from None
             finally:
                 self.__dict__["_kq_starting"] = False
             self.__dict__["_kq_ready"] = True

@@ -38,16 +38,21 @@ def outage_delay(failures: int) -> float:
     return min(0.1 * 2 ** (failures - 1), MAX_PAUSE)
 
 
-#: A user info's password runs to the last "@": passwords from managed services hold "/",
-#: "?" or "#" unencoded.
-_USERINFO_PASSWORD = re.compile(r"(://[^/@?#:]*:).*@")
 _QUERY_PASSWORD = re.compile(r"((?:^|[?&])[a-z_]*password=)[^&#]*", re.I)
+#: Text that ends inside a query parameter's value (``?name=...`` or ``&name=...``).
+_IN_QUERY_VALUE = re.compile(r"[?&][a-z_]+=[^&]*$", re.I)
 
 
 def _split_userinfo(rest: str) -> tuple[str, str]:
-    """(user info, the rest) of what follows a URL's ``://``, split at its last "@"."""
-    userinfo, at, after = rest.rpartition("@")
-    return (userinfo, after) if at else ("", rest)
+    """(user info, the rest) of what follows a URL's ``://``. A user info's password runs to
+    the last "@" (passwords from managed services hold "/", "?" or "#" unencoded), but for
+    an "@" inside a query parameter's value (``?sentinel_password=a@b``)."""
+    end = len(rest)
+    while (at := rest.rfind("@", 0, end)) >= 0:
+        if not _IN_QUERY_VALUE.search(rest, 0, at):
+            return rest[:at], rest[at + 1 :]
+        end = at
+    return "", rest
 
 
 def _password_of(url: str) -> str:
@@ -71,7 +76,11 @@ def redact(url: str) -> str:
     parameter) replaced by ``***``: safe to print or log, whatever its scheme."""
     if not isinstance(url, str):
         return "<not a URL>"
-    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", url))
+    scheme, sep, rest = url.partition("://")
+    userinfo, after = _split_userinfo(rest) if sep else ("", rest)
+    if ":" in userinfo:
+        url = f"{scheme}://{userinfo.partition(':')[0]}:***@{after}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
 #: The words a boolean query parameter takes (the first four are true).

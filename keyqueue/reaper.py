@@ -110,6 +110,7 @@ class Reaper:
         self._since = ReapResult()
         self._passes_since = 0
         self._failed_since = 0
+        self.moved = ReapResult()  # what every pass of this run did
         self._outages = 0  # failures to reach Redis in a row: the wait before the next pass grows
         #: What Redis refused before the first pass (credentials, ACL): run() raises it.
         self.refused: Exception | None = None
@@ -175,6 +176,7 @@ class Reaper:
         self.passes += 1
         self._passes_since += 1
         self._since = self._since + moved
+        self.moved = self.moved + moved
         log.debug(
             "pass %d over %d queues: requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
             self.passes,
@@ -251,6 +253,15 @@ class Reaper:
             restore()
         if self.refused is not None:
             raise self.refused
+        m = self.moved
+        log.info(
+            "reaper stopped after %d passes: requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
+            self.passes,
+            m.requeued,
+            m.dead_lettered,
+            m.delayed_released,
+            m.expired,
+        )
 
     def start(self) -> None:
         """Reap in a background thread."""

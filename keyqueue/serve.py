@@ -55,6 +55,7 @@ def serve_app(
     sqs: tuple[str, str] | None,
     queue_options: Mapping[str, Any],
     log_level: str = "info",
+    sqs_shards: int = 1,
 ) -> None:
     if not is_loopback(host) and token is None:
         raise ConfigurationError(
@@ -65,7 +66,15 @@ def serve_app(
 
         from .web import create_app
 
-        app = create_app(url=url, prefix=prefix, read_only=read_only, token=token, sqs=sqs, queue_options=queue_options)
+        app = create_app(
+            url=url,
+            prefix=prefix,
+            read_only=read_only,
+            token=token,
+            sqs=sqs,
+            queue_options=queue_options,
+            sqs_shards=sqs_shards,
+        )
     except ImportError as exc:
         raise MissingDependency(f"keyqueue serve needs the web extra (pip install 'keyqueue[web]'): {exc}") from None
     sock = bind(host, port)

@@ -132,7 +132,9 @@ class Queue(QueueFace):
     async def claim_many(
         self, count: int, *, visibility_timeout: float | None = None, wait: float = 0.0
     ) -> list[Message]:
-        """A long-poll waits in Redis without blocking the loop; cancelled, it takes nothing."""
+        """A long-poll waits in Redis without blocking the loop. Cancelled while it waits, it
+        takes nothing; cancelled as Redis hands messages over, they return at their deadline,
+        as after any lost reply."""
         started = time.monotonic()
         core = await self._settle()
         if isinstance(core, ShardedCore):  # every shard, from a rotating one

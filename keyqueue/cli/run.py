@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..connection import DEFAULT_URL, REFUSED
+from ..core.shards import MAX_SHARDS
 from ..errors import ConfigurationError, InvalidArgument
 from .group import GIVEN, Config, cli, pass_config, refused
 
@@ -234,9 +235,26 @@ def worker(
     help="Serve the SQS wire API on the same port too (keys from "
     "KEYQUEUE_SQS_ACCESS_KEY_ID and KEYQUEUE_SQS_SECRET_ACCESS_KEY).",
 )
+@click.option(
+    "--sqs-shards",
+    type=click.IntRange(1, MAX_SHARDS),
+    default=1,
+    show_default=True,
+    help="Shards of each queue the SQS API's CreateQueue makes (a FIFO queue's with "
+    "DeduplicationScope messageGroup only); existing queues keep theirs.",
+)
 @LOG_LEVEL
 @pass_config
-def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | None, sqs: bool, log_level: str) -> None:
+def serve(
+    cfg: Config,
+    host: str,
+    port: int,
+    read_only: bool,
+    token_env: str | None,
+    sqs: bool,
+    sqs_shards: int,
+    log_level: str,
+) -> None:
     """Run the web dashboard, the JSON API and /metrics (and with --sqs the SQS API)."""
     from ..serve import serve_app
 
@@ -248,6 +266,8 @@ def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | N
         if token is None:
             raise ConfigurationError(f"--token-env {token_env}: that variable is unset or empty (or blank)")
     keys = None
+    if sqs_shards > 1 and not sqs:
+        raise ConfigurationError("--sqs-shards is for the SQS API: give --sqs too")
     if sqs:
         names = ("KEYQUEUE_SQS_ACCESS_KEY_ID", "KEYQUEUE_SQS_SECRET_ACCESS_KEY")
         missing = [n for n in names if not os.environ.get(n)]
@@ -266,6 +286,7 @@ def serve(cfg: Config, host: str, port: int, read_only: bool, token_env: str | N
         sqs=keys,
         queue_options=cfg.options(),
         log_level=log_level,
+        sqs_shards=sqs_shards,
     )
 
 

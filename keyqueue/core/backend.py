@@ -16,6 +16,7 @@ from .results import (
     ExpireStep,
     Fields,
     Fired,
+    Looked,
     Purged,
     ReapPosition,
     ReapStep,
@@ -206,6 +207,14 @@ class Backend(Protocol):
         """Many fires in one call, each a compare-and-set of its own schedule (the script-free
         mode: of them all at once): which were done (each enqueued its messages), and whether
         the config hash is gone."""
+        ...
+
+    def schedule_fire_due(self, limit: int) -> Op[Looked | None]:
+        """Look at the first ``limit`` entries of the schedule index and fire, in the same
+        call, the due schedules whose fire needs no planning (one fire time of an ``every``
+        schedule without jitter: schedule_fire_due.lua); the rest are left to
+        ``schedule_fire_many``. None, without I/O, from a backend that fires nothing without
+        reading first (the script-free mode): the core looks at the index itself."""
         ...
 
     def schedule_fire(

@@ -33,12 +33,13 @@ from .results import (
     ExpirePosition,
     Fields,
     GroupInfo,
+    Looked,
     QueueStats,
     RateState,
     ReapPosition,
     ReapResult,
 )
-from .roundtrip import Command, Op, Sleep, transaction
+from .roundtrip import Command, Op, Sleep, together, transaction
 from .schedules import (
     Definition,
     Fire,
@@ -1087,53 +1088,80 @@ class QueueCore:
     def fire_due(self, seconds: float) -> Op[int]:
         """Fire the due schedules: the messages enqueued. Looks at the head of the index go on
         while each finds a full batch due and fires some of it, for up to ``seconds`` (one
-        look at least). Each fire is a compare-and-set, so any number of processes may do this."""
+        look at least). Each fire is a compare-and-set, or made in the call that read the
+        schedule, so any number of processes may do this."""
         s = yield from self.ready()
-        k = self.keys
-        clock = getattr(self.ops, "clock", None)
         total = 0
         soonest = math.inf  # ms from now to the earliest fire time known
         until = time.monotonic() + seconds
-        look: list[Command] = [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
-        timed = False  # whether the server's time comes with the look
-        # (The first look also reads the shard count: a Queue that claims or reaps learns it.)
-        counts = self.counts()
+        timed = False  # (the core's own look) whether the server's time comes with it
+        counted = bool(self.counts())  # the first look also reads the shard count
         while True:
-            # A queue without schedules costs this one read; the clock is read only when
-            # the index holds something that may be due (with the looks after the first).
-            raw, *tm = yield look + [("TIME",)] if timed else look + counts
-            if counts:
-                self.notice(tm, adopt=False)
-                tm, counts = [], []
-            if isinstance(raw, Exception):
-                raise error_for(raw, k.schedules)
-            pairs = [(text(m), sc) for m, sc in scored(raw)]
-            if not pairs or pairs[0][1] == math.inf:
-                break
-            if clock is not None:
-                now = round(clock() * 1000)
+            # A queue without schedules costs one call; the backend's look fires the due
+            # schedules that need no planning, here the rest are planned and fired. (A Queue
+            # that claims or reaps learns a shard count stored since it loaded, at no round trip.)
+            if counted:
+                counted = False
+                both: list[Op[Any]] = [self._looked(timed), self.read_count()]
+                (looked, timed), count = yield from together(both)
+                self.notice([count], adopt=False)
             else:
-                ((sec, usec),) = tm or (yield [("TIME",)])
-                now = int(sec) * 1000 + int(usec) // 1000
-                timed = True
-            due = [(sid, sc) for sid, sc in pairs if sc <= now]
-            later = [sc for sid, sc in pairs if sc > now]
-            if later:
-                soonest = min(soonest, later[0] - now)
-            fired = (yield from self.fire_many(due, now, s.bucket_ms)) if due else []
+                looked, timed = yield from self._looked(timed)
+            if looked.soonest is not None:
+                soonest = min(soonest, looked.soonest - looked.now)
             before = total
+            total += looked.fired
+            left = looked.left
+            fired = (yield from self.fire_many(left, looked.now, s.bucket_ms)) if left else []
             for n, nxt in fired:
                 total += n
                 if nxt is not None:
-                    soonest = min(soonest, nxt - now)
+                    soonest = min(soonest, nxt - looked.now)
             # (no progress: the rest is another firer's, or cannot be fired: left to the next reap)
             progress = total > before
-            if len(due) < FIRE_BATCH or not progress or time.monotonic() >= until:
+            full = looked.looked >= FIRE_BATCH and looked.fired + len(left) >= FIRE_BATCH
+            if not full or not progress or time.monotonic() >= until:
                 break
         mono = time.monotonic()
         self.fire_wake = mono + max(soonest, 0) / 1000.0
         self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
         return total
+
+    def _looked(self, timed: bool) -> Op[tuple[Looked, bool]]:
+        """One look at the schedule index: the backend's (which fires what needs no
+        planning), or the core's own."""
+        looked = yield from self.ops.schedule_fire_due(FIRE_BATCH)
+        if looked is None:
+            return (yield from self._look(timed))
+        yield from self._after(looked.config_missing)
+        return looked, timed
+
+    def read_count(self) -> Op[Any]:
+        """The shard count as stored (None: unsharded), to go with another round trip."""
+        (reply,) = yield self.counts()
+        return reply
+
+    def _look(self, timed: bool) -> Op[tuple[Looked, bool]]:
+        """The head of the schedule index read here, nothing fired (a backend whose fires all
+        read first): its due entries all left to fire_many. The clock is read only when the
+        index holds something that may be due (and with the looks after the first)."""
+        k = self.keys
+        clock = getattr(self.ops, "clock", None)
+        look: list[Command] = [("ZRANGE", k.schedules, 0, FIRE_BATCH - 1, "WITHSCORES")]
+        raw, *tm = yield look + [("TIME",)] if timed else look
+        if isinstance(raw, Exception):
+            raise error_for(raw, k.schedules)
+        pairs = [(text(m), sc) for m, sc in scored(raw)]
+        if not pairs or pairs[0][1] == math.inf:
+            return Looked(0, 0, None, len(pairs), [], False), timed
+        if clock is not None:
+            now = round(clock() * 1000)
+        else:
+            ((sec, usec),) = tm or (yield [("TIME",)])
+            now = int(sec) * 1000 + int(usec) // 1000
+        due = [(sid, sc) for sid, sc in pairs if sc <= now]
+        later = [int(sc) for _, sc in pairs if now < sc < math.inf]
+        return Looked(now, 0, later[0] if later else None, len(pairs), due, False), True
 
     def known_of(self, sid: str, raw: dict[bytes, bytes]) -> Known | None:
         """A schedule's hash as read, kept for its next fires (None: gone or unreadable)."""

@@ -135,6 +135,21 @@ class Fired:
 
 
 @dataclass(frozen=True)
+class Looked:
+    """A look at the head of a queue's schedule index that fired, in the same call, the due
+    schedules needing no planning: the server's time (ms), how many it fired, the earliest
+    fire time it knows after now (ms, or None), how many entries it looked at, the due
+    schedules it left to the client (id, index score), and whether the config hash is gone."""
+
+    now: int
+    fired: int
+    soonest: int | None
+    looked: int
+    left: list[tuple[str, float]]
+    config_missing: bool
+
+
+@dataclass(frozen=True)
 class Requeued:
     requeued: int
     examined: int

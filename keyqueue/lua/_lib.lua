@@ -1,7 +1,8 @@
 --[[
   Shared by every script (prepended at load time).
   Convention for every script:
-    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>" and "timer:<bucket>"
+    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>", "timer:<bucket>"
+             and (schedule_fire_due) "schedule:<id>"
     ARGV[2]  clock override in epoch ms ('' = the server's TIME); tests use it to control time
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
     c current receipt, d timer ms (visibility deadline while processing, visible-at while
@@ -90,6 +91,46 @@ local function signal(sig)
   signalled = true
 end
 
+-- One message enqueued visible now (enqueue.lua's and enqueue_group.lua's hot path, their
+-- KEYS): the writes check the types themselves (redis.pcall), in an order where each one
+-- that can fail is undone with those before it, so a corrupt key changes nothing without a
+-- read of every key first. undo_enqueue undoes the steps before `step` (2: the item, 3: the
+-- FIFO entry, 4: the items entry) and the id, and returns `err`.
+local function undo_enqueue(step, id, err)
+  if step > 3 then rcall('SREM', KEYS[3], id) end
+  if step > 2 then rcall('RPOP', KEYS[2]) end
+  if step > 1 then rcall('DEL', item_key(id)) end
+  if id == '1' then rcall('DEL', KEYS[1]) else rcall('DECR', KEYS[1]) end
+  return err
+end
+
+-- The new id (INCR seq), or nil and the error: seq is not a number, or the id's item exists
+-- (item keys are new by construction; one that exists means seq was overwritten).
+local function next_id()
+  local id = redis.pcall('INCR', KEYS[1])
+  if type(id) == 'table' then return nil, write_error(id, KEYS[1]) end
+  id = fmt(id)
+  if rcall('EXISTS', item_key(id)) == 1 then return nil, undo_enqueue(1, id, corrupt(KEYS[1])) end
+  return id
+end
+
+-- After the item's HSET: the FIFO and items entries when `waiting`, then the enqueued
+-- counter. Returns the counter's reply (1: the counters were absent, as when Redis lost its
+-- data), or nil and the error, every write undone.
+local function push_new(id, waiting)
+  local step = 2
+  if waiting then
+    local r = redis.pcall('RPUSH', KEYS[2], id)
+    if type(r) == 'table' then return nil, undo_enqueue(2, id, write_error(r, KEYS[2])) end
+    r = redis.pcall('SADD', KEYS[3], id)
+    if type(r) == 'table' then return nil, undo_enqueue(3, id, write_error(r, KEYS[3])) end
+    step = 4
+  end
+  local r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)
+  if type(r) == 'table' then return nil, undo_enqueue(step, id, write_error(r, KEYS[7])) end
+  return r
+end
+
 -- Move a waiting-eligible id to the tail of the FIFO.
 local function make_waiting(queue, items, id)
   rcall('RPUSH', queue, id)
@@ -114,6 +155,17 @@ local function body_fields(out, body, chunk)
     k = k + 1
   end
   return out
+end
+
+-- HSET a new item: its body's fields, then the field/value pairs given; no table is made for
+-- a body of one or two fields.
+local function write_item(ik, body, chunk, ...)
+  local len = #body
+  if len <= chunk then return rcall('HSET', ik, 'b', body, ...) end
+  if len <= 2 * chunk then
+    return rcall('HSET', ik, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1), ...)
+  end
+  return rcall('HSET', ik, unpack(body_fields({...}, body, chunk)))
 end
 
 -- The item hash as a table with the body reassembled in f.b: nil when the key is absent,
@@ -238,37 +290,24 @@ end
 
 -- Release held messages of group g while fewer than the limit are released (`active` of
 -- them now) to the tail of the FIFO, and store the count unless it is still `stored`.
--- Returns how many were released. With `batch` ({ids = {}, popped = 0}), the released ids
--- and the number of held ids taken are gathered there, for group_flush to write at once.
-local function group_fill(g, active, stored, batch)
+-- Returns how many were released.
+local function group_fill(g, active, stored)
   local limit, gk, n = group_limit(), group_key(g), 0
   while active < limit do
     local id = rcall('LPOP', gk)
     if not id then break end
-    if batch then batch.popped = batch.popped + 1
-    elseif rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
+    if rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
     if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
       rcall('HSET', item_key(id), 'j', '1')
-      if batch then batch.ids[#batch.ids + 1] = id else make_waiting(BASE .. 'queue', BASE .. 'items', id) end
+      make_waiting(BASE .. 'queue', BASE .. 'items', id)
       active, n = active + 1, n + 1
     end
   end
   if active ~= stored then
     if active > 0 then rcall('HSET', BASE .. 'groups', g, active) else rcall('HDEL', BASE .. 'groups', g) end
   end
-  if n > 0 and not batch then signal(BASE .. 'signal') end
+  if n > 0 then signal(BASE .. 'signal') end
   return n
-end
-
--- What group_fill gathered in `batch`: the held counter, the FIFO and `items` written once.
-local function group_flush(batch)
-  if batch.popped > 0 and rcall('DECRBY', BASE .. 'held', batch.popped) <= 0 then rcall('DEL', BASE .. 'held') end
-  for i = 1, #batch.ids, 1000 do
-    local last = math.min(i + 999, #batch.ids)
-    rcall('RPUSH', BASE .. 'queue', unpack(batch.ids, i, last))
-    rcall('SADD', BASE .. 'items', unpack(batch.ids, i, last))
-  end
-  if #batch.ids > 0 then signal(BASE .. 'signal') end
 end
 
 -- A released message of group g ended (acked, dead-lettered, expired, purged): the group's
@@ -278,20 +317,69 @@ local function group_end(g)
   return group_fill(g, math.max((stored or 1) - 1, 0), stored)
 end
 
--- Released messages of groups `gs` ended (one entry a message; a group may repeat): as
--- group_end for each, with each group's count read once and the releases written together.
-local function group_end_many(gs)
+-- Released messages of groups `gs` ended (one entry a message; a group may repeat), as
+-- group_end for each, in two steps around the caller's other writes. group_take, before
+-- them: the groups' counts read at once and their next held ids popped (the pops check the
+-- lists' types, undone if one fails): returns what group_give needs, or nil and the error,
+-- nothing changed. group_give, after them: the popped ids released, written together.
+local function group_take(gs)
   local ended, order = {}, {}
   for _, g in ipairs(gs) do
     if not ended[g] then ended[g] = 0; order[#order + 1] = g end
     ended[g] = ended[g] + 1
   end
-  local batch = {ids = {}, popped = 0}
-  for _, g in ipairs(order) do
-    local stored = tonumber(rcall('HGET', BASE .. 'groups', g) or '')
-    group_fill(g, math.max((stored or ended[g]) - ended[g], 0), stored, batch)
+  local hk, held_key = BASE .. 'groups', BASE .. 'held'
+  local stored = redis.pcall('HMGET', hk, unpack(order))
+  if stored.err then return nil, corrupt(hk) end
+  local held = redis.pcall('GET', held_key)
+  if type(held) == 'table' or (held and not tonumber(held)) then return nil, corrupt(held_key) end
+  local limit = group_limit()
+  local take = {order = order, stored = {}, active = {}, ids = {}, popped = 0}
+  local pops = {}  -- each group's popped ids, to undo
+  for i, g in ipairs(order) do
+    local have = tonumber(stored[i] or '')
+    local active = math.max((have or ended[g]) - ended[g], 0)
+    local gk, p = group_key(g), {}
+    while active < limit do
+      local id = redis.pcall('LPOP', gk)
+      if type(id) == 'table' then
+        for k = i - 1, 1, -1 do
+          local q = pops[k]
+          for m = #q, 1, -1 do rcall('LPUSH', group_key(order[k]), q[m]) end
+        end
+        return nil, corrupt(gk)
+      end
+      if not id then break end
+      p[#p + 1] = id
+      if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
+        take.ids[#take.ids + 1] = id
+        active = active + 1
+      end
+    end
+    pops[i] = p
+    take.popped = take.popped + #p
+    take.stored[i], take.active[i] = have, active
   end
-  group_flush(batch)
+  return take
+end
+
+local function group_give(take)
+  local hk, held_key = BASE .. 'groups', BASE .. 'held'
+  if take.popped > 0 and rcall('DECRBY', held_key, take.popped) <= 0 then rcall('DEL', held_key) end
+  for i, g in ipairs(take.order) do
+    local active = take.active[i]
+    if active ~= take.stored[i] then
+      if active > 0 then rcall('HSET', hk, g, active) else rcall('HDEL', hk, g) end
+    end
+  end
+  local ids = take.ids
+  for _, id in ipairs(ids) do rcall('HSET', item_key(id), 'j', '1') end
+  for i = 1, #ids, 1000 do
+    local last = math.min(i + 999, #ids)
+    rcall('RPUSH', BASE .. 'queue', unpack(ids, i, last))
+    rcall('SADD', BASE .. 'items', unpack(ids, i, last))
+  end
+  if #ids > 0 then signal(BASE .. 'signal') end
 end
 
 -- A grouped message `id` joins group g at its end (enqueued, due after its delay, requeued):

@@ -45,21 +45,27 @@ if #ids == 0 then return 0 end
 local groups, order = by_bucket(ids, timers, bucket_ms)
 bad = bad_bucket(order)
 if bad then return corrupt(bad) end
--- The first write checks the counters (a hash, its count a number): when it fails, nothing
--- has changed. The count is SREM's, which counts a delivery listed twice once.
-local ended = {}
+-- The counters are checked by a read (a hash, its count a number), then the groups' next
+-- messages are taken, first of the writes: a group key of the wrong type fails the call
+-- there, every pop undone (see group_take). Either way nothing has changed. The acked count
+-- is SREM's, which counts a delivery listed twice once.
+local counted = redis.pcall('HGET', KEYS[3], 'acked')
+if type(counted) == 'table' or (counted and not tonumber(counted)) then return corrupt(KEYS[3]) end
+local take
 if gs then
+  local ended = {}
   for _, id in ipairs(ids) do
     if gs[id] then ended[#ended + 1] = gs[id]; gs[id] = nil end  -- (a delivery listed twice ends once)
   end
-  bad = group_bad(ended)
-  if bad then return corrupt(bad) end
+  if #ended > 0 then
+    local err
+    take, err = group_take(ended)
+    if not take then return err end
+  end
 end
-local counted = redis.pcall('HINCRBY', KEYS[3], 'acked', 0)
-if type(counted) == 'table' then return write_error(counted, KEYS[3]) end
 local n = rcall('SREM', KEYS[1], unpack(ids))
 rcall('HINCRBY', KEYS[3], 'acked', n)
 drop_timers(KEYS[2], groups, order)
 rcall('DEL', unpack(keys))
-if #ended > 0 then group_end_many(ended) end
+if take then group_give(take) end
 return n

@@ -24,7 +24,8 @@
   frees at an ack).
   Each message is four values: its id, its body (in b and b1) and enqueue time; for a message
   that is not a first delivery without error or attributes (receives 1, the first receipt,
-  first delivered now), the id is {id, r, c, e, a, f, s, g} instead (g: the message's group).
+  first delivered now), the id is {id, r, c, e, a, f, s, g} instead (g: the message's group),
+  and for such a first delivery of a schedule's or a group's message {id, s, g}.
   A grouped message that goes to dead letters or is deleted frees its group's next. The deadline is the call's.
   (Every value of the reply costs Redis time: most messages take 4 instead of 9.)
 ]]
@@ -170,7 +171,10 @@ while claimed < count and dropped < LAPSED_LIMIT do
     end
     local b, b1 = v[1], v[2]
     if v[3] and b and not (b1 and #b1 == #b) then
-      if v[5] then
+      if v[5] == '0' then  -- never delivered (a schedule's or a group's): no r, e or f yet
+        local more = rcall('HMGET', ik, 's', 'g')
+        v[9], v[10] = more[1], more[2]
+      elseif v[5] then
         local more = rcall('HMGET', ik, 'r', 'e', 'f', 's', 'g')
         v[6], v[7], v[8], v[9], v[10] = more[1], more[2], more[3], more[4], more[5]
       end
@@ -223,6 +227,9 @@ while claimed < count and dropped < LAPSED_LIMIT do
       -- a first delivery with neither error nor attributes: the client knows the rest
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)
       out[n_out + 1] = taken[j]
+    elseif n == '0' and not a then  -- the same, for a schedule's or a group's message
+      rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)
+      out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
     else
       local receipt = first_receipt
       r = r and fmt(tonumber(r) + 1) or '1'

@@ -36,43 +36,24 @@ local function since(j, now_s)
 end
 
 if n == 1 and delay == 0 then
-  -- The hot path, kept to the calls the layout needs: the writes check the types themselves
-  -- (redis.pcall), in an order where each one that can fail is undone with those before it,
-  -- so a corrupt key still changes nothing without a read of every key first.
+  -- The hot path, kept to the calls the layout needs (see undo_enqueue).
   local bad = {}
   local tokens = checked(bad, 'LLEN', KEYS[5])
   local existing = dedup and checked(bad, 'GET', dedup)
   if #bad > 0 then return corrupt(bad[1]) end
   if existing then return {existing, 0, rcall('EXISTS', KEYS[6]) == 0 and 1 or 0} end
-  local id = redis.pcall('INCR', KEYS[1])
-  if type(id) == 'table' then return write_error(id, KEYS[1]) end
-  id = fmt(id)
-  local ik = BASE .. 'item:' .. id
-  -- Undo the writes before step `step` (2: the item, 3: the list entry, 4: the set entry).
-  local function undo(step, err)
-    if step > 3 then rcall('SREM', KEYS[3], id) end
-    if step > 2 then rcall('RPOP', KEYS[2]) end
-    if step > 1 then rcall('DEL', ik) end
-    if id == '1' then rcall('DEL', KEYS[1]) else rcall('DECR', KEYS[1]) end
-    return err
-  end
-  -- Item keys are new by construction; one that exists means seq was overwritten.
-  if rcall('EXISTS', ik) == 1 then return undo(1, corrupt(KEYS[1])) end
+  local id, err = next_id()
+  if not id then return err end
+  local ik = item_key(id)
   local body = ARGV[8]
   local now_s = fmt(now_ms())
   if timed then now_s = since(1, now_s) end
-  if #body <= chunk then rcall('HSET', ik, 't', now_s, 'b', body)
-  elseif #body <= 2 * chunk then
-    rcall('HSET', ik, 't', now_s, 'b', string.sub(body, 1, chunk), 'b1', string.sub(body, chunk + 1))
-  else rcall('HSET', ik, unpack(body_fields({'t', now_s}, body, chunk))) end
+  write_item(ik, body, chunk, 't', now_s)
   local a = attributes(1)
   if a then rcall('HSET', ik, 'a', a) end
-  local r = redis.pcall('RPUSH', KEYS[2], id)
-  if type(r) == 'table' then return undo(2, write_error(r, KEYS[2])) end
-  r = redis.pcall('SADD', KEYS[3], id)
-  if type(r) == 'table' then return undo(3, write_error(r, KEYS[3])) end
-  r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)
-  if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end
+  local r
+  r, err = push_new(id, true)
+  if not r then return err end
   if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
   if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
   -- The config hash is looked for only when the counters were absent too: both go when
@@ -107,22 +88,15 @@ if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
   local at = tonumber(now_s) + delay
   for i = 1, n do
-    rcall('HSET', iks[i], unpack(body_fields({'t', since(i, now_s), 'd', fmt(at)}, ARGV[7 + (i - 1) * step + 1], chunk)))
+    write_item(iks[i], ARGV[7 + (i - 1) * step + 1], chunk, 't', since(i, now_s), 'd', fmt(at))
     local a = attributes(i)
     if a then rcall('HSET', iks[i], 'a', a) end
     timer_add(KEYS[4], ids[i], at, bucket_ms)
   end
   return {fmt(first), n, lost}
 end
--- (one message per iteration of a batch: no table unless a body takes more than two fields)
-local sub = string.sub
 for j = 1, n do
-  local body = ARGV[7 + (j - 1) * step + 1]
-  local len = #body
-  local t = timed and since(j, now_s) or now_s
-  if len <= chunk then rcall('HSET', iks[j], 't', t, 'b', body)
-  elseif len <= 2 * chunk then rcall('HSET', iks[j], 't', t, 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1))
-  else rcall('HSET', iks[j], unpack(body_fields({'t', t}, body, chunk))) end
+  write_item(iks[j], ARGV[7 + (j - 1) * step + 1], chunk, 't', timed and since(j, now_s) or now_s)
   if paired then
     local a = attributes(j)
     if a then rcall('HSET', iks[j], 'a', a) end

@@ -17,6 +17,43 @@ local step = ARGV[8] == '1' and 2 or 1
 local n = (#ARGV - 8) / step
 local dedup = KEYS[8]
 
+if n == 1 and delay == 0 then
+  -- The hot path (see undo_enqueue): the reads of the group's state check their types.
+  local bad = {}
+  local tokens = checked(bad, 'LLEN', KEYS[5])
+  local existing = dedup and checked(bad, 'GET', dedup)
+  local stored = checked(bad, 'HGET', BASE .. 'groups', g)
+  local queued = checked(bad, 'LLEN', group_key(g))
+  local held = checked(bad, 'GET', BASE .. 'held')
+  if #bad > 0 then return corrupt(bad[1]) end
+  if held and not tonumber(held) then return corrupt(BASE .. 'held') end
+  if existing then return {existing, 0, rcall('EXISTS', KEYS[6]) == 0 and 1 or 0} end
+  stored = tonumber(stored or '') or 0
+  local release = queued == 0 and stored < group_limit()
+  local id, err = next_id()
+  if not id then return err end
+  local ik = item_key(id)
+  local body = ARGV[9]
+  local now_s = fmt(now_ms())
+  if release then write_item(ik, body, chunk, 't', now_s, 'n', '0', 'g', g, 'j', '1')
+  else write_item(ik, body, chunk, 't', now_s, 'n', '0', 'g', g) end
+  local a = step == 2 and ARGV[10]
+  if a and a ~= '' then rcall('HSET', ik, 'a', a) end
+  local r
+  r, err = push_new(id, release)
+  if not r then return err end
+  if release then
+    rcall('HSET', BASE .. 'groups', g, stored + 1)
+    if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
+  else
+    rcall('RPUSH', group_key(g), id)
+    rcall('INCRBY', BASE .. 'held', 1)
+  end
+  if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
+  return {id, 1, r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0}
+end
+
+-- Batches and delayed messages: every key is type-checked before the first write.
 local lost = rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
 local bad = {}
 local seq = checked(bad, 'GET', KEYS[1])
@@ -47,11 +84,11 @@ local room = not at and rcall('LLEN', group_key(g)) == 0 and group_limit() - (st
 local released, kept = {}, {}
 for j = 1, n do
   local id = ids[j]
-  local head = {'t', now_s, 'n', '0', 'g', g}
-  if at then head[7] = 'd'; head[8] = fmt(at)
-  elseif #released < room then head[7] = 'j'; head[8] = '1'; released[#released + 1] = id
-  else kept[#kept + 1] = id end
-  rcall('HSET', iks[j], unpack(body_fields(head, ARGV[8 + step * (j - 1) + 1], chunk)))
+  local body = ARGV[8 + step * (j - 1) + 1]
+  local mark = at and 'd' or #released < room and 'j'
+  if mark == 'j' then released[#released + 1] = id elseif not mark then kept[#kept + 1] = id end
+  if mark then write_item(iks[j], body, chunk, 't', now_s, 'n', '0', 'g', g, mark, at and fmt(at) or '1')
+  else write_item(iks[j], body, chunk, 't', now_s, 'n', '0', 'g', g) end
   local a = step == 2 and ARGV[8 + step * j]
   if a and a ~= '' then rcall('HSET', iks[j], 'a', a) end
   if at then timer_add(KEYS[4], id, at, bucket_ms) end

@@ -26,6 +26,8 @@ class Options:
     body_column: str = "value"
     delay_column: str = "delay"
     dedup_column: str = "dedupKey"
+    #: write: a sharded queue's routing key per row (a key's rows go to one shard, in order)
+    shard_column: str = "shardKey"
     #: stream read: rows per micro-batch unless Spark passes a limit of its own
     max_rows: int = 10_000
     #: stream read: claim's visibility timeout (None: the queue's)
@@ -57,6 +59,7 @@ class Options:
             body_column=o.get("bodycolumn", "value"),
             delay_column=o.get("delaycolumn", "delay"),
             dedup_column=o.get("dedupkeycolumn", "dedupKey"),
+            shard_column=o.get("shardkeycolumn", "shardKey"),
             max_rows=_positive("maxRowsPerTrigger", o.get("maxrowspertrigger", "10000")),
             visibility_timeout=None if vis is None else float(vis),
             source=source,

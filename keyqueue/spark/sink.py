@@ -35,8 +35,8 @@ class Written(WriterCommitMessage):
 
 
 def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written:
-    """Enqueue every row of ``batches``: the body column, and the optional delay (seconds)
-    and dedup-key columns. The whole partition is read and checked before its first enqueue,
+    """Enqueue every row of ``batches``: the body column, and the optional delay (seconds),
+    dedup-key and shard-key columns. The whole partition is read and checked before its first enqueue,
     so a partition with a null body writes nothing."""
     held, skipped = [], 0
     for b in batches:
@@ -54,6 +54,8 @@ def enqueue_batches(opts: Options, batches: Iterator[pa.RecordBatch]) -> Written
                 kw["delays"] = [float(d or 0.0) for d in batch.column(opts.delay_column).to_pylist()]
             if opts.dedup_column in names:
                 kw["dedup_keys"] = [None if k is None else str(k) for k in batch.column(opts.dedup_column).to_pylist()]
+            if opts.shard_column in names:
+                kw["shard_keys"] = [None if k is None else str(k) for k in batch.column(opts.shard_column).to_pylist()]
             for i in range(0, len(bodies), CHUNK_ROWS):
                 part = {k: v[i : i + CHUNK_ROWS] for k, v in kw.items()}
                 q.enqueue_many(bodies[i : i + CHUNK_ROWS], **part)

@@ -10,6 +10,7 @@ from typing import Any, Awaitable, Callable, MutableMapping
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.shards import check_shards
 from .auth import Verifier
 from .errors import SqsError
 from .handles import Handles
@@ -33,9 +34,11 @@ MAX_REQUEST_BYTES = 4 << 20
 class SqsApp:
     """ASGI app answering the SQS JSON protocol for the queues under one key prefix."""
 
-    def __init__(self, *, client: Any, prefix: str, access_key_id: str, secret_access_key: str, region: str) -> None:
+    def __init__(
+        self, *, client: Any, prefix: str, access_key_id: str, secret_access_key: str, region: str, shards: int = 1
+    ) -> None:
         self.verifier = Verifier(access_key_id, secret_access_key)
-        self.sqs = Sqs(Directory(client, prefix, region), Handles(secret_access_key, prefix), access_key_id)
+        self.sqs = Sqs(Directory(client, prefix, region, shards), Handles(secret_access_key, prefix), access_key_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -107,12 +110,25 @@ def url_of(scope: Scope, headers: dict[str, str]) -> str:
 
 
 def create_sqs_app(
-    *, client: Any, prefix: str = "kq", access_key_id: str, secret_access_key: str, region: str = "us-east-1"
+    *,
+    client: Any,
+    prefix: str = "kq",
+    access_key_id: str,
+    secret_access_key: str,
+    region: str = "us-east-1",
+    shards: int = 1,
 ) -> SqsApp:
     """The SQS wire API over the queues under ``prefix`` of ``client`` (a redis.asyncio.Redis
-    or RedisCluster, which the caller owns), for requests signed with these credentials."""
+    or RedisCluster, which the caller owns), for requests signed with these credentials.
+    ``shards``: the shard count of the queues CreateQueue makes (existing ones keep theirs)."""
     if not access_key_id or not secret_access_key:
         raise ValueError("the SQS API needs an access key id and a secret access key")
+    check_shards(shards)
     return SqsApp(
-        client=client, prefix=prefix, access_key_id=access_key_id, secret_access_key=secret_access_key, region=region
+        client=client,
+        prefix=prefix,
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        region=region,
+        shards=shards,
     )

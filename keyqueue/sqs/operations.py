@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..aio.message import Message
+from ..core.shards import SEP
 from .errors import SqsError, invalid, missing
 from .handles import Handles
 from .md5 import md5_of_attributes, md5_of_body
@@ -119,6 +120,12 @@ class Sqs:
         if p.get("Attributes") is None:
             raise missing("Attributes")
         attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn, known.fifo)
+        if attributes.get("DeduplicationScope") == "queue" and known.fifo and known.queue.shards > 1:
+            raise SqsError(
+                "InvalidAttributeValue",
+                "Invalid value for the parameter DeduplicationScope. Reason: a sharded FIFO queue "
+                "deduplicates within a message group (DeduplicationScope messageGroup).",
+            )
         await self.check_redrive_target(attributes, known.fifo)
         await self.directory.set_attributes(known, attributes)
         if attributes.get("RedrivePolicy"):
@@ -429,8 +436,11 @@ class Outgoing:
 
 def sequence_number(msg_id: str) -> str:
     """A FIFO message's SequenceNumber: its keyqueue id (an integer the queue's counter
-    gives, so it grows within the queue), in 20 digits as SQS writes them."""
-    return msg_id.zfill(20)
+    gives, so it grows within the queue), in 20 digits as SQS writes them. A sharded queue's
+    ``"<shard>#<id>"`` is the id then the shard in four digits: it grows within a shard,
+    where a message group lives, and no two messages of the queue share one."""
+    shard, sep, inner = msg_id.partition(SEP)
+    return f"{inner}{int(shard):04d}".zfill(20) if sep else msg_id.zfill(20)
 
 
 def _failure(entry_id: str, exc: SqsError) -> Result:

@@ -188,6 +188,8 @@ class Known:
     checked: float
 
     def attribute(self, name: str) -> str | None:
+        if name == "DeduplicationScope" and self.fifo and self.queue.shards > 1:
+            return "messageGroup"  # (a group's messages share a shard, its dedup keys; the queue's do not)
         return self.meta.get(f"attr:{name}", STORED.get(name, FIFO_STORED.get(name)))
 
     @property
@@ -233,8 +235,11 @@ class Known:
 class Directory:
     """The queues of one key prefix as SQS sees them."""
 
-    def __init__(self, client: Any, prefix: str, region: str) -> None:
+    def __init__(self, client: Any, prefix: str, region: str, shards: int = 1) -> None:
         self.client, self.prefix, self.region = client, prefix, region
+        #: The shard count of the queues CreateQueue makes (a FIFO queue's only with
+        #: DeduplicationScope messageGroup, which is what a sharded FIFO queue can keep).
+        self.shards = shards
         self.known: dict[str, Known] = {}
         #: Bumped by every forget(): a read of a queue that began before one (it awaited
         #: Redis meanwhile) answers its request but does not fill the cache with what it read.
@@ -324,7 +329,8 @@ class Directory:
             "retention": DEFAULT_RETENTION,
             **settings_for(attributes),
         }
-        q = self.queue(name, **settings)
+        spread = not is_fifo(name) or attributes.get("DeduplicationScope") == "messageGroup"
+        q = self.queue(name, **settings, shards=self.shards if spread and self.shards > 1 else None)
         await q.load()  # writes the settings and registers the name, as SQS's CreateQueue makes it
         now = str(int(time.time()))
         values, _ = meta_for(attributes)

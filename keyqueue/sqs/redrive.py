@@ -187,6 +187,10 @@ class MoveTask:
         return out
 
 
+#: Seconds a move task waits when its source's limits hold its claims back.
+LIMITED_PAUSE = 0.1
+
+
 class MoveTasks:
     """StartMessageMoveTask, ListMessageMoveTasks, CancelMessageMoveTask: tasks run by this
     server (a restart forgets them; the messages they had not moved stay in the source)."""
@@ -229,8 +233,13 @@ class MoveTasks:
                 batch = 10 if task.per_second is None else max(1, min(10, task.per_second))
                 got = await source.queue.claim_many(batch, visibility_timeout=60)
                 if not got:
-                    task.status = "COMPLETED"
-                    return
+                    # Nothing claimed while messages wait: the source's limits (a keyqueue
+                    # rate limit, an in-flight cap) hold claims back for now.
+                    if (await source.queue.stats()).waiting == 0:
+                        task.status = "COMPLETED"
+                        return
+                    await asyncio.sleep(LIMITED_PAUSE)
+                    continue
                 by_destination: dict[str, list[Any]] = {}
                 for m in got:
                     stored = Stored.load(m.attributes)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from redis.exceptions import ConnectionError, RedisClusterException, ResponseError, TimeoutError
 
+from ..clusters import unreachable
 from ..core.roundtrip import (
     CLUSTER_ATTEMPTS,
     CLUSTER_RETRY_PAUSE,
@@ -40,11 +41,12 @@ async def round_trip(conn: Any, commands: Sequence[Command]) -> list[Any]:
 
 async def learn_slots(client: Any) -> None:
     """The cluster's slot map, learnt once (a no-op afterwards); no seed answering is redis'
-    ConnectionError, as a single server down is (redis-py says RedisClusterException)."""
+    ConnectionError, as a single server down is (redis-py says RedisClusterException); the
+    seeds' refusal of the credentials is theirs."""
     try:
         await client.initialize()
     except RedisClusterException as exc:
-        raise ConnectionError(str(exc)) from None
+        raise unreachable(exc) from None
 
 
 class Pinned:

@@ -118,6 +118,7 @@ def create_app(
     token: str | None = None,
     sqs: tuple[str, str] | None = None,
     queue_options: Mapping[str, Any] | None = None,
+    sqs_shards: int = 1,
 ) -> ASGIApp:
     """The ASGI app of ``keyqueue serve``.
 
@@ -132,6 +133,7 @@ def create_app(
             (``keyqueue.sqs``) on the same port too.
         queue_options: passed to every ``keyqueue.aio.Queue`` it builds (``scripting``,
             ``min_replicas``, ``replica_timeout``).
+        sqs_shards: the shard count of the queues the SQS API's CreateQueue makes.
     """
     if token is not None and not token:
         raise KeyQueueError("an empty token is no token: give None or a non-empty string")
@@ -174,6 +176,10 @@ def create_app(
     sqs_module: Any = importlib.import_module("keyqueue.sqs")
     access_key_id, secret_access_key = sqs
     sqs_app = sqs_module.create_sqs_app(
-        client=store.client, prefix=prefix, access_key_id=access_key_id, secret_access_key=secret_access_key
+        client=store.client,
+        prefix=prefix,
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        shards=sqs_shards,
     )
     return SqsDispatch(app, sqs_app)

@@ -128,7 +128,7 @@ def notice_text(request: Request) -> str | None:
         n=n if re.fullmatch("[0-9]{1,20}", n) else "?",
         s="" if n == "1" else "s",
         source=src if src in PURGE_SOURCES else "",
-        id=one if re.fullmatch("[0-9]{1,20}", one) else "?",
+        id=one if re.fullmatch("([0-9]{1,4}#)?[0-9]{1,20}", one) else "?",  # (a sharded queue's: "<shard>#<id>")
     )
 
 

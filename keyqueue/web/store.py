@@ -16,6 +16,7 @@ from ..aio.queue import Queue, list_queues
 from ..connection import connection_kwargs, default_url, redact, resolve_client, sentinels_of
 from ..core.results import GroupInfo, QueueStats, RateState
 from ..core.schedules import Schedule
+from ..core.shards import summed
 from ..core.sources import PeekSource
 from ..errors import CorruptQueue, InvalidQueueName
 from ..keys import validate_prefix
@@ -49,9 +50,13 @@ class QueueView:
     error: str | None = None
     #: Its limits and their current use (read for a queue's own page only).
     flow: RateState | None = None
+    #: A sharded queue's stats per shard, in shard order (``stats`` are their sums); empty
+    #: for an unsharded queue.
+    shards: tuple[QueueStats, ...] = ()
 
     def api(self) -> dict[str, Any]:
-        """The object of ``GET /api/queues`` (name, the four counts, oldest_age); for a queue that could not be
+        """The object of ``GET /api/queues`` (name, the four counts, oldest_age; a sharded
+        queue's also ``shards``, the same counts per shard); for a queue that could not be
         read, null numbers and the ``error``."""
         if self.error is not None:
             return {
@@ -59,15 +64,21 @@ class QueueView:
                 **dict.fromkeys(("waiting", "processing", "delayed", "dead", "oldest_age")),
                 "error": self.error,
             }
-        s = self.stats
-        return {
-            "name": self.name,
-            "waiting": s.waiting,
-            "processing": s.processing,
-            "delayed": s.delayed,
-            "dead": s.dead,
-            "oldest_age": s.oldest_age,
-        }
+        out = {"name": self.name, **figures(self.stats)}
+        if self.shards:
+            out["shards"] = [{"shard": i, **figures(s)} for i, s in enumerate(self.shards)]
+        return out
+
+
+def figures(s: QueueStats) -> dict[str, Any]:
+    """The four counts and the oldest age, as the API gives them."""
+    return {
+        "waiting": s.waiting,
+        "processing": s.processing,
+        "delayed": s.delayed,
+        "dead": s.dead,
+        "oldest_age": s.oldest_age,
+    }
 
 
 async def bounded(aw: Awaitable[T], seconds: float = READ_TIMEOUT) -> T:
@@ -164,14 +175,17 @@ class Store:
 
     async def _view(self, name: str) -> QueueView:
         q = self.queue(name)
-        stats, counters = await read(lambda: asyncio.gather(q.stats(), q.counters()))
+        # (a sharded queue's totals are the sums of the per-shard stats read with them, so
+        # the page's table of shards always adds up to its totals)
+        each, counters = await read(lambda: asyncio.gather(q.shard_stats(), q.counters()))
         self.rates.record(name, counters)
         return QueueView(
             name,
-            stats,
+            each[0] if len(each) == 1 else summed(each),
             counters,
             {c: self.rates.rate(name, c) for c in RATE_COUNTERS},
             {c: self.rates.series(name, c) for c in RATE_COUNTERS},
+            shards=tuple(each) if len(each) > 1 else (),
         )
 
     async def overview(self) -> list[QueueView]:

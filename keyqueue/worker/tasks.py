@@ -12,8 +12,9 @@ period), the worker reaps its queues every second, and Redis outages are logged 
 out. A handler still running ``timeout`` seconds after it started has its delivery failed
 (as if it raised HandlerTimeout) and its task cancelled; its lane goes on with its batch.
 
-``stop()`` is a plain call (from the loop or any thread): claims under way are cancelled (a
-cancelled claim takes nothing), claimed messages not yet started go back at once, running
+``stop()`` is a plain call (from the loop or any thread): claims under way are cancelled (one
+cancelled while it waits takes nothing; one cancelled as Redis hands it messages leaves them
+to return at their deadline), claimed messages not yet started go back at once, running
 handlers get ``grace_period``; then their tasks are cancelled and their messages released.
 ``stop(now=True)`` releases every held message at once. run() installs no signal handlers
 (the application owns its loop); ``run_process`` does, for ``keyqueue worker``.
@@ -343,7 +344,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
             log.warning("released %d held messages", released)
 
     async def _end_claims(self) -> None:
-        """Cancel the claims under way (a cancelled claim takes nothing) and wait until
+        """Cancel the claims under way (see the module docstring) and wait until
         they end: what one took meanwhile is held, to be given back. On Python 3.11 a
         cancellation can be lost (asyncio.wait_for, inside redis-py, swallows one that comes
         as a command is sent, and the long-poll goes on): so cancel again until they end,

@@ -312,16 +312,16 @@ WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "writing n and f (a first delivery's HSET of r, c, d only)": (
         [
             (
-                "'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)",
-                "'r', '1', 'c', first_receipt, 'd', deadline_s)",
+                "'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)\n      out[n_out + 1] = taken[j]",
+                "'r', '1', 'c', first_receipt, 'd', deadline_s)\n      out[n_out + 1] = taken[j]",
             )
         ],
         [],
     ),
-    "the counters (ack's HINCRBY)": (
+    "the counters (ack's HGET and HINCRBY)": (
         [],
         [
-            ("redis.pcall('HINCRBY', KEYS[3], 'acked', 0)", "0"),
+            ("redis.pcall('HGET', KEYS[3], 'acked')", "false"),
             ("rcall('HINCRBY', KEYS[3], 'acked', n)", "local _ = n"),
         ],
     ),

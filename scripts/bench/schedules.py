@@ -124,7 +124,9 @@ def firing(r: redis.Redis, n: int, rounds: int, every: float, slower_than_us: in
     r.flushall()
     fired = Queue("fired", client=r, scripting=scripting)
     plain = Queue("plain", client=r, scripting=scripting)
-    anchor = math.floor(time.time() / every) * every  # one start for all: one fire time for all
+    # One start for all, one interval ahead: every schedule's first fire time is the start,
+    # however long making them takes (within an interval).
+    anchor = (math.floor(time.time() / every) + 1) * every
     made = timed(lambda: make_schedules(fired, n, every, anchor))
     print(f"  {n:,} schedules made in {made:.1f} s ({mode})", file=sys.stderr)
     data = bodies(n)

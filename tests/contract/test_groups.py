@@ -386,6 +386,53 @@ def test_a_group_key_of_the_wrong_type_fails_the_operation_writing_nothing(
     assert q.ack(m)
 
 
+def test_an_ack_of_many_groups_undoes_its_pops_when_a_later_group_is_corrupt(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """The next messages of the first groups are taken before a later group's list turns
+    out to be of the wrong type: they go back where they were, and nothing has changed."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    for g in ("g1", "g2", "g3"):
+        q.enqueue_many([f"{g}-1", f"{g}-2", f"{g}-3"], group=g)
+    got = q.claim_many(3)
+    assert sorted(m.text for m in got) == ["g1-1", "g2-1", "g3-1"]
+    got.sort(key=lambda m: m.text)
+    r.delete("kq:{q}:group:g3")
+    r.set("kq:{q}:group:g3", "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match="group:g3"):
+        q.ack_many(got)
+    assert snapshot(r) == before
+    r.delete("kq:{q}:group:g3")
+    assert q.ack_many(got) == 3
+    assert sorted(m.text for m in q.claim_many(3)) == ["g1-2", "g2-2"]  # (g3's held ones are gone)
+
+
+@pytest.mark.parametrize(
+    ("key", "released"),
+    [(k, True) for k in ("seq", "queue", "items", "counters", "signal")]
+    + [(k, False) for k in ("seq", "counters", "signal")],  # (a held one is not in the FIFO)
+)
+def test_a_queue_key_of_the_wrong_type_fails_a_grouped_enqueue_writing_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, key: str, released: bool
+) -> None:
+    """One grouped message, released or held: a corrupt key found by a write half-way is
+    undone with every write before it."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many(["1", "2"], group="busy")  # (one released, one held)
+    full = f"kq:{{q}}:{key}"
+    r.delete(full)
+    r.sadd(full, "x") if key != "items" else r.set(full, "x")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=full.replace("{", "\\{")):
+        q.enqueue("3", group="free" if released else "busy")
+    assert snapshot(r) == before
+
+
 def test_a_worker_retries_a_failed_message_before_the_next_of_its_group(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, workers: Any
 ) -> None:

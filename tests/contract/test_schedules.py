@@ -431,3 +431,61 @@ def test_a_schedule_made_again_is_fired_by_its_new_definition(make_queue: MakeQu
     (after,) = q.schedules()
     assert (after.fired, after.next_fire) == (1, None)  # the new one's end: no fire after this one
     assert [m.body for m in q.peek(5)] == [b"old", b"new"]
+
+
+def test_the_scripted_fire_without_planning_agrees_with_the_planner(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scripted mode fires one due fire time of an ``every`` schedule in the call that
+    reads it, without the client's planner; the script-free mode always plans. The same
+    schedules, fired by both at the same (fake) times, in steps that land on the edges of
+    the fast case (an interval, a grace, the late limit, the end, before the start), end in
+    the same state, fire time by fire time."""
+    import random
+
+    rnd = random.Random(7)
+    clock = FakeClock(1_800_000_000.0)
+    queues = [Queue(f"fast{m}", client=r, scripting=m == "scripted", clock=clock) for m in ("scripted", "commands")]
+    t0 = clock()
+    definitions: dict[str, dict[str, Any]] = {
+        "plain": {"every": 10},
+        "later": {"every": 10, "start": t0 + 25},
+        "started": {"every": 3, "start": t0 - 100},
+        "ending": {"every": 7, "end": t0 + 60},
+        "graced": {"every": 5, "misfire_grace": 2},
+        "none": {"every": 10, "catch_up": "none"},
+        "all": {"every": 4, "catch_up": "all"},
+        "jittered": {"every": 10, "jitter": 2},
+        "cron": {"cron": "* * * * *"},
+    }
+    for q in queues:
+        for sid, kw in definitions.items():
+            q.schedule(sid, body=sid, **kw)
+
+    def state(q: Queue) -> tuple[Any, ...]:
+        schedules = sorted((s.id, s.next_fire, s.last_fire, s.fired, s.missed) for s in q.schedules())
+        fired = sorted((m.text, m.scheduled_for) for m in q.peek(10_000) + q.peek(10_000, source="delayed"))
+        return schedules, fired
+
+    planned = Counter[str]()
+    plan = queue_core.plan_fire
+    firer = [""]
+
+    def counted(*args: Any) -> Any:
+        planned[firer[0]] += 1
+        planned[firer[0] + ":" + args[0]] += 1
+        return plan(*args)
+
+    monkeypatch.setattr(queue_core, "plan_fire", counted)
+    for _ in range(60):
+        clock.advance(rnd.choice([0.5, 1, 2, 3, 4, 5, 5.001, 7, 10, 12, 20]))
+        for q in queues:
+            firer[0] = q.name
+            q.reap()
+        assert state(queues[0]) == state(queues[1])
+    for sid in definitions:  # the fast case fired each kind that has one, and no other
+        fast, planner = planned[f"fastscripted:{sid}"], planned[f"fastcommands:{sid}"]
+        assert fast == planner if sid in ("jittered", "cron") else fast < planner, (sid, fast, planner)
+    schedules, fired = state(queues[0])
+    assert {text for text, _ in fired} == set(definitions)  # every one fired
+    assert len(fired) == len(set(fired)) > 60  # no fire time twice

@@ -105,3 +105,16 @@ def test_a_password_holding_url_delimiters_never_appears_either(password: str) -
 def test_an_option_value_a_url_cannot_mean_is_refused_before_any_connection(url: str) -> None:
     with pytest.raises(ConfigurationError, match="invalid value for"):
         from_url(url)
+
+
+@pytest.mark.parametrize("userinfo", ["", "kq:s3cr@t@"])
+def test_an_at_sign_in_a_query_value_is_not_the_end_of_a_user_info(userinfo: str) -> None:
+    """The user info runs to the last "@" but for one inside a query parameter's value: a
+    sentinel password holding "@" leaves the addresses and the service where they are."""
+    url = f"redis+sentinel://{userinfo}127.0.0.1:26379/mymaster?sentinel_password=sp@ss"
+    pool = from_url(url).connection_pool
+    assert pool.service_name == "mymaster"
+    sentinel = pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
+    assert (sentinel["host"], sentinel["port"], sentinel["password"]) == ("127.0.0.1", 26379, "sp@ss")
+    assert pool.connection_kwargs.get("password") == ("s3cr@t" if userinfo else None)
+    assert redact(url) == url.replace("s3cr@t", "***").replace("sp@ss", "***")

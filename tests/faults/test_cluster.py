@@ -672,3 +672,39 @@ def test_a_sharded_batch_is_one_write_to_each_primary(cluster: RedisCluster, mon
     for k in range(12):  # each key's messages in their order on their shard
         assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]
     q.destroy()
+
+
+def test_a_cluster_refusing_the_credentials_is_a_refusal_not_an_outage(cluster_set: Cluster, tmp_path: Path) -> None:
+    """Seeds that refuse the password: the library raises the refusal (both faces), and a
+    worker or reaper exits 78 with one line, the password never shown, as on one server."""
+    import asyncio
+
+    import redis
+
+    url = cluster_set.url.replace("://", "://nobody:wrong-s3cret@")
+    with pytest.raises(redis.AuthenticationError):
+        Queue("q", url=url).enqueue("x")
+
+    async def main() -> None:
+        q = aio.Queue("q", url=url)
+        try:
+            with pytest.raises(redis.AuthenticationError):
+                await q.enqueue("x")
+        finally:
+            await q.aclose()
+
+    asyncio.run(main())
+    procs = Procs(tmp_path)
+    try:
+        for command in (["worker", "tests.support.handlers:record", "-q", "q"], ["reaper"]):
+            p = procs.spawn(url, *command)
+            assert p.wait(60) == 78, procs.log(p)
+            log = procs.log(p)
+            errors = [line for line in log.splitlines() if line.startswith("Error:")]
+            assert len(errors) == 1 and errors[0].startswith("Error: Redis refused the credentials: "), log
+            assert "retrying" not in log and "Traceback" not in log and "wrong-s3cret" not in log
+    finally:
+        for p in procs.started:
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -127,10 +127,12 @@ def test_reaper_process_redelivers_and_stops_on_sigterm(redis_server, r: redis.R
     q.enqueue("later", delay=0.5)
     assert q.claim(visibility_timeout=0.5) is not None
     p = procs.spawn(redis_server.url, "reaper", "--interval", "0.2")
-    wait_until(lambda: q.length() == 2, timeout=10)
+    wait_until(lambda: q.length() == 2)
     p.send_signal(signal.SIGTERM)
-    assert p.wait(10) == 0
+    assert p.wait(60) == 0
     assert sorted(m.text for m in q.peek()) == ["later", "x"]
+    last = procs.log(p).strip().splitlines()[-1]  # what the run did, for an operator after SIGTERM
+    assert "reaper stopped after" in last and "requeued=1 dead_lettered=0 delayed_released=1 expired=0" in last
 
 
 def test_an_idle_reaper_process_logs_nothing_per_pass(redis_server, r: redis.Redis, procs, scripting: bool) -> None:

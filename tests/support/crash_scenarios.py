@@ -102,6 +102,17 @@ def _scheduled_many(q: Queue) -> dict[str, Any]:
     return ctx
 
 
+def _scheduled_plain(q: Queue) -> dict[str, Any]:
+    """Waiting messages and three ``every`` schedules with one fire time due each (bodies of
+    their own): the look that finds them fires them all, in the call that reads them."""
+    ctx = _waiting(q)
+    q.schedule("s", every=10, body="tick")
+    q.schedule("s7", every=7, body="seven")
+    q.schedule("s9", every=9, catch_up="none", body="nine")
+    q._ops.clock.advance(12)
+    return ctx
+
+
 def _limited(**settings: Any) -> Callable[[Queue], dict[str, Any]]:
     """Flow-control settings for the dying client to read, two messages claimed under them
     and three waiting (its claims take what the limits leave)."""
@@ -217,6 +228,7 @@ SCENARIOS: dict[str, Scenario] = {
     "schedule_pause": Scenario(_scheduled, lambda q, c: q.pause_schedule("s")),
     "schedule_fire_due": Scenario(_scheduled, lambda q, c: q.reap()),
     "schedule_fire_many": Scenario(_scheduled_many, lambda q, c: q.reap()),
+    "schedule_fire_plain": Scenario(_scheduled_plain, lambda q, c: q.reap()),
     "schedule_fire_now": Scenario(_scheduled, lambda q, c: q.fire_schedule("s")),
     "claim_rate_limited": Scenario(_limited(rate_limit="3/1000"), lambda q, c: q.claim_many(3)),
     "claim_in_flight_capped": Scenario(_limited(max_in_flight=3), lambda q, c: q.claim_many(3)),

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from keyqueue import Queue
+from keyqueue.core.shards import shard_for
 from keyqueue.server import RedisServer
 
 from ..support.helpers import ROOT, wait_until
@@ -217,6 +218,28 @@ def test_streaming_rows_carry_the_message(
     (row,) = spark.read.parquet(str(out)).collect()
     assert (row.id, bytes(row.body), row.receives) == ("1", b"\x00\xffbin", 2)
     assert abs(row.enqueued_at.timestamp() - time.time()) < 120
+
+
+def test_a_sharded_queue_is_written_and_streamed_once_each_over_its_shards(
+    spark: Any, redis_server: RedisServer, r: redis.Redis, tmp_path: Path
+) -> None:
+    q = Queue("spread", client=r, shards=4)
+    # half keyed, half round robin (about 50 a shard, whichever task writes them)
+    rows = [(f"m{i}", f"key-{i % 8}" if i % 2 else None) for i in range(400)]
+    df = spark.createDataFrame(rows, "value string, shardKey string").repartition(2)
+    fmt(df.write, redis_server.url, "spread").mode("append").save()
+    each = q.shard_stats()
+    assert sum(s.waiting for s in each) == len(q) == 400 and all(s.waiting >= 45 for s in each), each
+    where = {m.text: int(m.id.split("#")[0]) for m in q.peek(400)}
+    for i in range(1, 400, 2):  # a keyed row is on its key's shard
+        assert where[f"m{i}"] == shard_for(f"key-{i % 8}", 4)
+    seen: list[list[str]] = []
+    _consume(spark, redis_server.url, "spread", tmp_path / "ck", seen, maxRowsPerTrigger=150).awaitTermination(120)
+    got = [i for b in seen for i in b]
+    assert len(got) == len(set(got)) == 400  # each once
+    assert {int(i.split("#")[0]) for i in got} == {0, 1, 2, 3}
+    assert all((s.waiting, s.processing, s.delayed) == (0, 0, 0) for s in q.shard_stats())  # every one acknowledged
+    assert q.counters()["acked"] == 400 and not r.keys("kq:{spread*}:stream:*")
 
 
 def test_a_query_that_dies_mid_batch_restarts_from_its_checkpoint_and_loses_nothing(

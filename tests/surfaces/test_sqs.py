@@ -5,6 +5,7 @@ on a test redis-server. Tests of plain SQS behaviour run against moto's SQS serv
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -62,8 +63,9 @@ class Server:
         return int(self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[name])["Attributes"][name])
 
 
-@pytest.fixture(scope="module")
-def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
+@contextlib.contextmanager
+def serving(redis_server: RedisServer, *options: str) -> Iterator[Server]:
+    """``keyqueue serve --sqs`` (with these more options) on a free port, once it answers."""
     port = free_port()
     env = dict(os.environ, KEYQUEUE_SQS_ACCESS_KEY_ID=KEY_ID, KEYQUEUE_SQS_SECRET_ACCESS_KEY=SECRET)
     proc = subprocess.Popen(
@@ -75,6 +77,7 @@ def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
             PREFIX,
             "serve",
             "--sqs",
+            *options,
             "--port",
             str(port),
             "--log-level",
@@ -99,6 +102,12 @@ def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def keyqueue_server(redis_server: RedisServer) -> Iterator[Server]:
+    with serving(redis_server) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -1150,3 +1159,19 @@ def test_two_hundred_concurrent_long_poll_receives(kq: Server) -> None:
     sends = [functools.partial(sqs.send_message, QueueUrl=url, MessageBody=f"m{i}") for i in range(200)]
     assert run_threads([receive] * 200 + sends, 90) == []
     assert sorted(got) == sorted(f"m{i}" for i in range(200))
+
+
+def test_a_move_task_waits_out_a_rate_limit_on_its_source(kq: Server, rc: redis.Redis) -> None:
+    """A dead-letter queue whose claims a keyqueue rate limit holds back: the task waits for
+    the next window instead of ending with messages left behind."""
+    c = kq.sqs
+    dlq = kq.queue()
+    kq.queue(RedrivePolicy=json.dumps({"deadLetterTargetArn": kq.arn(dlq), "maxReceiveCount": "1"}))
+    dest = kq.queue()
+    c.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(6)])
+    Queue(dlq.rsplit("/", 1)[1], client=rc, prefix=PREFIX, rate_limit="2/1")
+    c.start_message_move_task(SourceArn=kq.arn(dlq), DestinationArn=kq.arn(dest))
+    tasks = lambda: c.list_message_move_tasks(SourceArn=kq.arn(dlq))["Results"]  # noqa: E731
+    wait_until(lambda: tasks()[0]["Status"] != "RUNNING", 60)
+    assert (tasks()[0]["Status"], tasks()[0]["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 6)
+    assert (kq.count(dest), kq.count(dlq)) == (6, 0)

@@ -23,6 +23,7 @@ import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from keyqueue import Queue
+from keyqueue.core.shards import shard_for
 from keyqueue.server import RedisServer, free_port
 from keyqueue.web import create_app
 from keyqueue.web.rates import RateHistory
@@ -214,6 +215,48 @@ def test_a_sharded_queue_is_one_row_with_the_real_totals(web: httpx.Client, r: r
     assert done.status_code == 303 and big.stats().dead == 1
     done = web.post("/queues/big/purge", data={"csrf": csrf, "source": "dead", "id": dead[1].id, "confirm": "1"})
     assert done.status_code == 303 and big.stats().dead == 0 and big.get([dead[1].id]) == []
+
+
+def test_a_sharded_queues_api_and_page_give_each_shards_figures(web: httpx.Client, r: redis.Redis) -> None:
+    spread = Queue("spread", client=r, shards=3)
+    keyed = [next(k for k in map(str, range(100)) if shard_for(k, 3) == s) for s in range(3)]
+    for shard, n in enumerate((5, 3, 1)):  # shard 0: 5 messages, shard 1: 3, shard 2: 1
+        spread.enqueue_many([f"{shard}-{i}" for i in range(n)], shard_keys=[keyed[shard]] * n)
+    spread.enqueue("later", delay=600, shard_key=keyed[2])
+    m = spread.claim_many(9)
+    assert len(m) == 9
+    for one in m[:2]:
+        assert spread.dead_letter(one)
+    assert spread.release(m[2]) and spread.ack(m[3])  # (in flight: the other five)
+    Queue("plain", client=r).enqueue("x")
+    want = spread.shard_stats()
+    rows = {row["name"]: row for row in web.get("/api/queues").json()}
+    assert "shards" not in rows["plain"]  # an unsharded queue's object is as before
+    for got in (rows["spread"], web.get("/api/queues/spread").json()):
+        assert [s["shard"] for s in got["shards"]] == [0, 1, 2]
+        for s, w in zip(got["shards"], want):
+            assert (s["waiting"], s["processing"], s["delayed"], s["dead"]) == (
+                w.waiting,
+                w.processing,
+                w.delayed,
+                w.dead,
+            )
+        for k in ("waiting", "processing", "delayed", "dead"):  # the totals are their sums
+            assert got[k] == sum(s[k] for s in got["shards"]) == getattr(spread.stats(), k)
+    assert sum(s.delayed for s in want) == 1 and want[2].delayed == 1 and sum(s.dead for s in want) == 2
+    # the queue page: a row per shard under the totals, and its actions take sharded ids
+    page = web.get("/queues/spread", params={"source": "dead"}).text
+    for i, w in enumerate(want):
+        row = re.search(rf'<tr data-shard="{i}">(.*?)</tr>', page, re.S)
+        assert row, i
+        cells = dict(re.findall(r'data-k="(\w+)"><span class="n[^"]*">([0-9,]+)</span>', row.group(1)))
+        assert cells == {k: str(getattr(w, k)) for k in ("waiting", "processing", "delayed", "dead")}
+    assert re.search(r'id="shard-count">3 shards<', page) and 'data-k="shards">3 shards<' in web.get("/").text
+    dead = spread.peek(2, source="dead")
+    done = web.post(
+        "/queues/spread/purge", data={"csrf": csrf_of(page), "source": "dead", "id": dead[0].id, "confirm": "1"}
+    )
+    assert f"Deleted dead letter {dead[0].id}." in web.get(done.headers["location"]).text
 
 
 def test_a_corrupt_queue_does_not_take_the_others_down(web: httpx.Client, r: redis.Redis) -> None:
@@ -604,8 +647,14 @@ def test_sqs_requests_go_to_the_sqs_app(monkeypatch: pytest.MonkeyPatch, redis_s
 
     monkeypatch.setitem(sys.modules, "keyqueue.sqs", types.SimpleNamespace(create_sqs_app=create_sqs_app))
     client = redis.asyncio.Redis(port=redis_server.port)  # (never connects: /healthz is not asked)
-    app = create_app(client=client, prefix="kq", token=TOKEN, sqs=("AKID", "SECRET"))
-    assert made == {"client": client, "prefix": "kq", "access_key_id": "AKID", "secret_access_key": "SECRET"}
+    app = create_app(client=client, prefix="kq", token=TOKEN, sqs=("AKID", "SECRET"), sqs_shards=4)
+    assert made == {
+        "client": client,
+        "prefix": "kq",
+        "access_key_id": "AKID",
+        "secret_access_key": "SECRET",
+        "shards": 4,
+    }
     form = {"content-type": "application/x-www-form-urlencoded"}
     served = Served(app)
     try:

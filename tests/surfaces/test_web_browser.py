@@ -1,6 +1,7 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by selenium, against
 the app served by uvicorn on loopback and a real redis-server. Also takes the README's
-screenshots (docs/dashboard-overview.png, docs/dashboard-queue.png)."""
+screenshots (docs/dashboard-overview.png, docs/dashboard-queue.png) and the sharding
+page's (docs/dashboard-shards.png)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import redis
 
 from keyqueue import Queue
+from keyqueue.core.shards import shard_for
 from keyqueue.server import RedisServer
 from keyqueue.web import create_app
 from keyqueue.web.present import number
@@ -350,6 +352,63 @@ def test_the_busiest_groups_refresh_themselves_without_a_reload(page: Any, site:
         timeout=30,
     )
     assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
+
+
+def test_a_sharded_queues_page_shows_each_shard_and_refreshes_them(page: Any, site: Served, r: redis.Redis) -> None:
+    """A row per shard beside the totals; work done by another process on one shard shows
+    in its row and in the totals, in the open page."""
+    q = Queue("fanout", client=r, shards=3, max_receives=1)
+    keys = [next(k for k in map(str, range(100)) if shard_for(k, 3) == s) for s in range(3)]
+    for shard, n in enumerate((4, 2)):  # none on shard 2
+        q.enqueue_many([f"{shard}-{i}" for i in range(n)], shard_keys=[keys[shard]] * n)
+    page.get(f"{site.url}/queues/fanout")
+    page.execute_script("window.kqMarker = 42;")
+    assert text_of(page, "#shard-count") == "3 shards"
+
+    def column(d: Any, key: str) -> list[str]:
+        return read_all(d, f'#shards tbody tr[data-shard] td[data-k="{key}"]')
+
+    assert read_all(page, "#shards tbody tr[data-shard]", "data-shard") == ["0", "1", "2"]
+    assert column(page, "waiting") == ["4", "2", "0"] and tile(page, "waiting") == "6"
+    m = q.claim_many(10)
+    assert len(m) == 6
+    for one in m:
+        if one.id.startswith("1#"):
+            assert one.dead_letter("ValueError: shard one")
+    q.enqueue_many(["a", "b", "c"], shard_keys=[keys[2]] * 3)
+    q.enqueue("d", shard_key=keys[2], delay=3600)
+    wait_for(
+        page,
+        lambda d: (
+            column(d, "waiting") == ["0", "0", "3"]
+            and column(d, "processing") == ["4", "0", "0"]
+            and column(d, "dead") == ["0", "2", "0"]
+            and column(d, "delayed") == ["0", "0", "1"]
+            and [tile(d, k) for k in ("waiting", "processing", "delayed", "dead")] == ["3", "4", "1", "2"]
+            and read_all(d, "#shards tfoot td[data-k]")[:4] == ["3", "4", "1", "2"]
+        ),
+        timeout=30,
+    )
+    assert page.execute_script("return window.kqMarker;") == 42  # the same page: no reload
+    try:
+        shoot(page, DOCS / "dashboard-shards.png")  # (the sharding page's picture)
+    finally:
+        page.set_window_size(1360, 900)
+    s = q.stats()
+    assert (s.waiting, s.processing, s.delayed, s.dead) == (3, 4, 1, 2)
+    # a dead letter's own buttons take its sharded id
+    with new_document(page):
+        click(page, '.tabs a[data-source="dead"]')
+    dead = read_all(page, "#messages tbody tr[data-id]", "data-id")
+    assert sorted(dead) == sorted(x.id for x in q.peek(10, source="dead")) and all(i.startswith("1#") for i in dead)
+    click(page, f'#messages tr[data-id="{dead[0]}"] button')
+    wait_for(page, dialog_open, timeout=10)
+    with new_document(page):
+        click(page, "#confirm-ok")
+    assert text_of(page, "#notice") == "Requeued 1 dead letter."
+    wait_for(
+        page, lambda d: column(d, "dead") == ["0", "1", "0"] and column(d, "waiting") == ["0", "1", "3"], timeout=30
+    )
 
 
 def test_long_names_and_errors_fit_a_narrow_window(page: Any, site: Served, r: redis.Redis) -> None:

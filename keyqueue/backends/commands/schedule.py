@@ -8,7 +8,7 @@ from redis.exceptions import ResponseError
 
 from ...core.backend import FireCall
 from ...core.replies import body_fields, hash_reply, text
-from ...core.results import Fired
+from ...core.results import Fired, Looked
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
 from .base import CommandBase, _signal
@@ -22,6 +22,11 @@ class Schedules(CommandBase):
         keys = [self.keys.schedule(i) for i in schedule_ids]
         _, raws = yield from self._open([self.keys.schedules], [("HGETALL", key) for key in keys], watch=keys)
         return [hash_reply(raw) for raw in raws]
+
+    def schedule_fire_due(self, limit: int) -> Op[Looked | None]:
+        """None: every fire reads its schedule under WATCH first (the core's look, fire_many)."""
+        return None
+        yield
 
     def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:
         """One MULTI for them all: a schedule changed since the read (its WATCH) undoes all."""

@@ -6,8 +6,9 @@ from typing import Any, Sequence
 
 from ...core.backend import FireCall
 from ...core.replies import error_for, hash_reply, text
-from ...core.results import Fired
+from ...core.results import Fired, Looked
 from ...core.roundtrip import Op
+from ...core.schedules import LATE_MS
 from .scripts import ScriptBase
 
 
@@ -38,6 +39,15 @@ class Schedules(ScriptBase):
                 args += pair
         missing, *firsts = yield from self.call("schedule_fire_many", keys, args)
         return [first != 0 for first in firsts], missing == 1
+
+    def schedule_fire_due(self, limit: int) -> Op[Looked | None]:
+        k = self.keys
+        keys = [k.schedules, k.seq, k.queue, k.items, k.signal, k.config, k.counters]
+        missing, now, fired, soonest, looked, *left = yield from self.call(
+            "schedule_fire_due", keys, [self.field_bytes, LATE_MS, limit]
+        )
+        pairs = [(text(left[i]), float(left[i + 1])) for i in range(0, len(left), 2)]
+        return Looked(int(now), int(fired), int(soonest) if soonest else None, int(looked), pairs, missing == 1)
 
     def _fire_call(
         self,

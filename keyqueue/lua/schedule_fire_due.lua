@@ -1,0 +1,132 @@
+--[[
+  Fire due schedules whose fire needs no planning by the client, reading and writing each in
+  this one call (no compare-and-set: nothing runs between the read and the write). That is an
+  `every` schedule without jitter with one fire time due, its next one not past its end, and
+  the fire time within its misfire_grace (and within late ms when catch_up is none): a fire
+  time gives one message, at that fire time, and the next fire time is the one after it on
+  the schedule's grid, as the client's planner says for the same case. Every other one (cron,
+  jitter, several fire times behind, a paused or changed one, the last fire before the end)
+  is left as it is for the client to plan and fire by schedule_fire_many.
+  KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] signal  KEYS[6] config
+  KEYS[7] counters
+  ARGV[3] bytes per body field  ARGV[4] late ms (catch_up none: older fire times are missed)
+  ARGV[5] how many due entries of the index to look at, from its head (the earliest)
+  The schedules it fires are the due ones of that look; their keys are schedule:<id> (made
+  here, as item keys are).
+  Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
+  Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
+  ('' = none), due entries looked at, then id, index score of each due schedule left to the
+  client}.
+]]
+local bad = {}
+local now = now_ms()
+-- The due entries of the head, then the first one after them (when fewer than the look's
+-- size are due): no more is read from an index of schedules that are not due.
+local limit = tonumber(ARGV[5])
+local head = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+if #bad > 0 then return corrupt(bad[1]) end
+local due, scores_read, soonest = {}, {}, nil
+for i = 1, #head, 2 do due[#due + 1] = head[i]; scores_read[#scores_read + 1] = head[i + 1] end
+local looked = #due
+if looked < limit then
+  local after = rcall('ZRANGE', KEYS[1], '(' .. fmt(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if after[2] and after[2] ~= 'inf' then soonest = tonumber(after[2]) end
+end
+local out = {rcall('EXISTS', KEYS[6]) == 0 and 1 or 0, fmt(now), 0, '', looked}
+if #due == 0 then
+  if soonest then out[4] = fmt(soonest) end
+  return out
+end
+
+local seq = checked(bad, 'GET', KEYS[2])
+local tokens = checked(bad, 'LLEN', KEYS[5])
+local n = #due
+local keys, reads = {}, {}
+for i = 1, n do
+  keys[i] = BASE .. 'schedule:' .. due[i]
+  reads[i] = checked(bad, 'HMGET', keys[i], 'n', 'p', 'd', 'a', 'v', 'f', 'b')
+end
+if #bad > 0 then return corrupt(bad[1]) end
+local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash'})
+if wrong then return corrupt(wrong) end
+if seq and not tonumber(seq) then return corrupt(KEYS[2]) end
+
+local late = tonumber(ARGV[4])
+local null = cjson.null
+-- A definition's fields, decoded once a call (schedules alike share one): false when no
+-- schedule of it can fire here.
+local defs = {}
+local function every_of(d)
+  local known = defs[d]
+  if known == nil then
+    local ok, v = pcall(cjson.decode, d)
+    -- [cron, every_ms, tz, start_ms, end_ms, jitter_ms, catch_up, grace_ms]
+    if ok and type(v) == 'table' and v[1] == null and type(v[2]) == 'number' and v[2] > 0 and v[6] == 0 then
+      known = {every = v[2], start = v[4] ~= null and v[4] or nil, stop = v[5] ~= null and v[5] or nil,
+               grace = v[8] ~= null and v[8] or nil, none = v[7] == 'none'}
+    else
+      known = false
+    end
+    defs[d] = known
+  end
+  return known
+end
+
+-- The next fire time of schedule i when it fires here, else nil.
+local function next_of(f)
+  local nxt = tonumber(f[1])
+  if not nxt or f[2] == '1' or not f[3] or not f[4] or not tonumber(f[5]) then return nil end
+  local e = every_of(f[3])
+  if not e then return nil end
+  local age = now - nxt
+  if age < 0 or age >= e.every or (e.start and nxt < e.start) then return nil end
+  if (e.grace and age > e.grace) or (e.none and age > late) then return nil end
+  local base = e.start or tonumber(f[4])
+  if not base or nxt < base then return nil end
+  local t = nxt - (nxt - base) % e.every + e.every
+  if t <= now or (e.stop and t > e.stop) then return nil end
+  return t
+end
+
+local nexts, total = {}, 0
+for i = 1, n do
+  nexts[i] = next_of(reads[i])
+  if nexts[i] then
+    total = total + 1
+    if not soonest or nexts[i] < soonest then soonest = nexts[i] end
+  else
+    out[#out + 1] = due[i]; out[#out + 1] = scores_read[i]
+  end
+end
+out[3] = total
+if soonest then out[4] = fmt(soonest) end
+if total == 0 then return out end
+
+local now_s = fmt(now)
+local chunk = tonumber(ARGV[3])
+local id = (tonumber(seq) or 0)
+rcall('INCRBY', KEYS[2], total)
+local waiting, scores = {}, {}
+for i = 1, n do
+  local t = nexts[i]
+  if t then
+    local f = reads[i]
+    id = id + 1
+    local ids = fmt(id)
+    write_item(BASE .. 'item:' .. ids, f[7] or '', chunk, 't', now_s, 's', f[1], 'n', '0')
+    waiting[#waiting + 1] = ids
+    local ts = fmt(t)
+    rcall('HSET', keys[i], 'v', fmt(tonumber(f[5]) + 1), 'f', fmt((tonumber(f[6]) or 0) + 1), 'l', f[1], 'n', ts)
+    scores[#scores + 1] = ts; scores[#scores + 1] = due[i]
+  end
+end
+for i = 1, #waiting, 1000 do
+  local last = math.min(i + 999, #waiting)
+  rcall('RPUSH', KEYS[3], unpack(waiting, i, last))
+  rcall('SADD', KEYS[4], unpack(waiting, i, last))
+end
+for i = 1, #scores, 1000 do rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores))) end
+rcall('HINCRBY', KEYS[7], 'enqueued', total)
+rcall('HINCRBY', KEYS[7], 'scheduled', total)
+if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
+return out
