@@ -78,7 +78,10 @@ def claim_any_plan(
     index, fields = yield from multi.claim_any(
         targets, count, visibility_timeout, wait, poll_first, one_connection([c for c, _ in targets])
     )
+    switched = [q._noticed() for q in queues]  # (a queue sharded since: served as its shards)
     if index is None:
+        if any(switched):
+            return (yield from claim_any_plan(queues, count, visibility_timeout, 0.0, True))
         return None, []
     q, where = owners[index]
     if where is not None:
@@ -175,12 +178,21 @@ class QueueFace:
             self._core = make(keys)
             self._core.expect_shards = count
         else:
-            self._core = ShardedCore(keys, count, make)
+            self._core = ShardedCore(keys, count, make, not is_cluster(self.client))
         self._made()
 
     def _sharded(self, count: int) -> ShardedCore:
         """This queue's core once it is found sharded (``Queue(NAME)`` adopts the count)."""
-        return ShardedCore(self.keys, count, self._make_core)
+        return ShardedCore(self.keys, count, self._make_core, not is_cluster(self.client))
+
+    def _noticed(self) -> bool:
+        """Turn sharded if the last operation read a count stored since this Queue loaded
+        (its settings load from the shards at its next operation). True when it did."""
+        core = self._core
+        if isinstance(core, QueueCore) and core.found_shards:
+            self._core = self._sharded(core.found_shards)
+            return True
+        return False
 
     @property
     def shards(self) -> int:

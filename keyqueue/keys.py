@@ -70,6 +70,7 @@ FAMILY_TYPES = {
     "item:": "hash",
     "timer:": "set",
     "dedup:": "string",
+    "routed:": "string",
     "stream:": "hash",
     "schedule:": "hash",
     "rate:": "string",
@@ -197,13 +198,19 @@ class QueueKeys:
     def dedup(self, dedup_key: str) -> str:
         return f"{self.base}dedup:{dedup_key}"
 
+    def routed(self, dedup_key: str) -> str:
+        """A sharded queue's record, on the shard a dedup key hashes to, of the shard the first
+        message with that key went to (for the dedup window)."""
+        return f"{self.base}routed:{dedup_key}"
+
     def stream(self, source: str) -> str:
         """A Spark stream source's manifest of claimed, uncommitted batches."""
         return f"{self.base}stream:{source}"
 
     def kind(self, key: str) -> str:
-        """The Redis type ``key`` (one of this queue's) must have ('' for a name keyqueue does not use)."""
-        name = key[len(self.base) :]
+        """The Redis type ``key`` (one of this queue's, or of the sharded queue it is a shard
+        of: their shared rate-limit counters) must have ('' for a name keyqueue does not use)."""
+        name = key[len(self.base) :] if key.startswith(self.base) else key.partition("}:")[2]
         for prefix, kind in FAMILY_TYPES.items():
             if name.startswith(prefix):
                 return kind

@@ -5,6 +5,7 @@ module only binds results to Message objects."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -17,6 +18,7 @@ from .core.roundtrip import Op, T
 from .core.schedules import Schedule
 from .core.shards import Core, ShardedCore, settle_core, shard_stats
 from .core.sources import PeekSource, PurgeSource, RequeueSource
+from .errors import ShardsFound
 from .face import QueueFace, claim_any_plan, claim_shards_plan
 from .message import Message
 from .settings import QueueSettings
@@ -52,7 +54,8 @@ class Queue(QueueFace):
             released at once; 1 (the default) delivers a group in order, one at a time. A setting.
         scripting: False selects the script-free mode (servers without EVAL).
         shards: store the queue as this many shards (``{name#i}``) that a cluster spreads
-            over its nodes; fixed when the queue is first made, None adopts the stored count.
+            over its nodes; fixed when the queue is first made, None adopts the stored count
+            (one stored after this Queue loaded too, found by its next write, reap or claim).
         clock: tests only: a function returning epoch seconds that replaces Redis TIME.
     """
 
@@ -73,7 +76,14 @@ class Queue(QueueFace):
     def _run(self, make: Callable[[], Op[T]]) -> T:
         if self._core.settings is None:
             self._settle()
-        return run(self.client, make())
+        try:
+            out = run(self.client, make())
+        except ShardsFound as found:  # sharded since this Queue loaded, found before a write
+            self._core = self._sharded(found.count)
+            self._settle()
+            return run(self.client, make())
+        self._noticed()
+        return out
 
     # -- settings -------------------------------------------------------------------------
 
@@ -146,10 +156,17 @@ class Queue(QueueFace):
         return got[0] if got else None
 
     def claim_many(self, count: int, *, visibility_timeout: float | None = None, wait: float = 0.0) -> list[Message]:
+        started = time.monotonic()
         core = self._settle()
         if isinstance(core, ShardedCore):  # every shard, from a rotating one
             return run_plan(claim_shards_plan(self, count, visibility_timeout, wait))
-        return self._bind(self._run(lambda: core.claim(count, visibility_timeout, wait)))
+        got = self._bind(self._run(lambda: core.claim(count, visibility_timeout, wait)))
+        if got or self._core is core:
+            return got
+        # sharded meanwhile: the rest of the wait on the shards
+        return self.claim_many(
+            count, visibility_timeout=visibility_timeout, wait=max(0.0, wait - (time.monotonic() - started))
+        )
 
     def reap_if_due(self) -> bool:
         """A bounded reap step when a timer of the queue may have fallen due and this Queue

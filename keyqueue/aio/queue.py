@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
 
@@ -15,7 +16,7 @@ from ..core.roundtrip import Op, T
 from ..core.schedules import Schedule
 from ..core.shards import Core, ShardedCore, settle_core, shard_stats
 from ..core.sources import PeekSource, PurgeSource, RequeueSource
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, ShardsFound
 from ..face import QueueFace, claim_any_plan, claim_shards_plan
 from ..settings import QueueSettings
 from ..transport.aio import run, run_plan
@@ -46,7 +47,14 @@ class Queue(QueueFace):
     async def _run(self, make: Callable[[], Op[T]]) -> T:
         if self._core.settings is None:
             await self._settle()
-        return await run(self.client, make())
+        try:
+            out = await run(self.client, make())
+        except ShardsFound as found:  # sharded since this Queue loaded, found before a write
+            self._core = self._sharded(found.count)
+            await self._settle()
+            return await run(self.client, make())
+        self._noticed()
+        return out
 
     async def __aenter__(self) -> Queue:
         return self
@@ -127,10 +135,17 @@ class Queue(QueueFace):
         """A long-poll waits in Redis without blocking the loop. Cancelled while it waits, it
         takes nothing; cancelled as Redis hands messages over, they return at their deadline,
         as after any lost reply."""
+        started = time.monotonic()
         core = await self._settle()
         if isinstance(core, ShardedCore):  # every shard, from a rotating one
             return await run_plan(claim_shards_plan(self, count, visibility_timeout, wait))
-        return self._bind(await self._run(lambda: core.claim(count, visibility_timeout, wait)))
+        got = self._bind(await self._run(lambda: core.claim(count, visibility_timeout, wait)))
+        if got or self._core is core:
+            return got
+        # sharded meanwhile: the rest of the wait on the shards
+        return await self.claim_many(
+            count, visibility_timeout=visibility_timeout, wait=max(0.0, wait - (time.monotonic() - started))
+        )
 
     async def reap_if_due(self) -> bool:
         return await self._run(lambda: self._core.reap_if_due())

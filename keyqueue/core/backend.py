@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol, Sequence
 
+from ..keys import QueueKeys
 from .replication import Replication
 from .results import (
     Claimed,
@@ -43,6 +45,32 @@ class FireCall(NamedTuple):
     body: bytes = b""
 
 
+@dataclass(frozen=True)
+class RateScope:
+    """Where a shard's claims count against the queue's rate limit, which holds for the whole
+    logical queue: the window counters of ``keys`` (on one server, the logical queue's own,
+    shared by every shard), and on a cluster, where the shards live on other nodes and share
+    no counter, this shard's part of each window: of the window's ``limit`` claims numbered
+    ``w * limit`` on, those whose number is ``index`` modulo ``count`` (``share``). The parts
+    sum to the limit in every window, and a limit below the shard count reaches each shard in
+    turn."""
+
+    keys: QueueKeys
+    share: tuple[int, int] | None = None
+
+    def limit(self, limit: int, window: int) -> int:
+        """The claims this scope may start in window number ``window``."""
+        if self.share is None:
+            return limit
+        index, count = self.share
+        start, end = window * limit, (window + 1) * limit
+        return (end - 1 - index) // count - (start - 1 - index) // count
+
+    def args(self) -> tuple[str, ...]:
+        """claim.lua's optional arguments: the counters' key base, and the share."""
+        return (self.keys.base,) if self.share is None else (self.keys.base, *map(str, self.share))
+
+
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
     """The attributes of each of ``n`` messages (None for each when the batch has none)."""
     return [None] * n if attributes is None else attributes
@@ -55,6 +83,11 @@ class Backend(Protocol):
     replication: Replication
     #: Whether the mode supports message groups (``enqueue_group``).
     groups: bool
+    #: Whether its enqueues WATCH across round trips (then the enqueues of several queues
+    #: cannot share round trips on one connection: ``roundtrip.together``).
+    watched_enqueues: bool
+    #: A shard's rate-limit scope (None: its own counters, the whole limit).
+    rate: RateScope | None
 
     def enqueue_one(
         self,

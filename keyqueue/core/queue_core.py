@@ -39,7 +39,7 @@ from .results import (
     ReapPosition,
     ReapResult,
 )
-from .roundtrip import Command, Op, Sleep, transaction
+from .roundtrip import Command, Op, Sleep, together, transaction
 from .schedules import (
     Definition,
     Fire,
@@ -104,6 +104,9 @@ SCHEDULE_POLL = WAIT_SLICE
 BUSIEST_LOOK = 10_000
 #: Compare-and-set attempts of a schedule operation whose schedule keeps changing.
 SCHEDULE_ATTEMPTS = 10
+#: Attempts at making a queue (its first writes, or its shard count) while another process
+#: makes it differently.
+MAKE_ATTEMPTS = 10
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
 THROTTLE_ATTEMPTS = 10
 #: Longest sleep of a claimer its limits hold back before it claims again: a slot that
@@ -189,6 +192,18 @@ def batch_args(
     for key in shard_keys or ():
         check_dedup_key("each shard key", key)
     return raw, delay_ms, each_ms, since
+
+
+def enqueue_args(
+    body: object, delay: float, dedup_key: object, attributes: object, shard_key: object
+) -> tuple[bytes, int]:
+    """An ``enqueue``'s arguments checked before any I/O: the body as bytes, the delay (ms)."""
+    data = to_bytes(body)
+    delay_ms = seconds_arg("delay", delay)
+    check_dedup_key("dedup_key", dedup_key)
+    check_dedup_key("shard_key", shard_key)
+    check_attributes([attributes])
+    return data, delay_ms
 
 
 def check_dedup_key(what: str, key: object) -> None:
@@ -282,6 +297,9 @@ class QueueCore:
         #: The shard count this Queue was given: None adopts a stored one (the Queue turns
         #: sharded), 1 refuses it; False: a shard itself, which has no count of its own.
         self.expect_shards: int | None | bool = None
+        #: A count stored since this Queue (given none) loaded, read with a reap or a
+        #: claim's look at the schedules: the face turns the Queue sharded.
+        self.found_shards: int | None = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -294,30 +312,47 @@ class QueueCore:
 
     def load_settings(self) -> Op[None]:
         """Read the config hash and write the values this Queue was given (last writer
-        wins); log which values in force the given ones changed."""
+        wins); log which values in force the given ones changed. A Queue that may find the
+        queue sharded writes them only while no count was stored since it looked (WATCH), so
+        of it and a sharded Queue made at once, one wins and the other adopts or refuses."""
         k = self.keys
-        stored_raw, registered, limits, *count = yield [
-            ("HGETALL", k.config),
-            ("SISMEMBER", k.registry, self.listed_as),
-            ("CONFIG", "GET", "hash-max-*-value"),
-            *([("GET", k.shards)] if self.expect_shards is not False else []),
-        ]
-        if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
-            self.sharded(count[0])
-        if isinstance(stored_raw, Exception):
-            raise error_for(stored_raw, k.config)
-        self.ops.field_bytes = field_bytes(limits)
-        stored = hash_reply(stored_raw)
-        self.registered = self.registry_ok(registered) and registered == 1
-        current = parse_settings(k.config, stored)
-        if self.given:
+        guard: list[Command] = [("WATCH", k.shards)] if self.given and self.expect_shards is not False else []
+        for _ in range(MAKE_ATTEMPTS):
+            stored_raw, registered, limits, *count = (
+                yield [
+                    *guard,
+                    ("HGETALL", k.config),
+                    ("SISMEMBER", k.registry, self.listed_as),
+                    ("CONFIG", "GET", "hash-max-*-value"),
+                    *self.counts(),
+                ]
+            )[len(guard) :]
+            if count and count[0] is not None:  # a sharded queue: adopted, or refused before any write
+                self.sharded(count[0])
+            if isinstance(stored_raw, Exception):
+                raise error_for(stored_raw, k.config)
+            self.ops.field_bytes = field_bytes(limits)
+            stored = hash_reply(stored_raw)
+            self.registered = self.registry_ok(registered) and registered == 1
+            current = parse_settings(k.config, stored)
+            if not self.given:
+                break
             flat = [x for pair in self.given.items() for x in pair]
+            if guard:
+                if (yield from self.claim_name([("HSET", k.config, *flat)])):
+                    self.registered = True
+                    break
+                continue  # the count was stored meanwhile: read again
             reply, *waited = yield [("HSET", k.config, *flat), *self.replication.tail()]
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
             for w in waited:
                 self.replication.check(w)
             yield from self.register()
+            break
+        else:
+            raise KeyQueueError(f"queue {self.name!r} kept changing while its settings were written; try again")
+        if self.given:
             changed = [
                 f"{name} {stored[name.encode()].decode() or 'none'} -> {value or 'none'}"
                 for name, value in self.given.items()
@@ -341,10 +376,28 @@ class QueueCore:
             f"queue {self.name!r} has {count} shards, not {self.expect_shards}; nothing was written"
         )
 
+    def counts(self) -> list[Command]:
+        """The read of the shard count that goes with another round trip (none for a shard)."""
+        return [] if self.expect_shards is False else [("GET", self.keys.shards)]
+
+    def notice(self, count: list[Any], adopt: bool) -> None:
+        """A count read with another round trip (``counts``): the queue was sharded after this
+        Queue loaded. ``adopt``: raise ShardsFound now (nothing written yet: the face runs the
+        operation again sharded); else noted for the face, once this operation ends."""
+        if not count or count[0] is None:
+            return
+        try:
+            self.sharded(count[0])
+        except ShardsFound as found:
+            if adopt:
+                raise
+            self.found_shards = found.count
+
     def refresh_settings(self) -> Op[QueueSettings]:
         """Re-read the config hash (the reaper does this every pass). A hash that vanished
         keeps the settings held until a write restores it, rather than falling to defaults."""
-        (raw,) = yield [("HGETALL", self.keys.config)]
+        raw, *count = yield [("HGETALL", self.keys.config), *self.counts()]
+        self.notice(count, adopt=True)
         if isinstance(raw, Exception):
             raise error_for(raw, self.keys.config)
         stored = hash_reply(raw)
@@ -356,10 +409,41 @@ class QueueCore:
 
     def register(self) -> Op[None]:
         """Record the name for ``keyqueue ls`` and reapers of every queue, on first write."""
-        if not self.registered:
+        if self.registered:
+            return
+        if self.expect_shards is False:  # a shard: its logical queue's name
             (reply,) = yield [("SADD", self.keys.registry, self.listed_as)]
             self.registry_ok(reply)
-            self.registered = True
+        else:
+            for _ in range(MAKE_ATTEMPTS):
+                _, count = yield [("WATCH", self.keys.shards), *self.counts()]
+                self.notice([count], adopt=True)  # (sharded since it loaded: written to the shards instead)
+                if (yield from self.claim_name([("SET", self.keys.seq, 0, "NX")], replicated=False)):
+                    break
+            else:
+                raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
+        self.registered = True
+
+    def claim_name(self, writes: Sequence[Command], replicated: bool = True) -> Op[bool]:
+        """The first writes of an unsharded queue (its settings, or its id counter), in one
+        MULTI under the WATCH of the shard count, with its registration: False (nothing
+        written) when a sharded Queue stored a count meanwhile. A sharded Queue being made
+        WATCHes these keys in turn, so of the two made at once exactly one is made.
+        ``replicated``: followed by the WAIT of min_replicas (settings are; the id counter,
+        like the registration, is not: the first enqueue's own WAIT covers it)."""
+        k = self.keys
+        tail = self.replication.tail() if replicated else []
+        listed, _, *queued = yield [("SADD", k.registry, self.listed_as), ("MULTI",), *writes, ("EXEC",), *tail]
+        done = queued[len(writes)]
+        if isinstance(done, Exception):
+            raise error_for(done, k.config)
+        if done is None:
+            return False
+        raise_errors(writes, done, k.base)
+        for w in queued[len(writes) + 1 :]:
+            self.replication.check(w)
+        self.registry_ok(listed)
+        return True
 
     def registry_ok(self, reply: object) -> bool:
         """False (logged) when the registry, shared by every queue, holds the wrong type:
@@ -448,11 +532,7 @@ class QueueCore:
         group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
-        data = to_bytes(body)  # a wrong type fails before any I/O
-        delay_ms = seconds_arg("delay", delay)
-        check_dedup_key("dedup_key", dedup_key)
-        check_dedup_key("shard_key", shard_key)  # (one queue: every key routes to it)
-        check_attributes([attributes])
+        data, delay_ms = enqueue_args(body, delay, dedup_key, attributes, shard_key)
         g = self.grouped(group, [])
         s = yield from self.ready()
         self.fits(data, s)
@@ -544,7 +624,7 @@ class QueueCore:
         while not got:
             now = time.monotonic()
             remaining = deadline - now
-            if remaining <= 0:
+            if remaining <= 0 or self.found_shards:  # (found sharded: the face claims from the shards)
                 return []
             if (yield from self.reap_if_due()):
                 got = yield from self.claim_now(count, vis_ms)
@@ -712,9 +792,10 @@ class QueueCore:
             return RateState(None, None, 0, None, int(held), throttled_for, s.max_in_flight)
         limit, window = s.rate
         w = now // window
-        (used,) = yield [("GET", k.rate(w))]
+        counted = k.rate(w) if self.ops.rate is None else self.ops.rate.keys.rate(w)
+        (used,) = yield [("GET", counted)]
         if isinstance(used, Exception) or used is not None and not text(used).lstrip("-").isdigit():
-            raise CorruptQueue(k.rate(w))
+            raise CorruptQueue(counted)
         return RateState(
             limit,
             window / 1000.0,
@@ -1020,14 +1101,18 @@ class QueueCore:
         soonest = math.inf  # ms from now to the earliest fire time known
         until = time.monotonic() + seconds
         timed = False  # (the core's own look) whether the server's time comes with it
+        counted = bool(self.counts())  # the first look also reads the shard count
         while True:
             # A queue without schedules costs one call; the backend's look fires the due
-            # schedules that need no planning, here the rest are planned and fired.
-            looked = yield from self.ops.schedule_fire_due(FIRE_BATCH)
-            if looked is None:
-                looked, timed = yield from self._look(timed)
+            # schedules that need no planning, here the rest are planned and fired. (A Queue
+            # that claims or reaps learns a shard count stored since it loaded, at no round trip.)
+            if counted:
+                counted = False
+                both: list[Op[Any]] = [self._looked(timed), self.read_count()]
+                (looked, timed), count = yield from together(both)
+                self.notice([count], adopt=False)
             else:
-                yield from self._after(looked.config_missing)
+                looked, timed = yield from self._looked(timed)
             if looked.soonest is not None:
                 soonest = min(soonest, looked.soonest - looked.now)
             before = total
@@ -1047,6 +1132,20 @@ class QueueCore:
         self.fire_wake = mono + max(soonest, 0) / 1000.0
         self.fire_at = min(mono + SCHEDULE_POLL, self.fire_wake)
         return total
+
+    def _looked(self, timed: bool) -> Op[tuple[Looked, bool]]:
+        """One look at the schedule index: the backend's (which fires what needs no
+        planning), or the core's own."""
+        looked = yield from self.ops.schedule_fire_due(FIRE_BATCH)
+        if looked is None:
+            return (yield from self._look(timed))
+        yield from self._after(looked.config_missing)
+        return looked, timed
+
+    def read_count(self) -> Op[Any]:
+        """The shard count as stored (None: unsharded), to go with another round trip."""
+        (reply,) = yield self.counts()
+        return reply
 
     def _look(self, timed: bool) -> Op[tuple[Looked, bool]]:
         """The head of the schedule index read here, nothing fired (a backend whose fires all

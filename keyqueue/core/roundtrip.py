@@ -169,8 +169,10 @@ class Stepper:
 
 
 def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
-    """Consecutive commands grouped by the cluster node of their keys (a keyless command
-    goes with the keyed one after it, or before it at the end)."""
+    """The commands grouped by the cluster node of their keys, in their order on each node
+    (a keyless command goes with the keyed one after it, or before it at the end): one
+    write per node. Commands on different nodes have no order between them (each node runs
+    its own); an operation that needs one sends them in round trips of their own."""
     keys = [routing_key(c) for c in commands]
     for i in range(len(keys) - 2, -1, -1):
         if keys[i] is None:
@@ -178,14 +180,11 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
     for i in range(1, len(keys)):
         if keys[i] is None:
             keys[i] = keys[i - 1]
-    groups: list[tuple[Any, list[int]]] = []
+    groups: dict[int, tuple[Any, list[int]]] = {}
     for i, key in enumerate(keys):
         node = client.get_node_from_key(key) if key is not None else client.get_default_node()
-        if groups and groups[-1][0] is node:
-            groups[-1][1].append(i)
-        else:
-            groups.append((node, [i]))
-    return groups
+        groups.setdefault(id(node), (node, []))[1].append(i)
+    return list(groups.values())
 
 
 #: Sends of one round trip's node group when a cluster answers MOVED/ASK or CLUSTERDOWN/

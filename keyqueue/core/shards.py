@@ -10,13 +10,14 @@ import random
 import zlib
 from typing import Any, Callable, Iterable, Sequence, Union
 
-from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, ShardsFound
+from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, KeyQueueError, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
-from .queue_core import QueueCore, batch_args, not_one
-from .replies import error_for, text
+from .backend import RateScope
+from .queue_core import MAKE_ATTEMPTS, QueueCore, batch_args, enqueue_args, not_one
+from .replies import error_for, raise_errors, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
-from .roundtrip import Op, together
+from .roundtrip import Command, Op, together
 from .schedules import Schedule
 from .sources import peek_source, purge_source, requeue_source
 
@@ -59,20 +60,29 @@ class ShardedCore:
     """The operations of a sharded queue over its shards' QueueCores (``cores``); ``base``
     holds the logical name's own keys: the shard count, the metadata hash."""
 
-    def __init__(self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore]) -> None:
+    def __init__(
+        self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore], one_node: bool = True
+    ) -> None:
         self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.count = count
         self.base = make(keys)
         self.base.expect_shards = count
         self.cores = [make(keys.shard(i)) for i in range(count)]
-        for core in self.cores:
+        for i, core in enumerate(self.cores):
             core.listed_as, core.expect_shards = keys.name, False
+            # The rate limit holds for the logical queue: one server's shards share its
+            # counters; a cluster's (on other nodes) each take their part of every window.
+            core.ops.rate = RateScope(keys) if one_node else RateScope(core.keys, (i, count))
+        self.one_node = one_node
         self.replication = self.base.replication
         #: Round robin of single enqueues and rotation of claims: from a random shard, so
         #: short-lived producers do not all start on shard 0.
         self.next = random.randrange(count)
         self.turn = random.randrange(count)
+        #: Whether the shards' settings are loaded, and whether the count is known to be
+        #: stored (False after ``destroy``: the next write stores it again, a read does not).
         self.made = False
+        self.counted = False
 
     # -- what a face reads of a core ------------------------------------------------------
 
@@ -130,32 +140,68 @@ class ShardedCore:
         if not self.made:
             yield from self.make()
             yield from together([core.ready() for core in self.cores])  # (one round trip a step)
-        self.made = True
+            self.made = self.counted = True
         settings = self.cores[0].settings
         assert settings is not None
         return settings
 
     def make(self) -> Op[None]:
         """Fix the count when the queue is first made (and list it); refuse a queue that
-        exists with another count, or unsharded, before anything is written."""
+        exists with another count, or unsharded, before anything is written. The count is
+        stored in a MULTI under the WATCH of the keys an unsharded queue's first writes make
+        (its settings, its id counter: ``QueueCore.claim_name``), so of the two made at once
+        exactly one is made: the other refuses, or adopts the count."""
         k = self.keys
-        stored, registered = yield [("GET", k.shards), ("SISMEMBER", k.registry, self.name)]
-        if isinstance(stored, Exception):
-            raise error_for(stored, k.shards)
-        if stored is None:
-            if registered == 1:
+        watching: list[Command] = []
+        for _ in range(MAKE_ATTEMPTS):
+            stored, registered, made = (
+                yield [
+                    *watching,
+                    ("GET", k.shards),
+                    ("SISMEMBER", k.registry, self.name),
+                    ("EXISTS", k.config, k.seq),
+                ]
+            )[len(watching) :]
+            watching = []
+            if isinstance(stored, Exception):
+                raise error_for(stored, k.shards)
+            if stored is None and (registered == 1 or made):
                 raise ConfigurationError(
                     f"queue {self.name!r} exists unsharded; it cannot take shards={self.count} (nothing was written)"
                 )
-            won, listed = yield [("SET", k.shards, self.count, "NX"), ("SADD", k.registry, self.name)]
-            if isinstance(won, Exception):
-                raise error_for(won, k.shards)
-            self.base.registry_ok(listed)
-            if won:
-                return
-            (stored,) = yield [("GET", k.shards)]
-        if text(stored) != str(self.count):
-            self.base.sharded(stored)
+            if stored is None:
+                _, stored, made = yield [
+                    ("WATCH", k.shards, k.config, k.seq),
+                    ("GET", k.shards),
+                    ("EXISTS", k.config, k.seq),
+                ]
+                if stored is None and not made:
+                    tail = self.replication.tail()
+                    _, _, done, *waited = yield [("MULTI",), ("SET", k.shards, self.count, "NX"), ("EXEC",), *tail]
+                    if isinstance(done, Exception):
+                        raise error_for(done, k.shards)
+                    if done is None:
+                        continue  # an unsharded queue (or another count) was made meanwhile: look again
+                    raise_errors([("SET", k.shards)], done, k.shards)
+                    for w in waited:
+                        self.replication.check(w)
+                    # listed once counted (a name listed without a count reads as unsharded)
+                    (listed,) = yield [("SADD", k.registry, self.name)]
+                    self.base.registry_ok(listed)
+                    return
+                watching = [("UNWATCH",)]  # made meanwhile: the next look says how
+                continue
+            if text(stored) != str(self.count):
+                self.base.sharded(stored)
+            return
+        raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
+
+    def counted_again(self) -> Op[None]:
+        """Before a write: the count stored again if this Queue destroyed the queue (as an
+        unsharded queue's next write makes it again; reading it makes nothing)."""
+        if not self.counted:
+            yield from self.make()
+            self.counted = True
 
     def refresh_settings(self) -> Op[QueueSettings]:
         yield from together([core.refresh_settings() for core in self.cores])
@@ -182,7 +228,12 @@ class ShardedCore:
         group: object = None,
         shard_key: str | None = None,
     ) -> Op[str]:
+        enqueue_args(body, delay, dedup_key, attributes, shard_key)
+        self.cores[0].grouped(group, [])
         shard = self.pick(routing(shard_key, group, dedup_key))
+        yield from self.counted_again()
+        if dedup_key is not None:
+            (shard,) = yield from self.deduplicated([(dedup_key, shard)])
         msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
         return tag(shard, msg_id)
 
@@ -197,12 +248,15 @@ class ShardedCore:
         group: object = None,
         shard_keys: Sequence[str | None] | None = None,
     ) -> Op[list[str]]:
-        """The batch split over the shards (by key, else round robin): one call per shard;
-        every argument is checked first, so a bad one writes to no shard."""
+        """The batch split over the shards (by key, else round robin): one call per shard, all
+        in one round trip in the scripted mode; every argument is checked first, so a bad one
+        writes to no shard."""
         items = batch_args(bodies, delay, delays, dedup_keys, attributes, enqueued_at, shard_keys)[0]
+        self.cores[0].grouped(group, [("delays", delays), ("dedup_keys", dedup_keys), ("enqueued_at", enqueued_at)])
         s = yield from self.ready()
         for data in items:
             self.base.fits(data, s)
+        yield from self.counted_again()
         per: dict[str, Sequence[Any] | None] = {
             "delays": delays,
             "dedup_keys": dedup_keys,
@@ -210,30 +264,76 @@ class ShardedCore:
             "enqueued_at": enqueued_at,
             "shard_keys": shard_keys,
         }
+        routed = [
+            self.pick(
+                routing(
+                    None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
+                )
+            )
+            for j in range(len(items))
+        ]
+        if dedup_keys is not None:
+            keyed = [(j, key) for j, key in enumerate(dedup_keys) if key is not None]
+            found = yield from self.deduplicated([(key, routed[j]) for j, key in keyed])
+            for (j, _), shard in zip(keyed, found):
+                routed[j] = shard
         positions: list[list[int]] = [[] for _ in self.cores]
-        for j in range(len(items)):
-            key = routing(
-                None if shard_keys is None else shard_keys[j], group, None if dedup_keys is None else dedup_keys[j]
-            )
-            positions[self.pick(key)].append(j)
-        ids: list[str] = [""] * len(items)
-        for shard, where in enumerate(positions):
-            if not where:
-                continue
+        for j, shard in enumerate(routed):
+            positions[shard].append(j)
+        calls = [(shard, where) for shard, where in enumerate(positions) if where]
+        ops = []
+        for shard, where in calls:
             picked = {n: None if v is None else [v[j] for j in where] for n, v in per.items()}
-            got = yield from self.cores[shard].enqueue_many(
-                [items[j] for j in where],
-                delay,
-                picked["delays"],
-                picked["dedup_keys"],
-                picked["attributes"],
-                picked["enqueued_at"],
-                group,
-                picked["shard_keys"],
+            ops.append(
+                self.cores[shard].enqueue_many(
+                    [items[j] for j in where],
+                    delay,
+                    picked["delays"],
+                    picked["dedup_keys"],
+                    picked["attributes"],
+                    picked["enqueued_at"],
+                    group,
+                    picked["shard_keys"],
+                )
             )
+        done: list[list[str]] = []
+        if self.cores[0].ops.watched_enqueues:  # (a WATCH per shard: one shard after another)
+            for op in ops:
+                done.append((yield from op))
+        else:  # every shard's call in one round trip
+            done = yield from together(ops)
+        ids: list[str] = [""] * len(items)
+        for (shard, where), got in zip(calls, done):
             for j, msg_id in zip(where, got):
                 ids[j] = tag(shard, msg_id)
         return ids
+
+    def deduplicated(self, keyed: Sequence[tuple[str, int]]) -> Op[list[int]]:
+        """The shard each message with a dedup key goes to: the one the first message with
+        that key went to within the dedup window, whatever routed it (recorded on the shard the
+        key hashes to; SET NX, so of two at once both go where the first recorded), else its
+        own. There the shard's dedup key finds a repeat. A client dying after the record sends
+        the next message with the key to that shard: it is enqueued there, nothing is lost."""
+        if not keyed:
+            return []
+        s = yield from self.ready()
+        records = [self.cores[shard_for(key, self.count)].keys.routed(key) for key, _ in keyed]
+        commands: list[Command] = []
+        for record, (_, shard) in zip(records, keyed):
+            commands += [("SET", record, shard, "NX", "PX", s.dedup_ms), ("GET", record)]
+        tail = self.replication.tail()
+        replies = yield [*commands, *tail]
+        for w in replies[len(commands) :]:
+            self.replication.check(w)
+        out = []
+        for record, (_, shard), set_reply, got in zip(records, keyed, replies[0::2], replies[1::2]):
+            for reply in (set_reply, got):
+                if isinstance(reply, Exception):
+                    raise error_for(reply, record)
+            if got is not None and not (text(got).isdigit() and int(text(got)) < self.count):
+                raise CorruptQueue(record, "holds no shard of the queue")
+            out.append(shard if got is None else int(text(got)))
+        return out
 
     def get(self, ids: Iterable[object]) -> Op[list[Fields]]:
         not_one(ids, "ids", "get([id])")
@@ -295,7 +395,7 @@ class ShardedCore:
         return (yield from core.release(inner, receipt, 0.0, None, unreceive=True))
 
     def rate_state(self) -> Op[RateState]:
-        """Shard 0's limits, with the use of every shard."""
+        """Shard 0's limits, with the use of every shard (of their shared counter on one server)."""
         states: list[RateState] = []
         for core in self.cores:
             states.append((yield from core.rate_state()))
@@ -303,7 +403,7 @@ class ShardedCore:
         return RateState(
             first.limit,
             first.interval,
-            sum(s.used for s in states),
+            first.used if self.one_node else sum(s.used for s in states),
             first.resets_in,
             sum(s.in_flight for s in states),
             max(s.throttled_for for s in states),
@@ -364,11 +464,12 @@ class ShardedCore:
         for core in self.cores:
             yield from core.destroy()
         yield from self.base.destroy()
-        self.made = False
+        self.counted = False
 
     # -- schedules: kept on shard 0, whose fires enqueue there ----------------------------
 
     def schedule(self, *args: Any) -> Op[Schedule]:
+        yield from self.counted_again()
         return (yield from self.cores[0].schedule(*args))
 
     def unschedule(self, schedule_id: object) -> Op[bool]:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.roundtrip import Op, Sleep
 from ..core.shards import ShardedCore, tag
-from ..settings import check_seconds
+from ..keys import QueueKeys
+from ..settings import QueueSettings, check_seconds
 from .analyse import (
     BAD_FLOW,
     CLAIMING,
@@ -107,12 +108,22 @@ def _check_shards(core: ShardedCore, repair: bool, settle: float) -> Op[CheckRep
         total.dead += part.dead
         total.keys += part.keys
         total.complete = total.complete and part.complete
+    # the logical queue's own keys: its count, and the rate-limit counters its shards share
+    assert core.settings is not None
+    own = yield from _check_keys(core.name, core.keys, core.settings, repair, settle)
+    total.problems += own.problems
+    total.notes += own.notes
+    total.keys += own.keys
     return total
 
 
 def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
     settings = yield from core.ready()
-    k, bucket_ms, limit = core.keys, settings.bucket_ms, settings.group_concurrency
+    return (yield from _check_keys(core.name, core.keys, settings, repair, settle))
+
+
+def _check_keys(name: str, k: QueueKeys, settings: QueueSettings, repair: bool, settle: float) -> Op[CheckReport]:
+    bucket_ms, limit = settings.bucket_ms, settings.group_concurrency
     snap = yield from read_snapshot(k)
     found, states = findings(snap, k, bucket_ms, limit)
     if found and settle > 0:
@@ -122,7 +133,7 @@ def _check(core: QueueCore, repair: bool, settle: float) -> Op[CheckReport]:
         again, states = findings(snap, k, bucket_ms, limit)
         found = [f for f in again if f in first]
     repaired = (yield from Repairer(k, bucket_ms, snap, limit).run(found)) if repair else set()
-    return CheckReport.of(core.name, found, repaired, states, keys=len(snap.types), complete=snap.complete(k))
+    return CheckReport.of(name, found, repaired, states, keys=len(snap.types), complete=snap.complete(k))
 
 
 def check_queue(queue: Any, *, repair: bool = False, settle: float = 1.0) -> CheckReport:

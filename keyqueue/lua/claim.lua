@@ -8,6 +8,9 @@
   KEYS[7] config  KEYS[8] counters (dead_lettered, expired, throttled)  KEYS[9] throttle
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   ARGV[7] retention ms ('' = none)
+  A shard of a sharded queue (optional): ARGV[8] the key base of the window counters it shares
+  (the logical queue's), ARGV[9], ARGV[10] its share of each window (index, shard count: of the
+  window's N claims numbered w * N on, those whose number is the index modulo the count).
   Flow control, read from the config hash by every call (so a change applies at once): the
   claim takes at most what the fields rate_limit ("N/S": N claims per window of S seconds,
   window = floor(now / S), counted in the string key rate:<window>, which expires at the
@@ -71,10 +74,15 @@ if count > 0 and limits[1] and limits[1] ~= '' then
   local window = tonumber(s) and math.floor(tonumber(s) * 1000 + 0.5)
   if not window or window < 1 then return corrupt(KEYS[7]) end
   local w = math.floor(now / window)
-  rate_key, window_end = BASE .. 'rate:' .. fmt(w), (w + 1) * window
+  rate_key, window_end = (ARGV[8] or BASE) .. 'rate:' .. fmt(w), (w + 1) * window
   local used = checked(bad, 'GET', rate_key)
   if used == nil or (used and not tonumber(used)) then return corrupt(rate_key) end
-  local left = math.max(tonumber(n) - tonumber(used or '0'), 0)
+  local limit = tonumber(n)
+  if ARGV[10] then
+    local index, shards = tonumber(ARGV[9]), tonumber(ARGV[10])
+    limit = math.floor(((w + 1) * limit - 1 - index) / shards) - math.floor((w * limit - 1 - index) / shards)
+  end
+  local left = math.max(limit - tonumber(used or '0'), 0)
   if left < count then limited, count = window_end - now, left end
 end
 if max_receives or retention or limited then

@@ -81,9 +81,15 @@ class Pinned:
             raise
 
     async def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
+        """One write per node, all sent before any reply is read (the nodes work at once)."""
         out: list[Any] = [None] * len(commands)
-        for node, idx in node_groups(self.client, commands):
-            replies = await round_trip(await self._conn(node), [commands[i] for i in idx])
+        groups = node_groups(self.client, commands)
+        for node, idx in groups:
+            conn = await self._conn(node)
+            await conn.send_packed_command(pack(conn, [commands[i] for i in idx]))
+        for node, idx in groups:
+            conn = await self._conn(node)
+            replies = [await _read(conn) for _ in idx]
             for _ in range(CLUSTER_ATTEMPTS - 1):
                 if not must_resend(replies):
                     break
@@ -118,6 +124,13 @@ class Pinned:
                     owner.release(conn)
                 else:
                     await owner.release(conn)
+
+
+async def _read(conn: Any) -> Any:
+    try:
+        return await conn.read_response()
+    except ResponseError as exc:
+        return exc
 
 
 def _raise_if_cancelled() -> None:

@@ -115,9 +115,14 @@ class Pinned:
             raise
 
     def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
+        """One write per node, all sent before any reply is read (the nodes work at once)."""
         out: list[Any] = [None] * len(commands)
-        for node, idx in node_groups(self.client, commands):
-            replies = round_trip(self._conn(node), [commands[i] for i in idx])
+        groups = node_groups(self.client, commands)
+        for node, idx in groups:
+            conn = self._conn(node)
+            conn.send_packed_command(pack(conn, [commands[i] for i in idx]))
+        for node, idx in groups:
+            replies = [_read(self._conn(node)) for _ in idx]
             for _ in range(CLUSTER_ATTEMPTS - 1):
                 if not must_resend(replies):
                     break

@@ -375,3 +375,207 @@ def test_a_group_stays_on_one_shard_in_order(make_queue: MakeQueue, r: redis.Red
         assert q.ack_many(batch) == len(batch)
     assert got == sent
     assert q.groups() == [] and q.stats().held == 0
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_reads_after_destroy_leave_the_queue_destroyed(make_queue: MakeQueue, r: redis.Redis, shards: int) -> None:
+    """As an unsharded queue: reading a destroyed queue makes nothing; the next write makes
+    it again, with its shard count, so another Queue of the name finds the message."""
+    q = make_queue("undone", shards=shards, visibility_timeout=9)
+    q.enqueue_many(["a", "b", "c"])
+    q.destroy()
+    assert len(q) == 0 and q.stats().waiting == 0 and q.peek() == [] and q.counters()["enqueued"] == 0
+    assert q.claim() is None and q.rate_state().in_flight == 0 and not q.exists()
+    q.reap()
+    assert r.keys("kq:{undone*") == [] and r.smembers("kq:queues") == set()
+    msg_id = q.enqueue("again")
+    assert q.exists() and r.smembers("kq:queues") == {b"undone"}
+    other = make_queue("undone")
+    assert other.shards == shards
+    got = other.claim()
+    assert got is not None and got.id == msg_id and got.text == "again"
+
+
+def test_a_queue_made_before_the_queue_was_sharded_adopts_the_count(make_queue: MakeQueue, r: redis.Redis) -> None:
+    """A Queue given no count that loaded before the queue was made sharded turns sharded:
+    at its first write (before writing), at a claim or reap, and when its settings are
+    re-read; one given shards=1 gets a ConfigurationError there instead."""
+    consumer, producer, refresher = make_queue("late"), make_queue("late"), make_queue("late")
+    one = make_queue("late", shards=1)
+    assert consumer.claim() is None  # it has claimed (and looked) before the queue is sharded
+    sent = make_queue("late", shards=3).enqueue_many([f"m{i}" for i in range(6)])
+    assert producer.shards == 1
+    late_id = producer.enqueue("late")
+    assert producer.shards == 3 and shard_of(late_id) in range(3)
+    assert set(r.keys("kq:{late}:*")) == {b"kq:{late}:shards"}  # nothing went to the unsharded keys
+    got: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 7 and time.monotonic() < deadline:
+        got += [m.id for m in consumer.claim_many(10, wait=1)]
+    assert sorted(got) == sorted([*sent, late_id]) and consumer.shards == 3
+    refresher.refresh_settings()
+    assert refresher.shards == 3
+    before = {k: r.dump(k) for k in r.keys("*")}
+    with pytest.raises(ConfigurationError, match="3 shards"):
+        one.enqueue("x")
+    assert {k: r.dump(k) for k in r.keys("*")} == before
+
+
+def test_a_worker_made_before_the_queue_was_sharded_drains_its_shards(make_queue: MakeQueue, workers: Workers) -> None:
+    q = make_queue("late-work")
+    assert q.claim() is None
+    ids = make_queue("late-work", shards=4).enqueue_many([f"m{i}" for i in range(40)])
+    seen: list[str] = []
+    workers.run(workers.make(q, lambda m: seen.append(m.id), concurrency=2))
+    assert sorted(seen) == sorted(ids) and q.shards == 4
+
+
+def test_a_dedup_key_holds_for_the_whole_queue_whatever_routes_the_message(
+    make_queue: MakeQueue, scripting: bool
+) -> None:
+    q = make_queue("dedup-all", shards=6, dedup_window=60)
+    far = next(k for k in map(str, range(100)) if _shard(k, 6) != _shard("d", 6))  # routes elsewhere
+    first = q.enqueue("first", dedup_key="d", shard_key=far)
+    assert shard_of(first) == _shard(far, 6)
+    assert q.enqueue("again", dedup_key="d") == first  # routed by its dedup key alone
+    assert q.enqueue("again", dedup_key="d", shard_key="other") == first
+    if scripting:
+        assert q.enqueue("again", dedup_key="d", group="g") == first
+    # a batch: a repeat of an earlier key, and one key twice with two shard keys
+    x, y, z = q.enqueue_many(["x", "y", "z"], dedup_keys=["d", "e", "e"], shard_keys=["a", "b", far])
+    assert x == first and y == z != first
+    # another Queue (another process) routes a repeat the same way
+    assert make_queue("dedup-all").enqueue("again", dedup_key="e", shard_key="zzz") == y
+    assert sorted(m.text for m in q.peek(100)) == ["first", "y"]
+    assert q.counters()["enqueued"] == 2
+
+
+def test_producers_racing_with_one_dedup_key_and_other_routes_enqueue_it_once(make_queue: MakeQueue) -> None:
+    queues = [make_queue("dedup-race", shards=4, dedup_window=60) for _ in range(6)]
+    for round_ in range(5):
+        ids: list[str] = []
+        start = threading.Barrier(len(queues))
+
+        def send(i: int, q: Queue) -> None:
+            start.wait()
+            ids.append(q.enqueue(f"m{i}", dedup_key=f"k{round_}", shard_key=f"route-{i}"))
+
+        threads = [threading.Thread(target=send, args=(i, q)) for i, q in enumerate(queues)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == len(queues) and len(set(ids)) == 1, ids
+    assert len(queues[0]) == 5
+
+
+def claimed_over(q: Queue, seconds: float) -> tuple[int, float]:
+    """Messages claimed by claiming as fast as the limit lets for about ``seconds``, and the
+    seconds that took."""
+    got = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        got += len(q.claim_many(100, wait=0.1))
+    return got, time.monotonic() - start
+
+
+def test_a_rate_limit_holds_for_the_whole_sharded_queue(make_queue: MakeQueue) -> None:
+    q = make_queue("rated", shards=4, rate_limit="10/1")
+    q.enqueue_many([f"m{i}" for i in range(400)])
+    got, spent = claimed_over(q, 2.5)
+    # at most 10 a window, in every window the claims touched (not 10 on each of 4 shards)
+    assert 10 <= got <= 10 * (int(spent) + 2), (got, spent)
+    assert q.rate_state().used <= 10
+
+
+@pytest.mark.parametrize("limit, count", [(12, 6), (10, 4), (3, 6), (1, 5), (7, 7)])
+def test_the_shares_of_a_window_sum_to_the_limit_and_reach_every_shard(limit: int, count: int) -> None:
+    from keyqueue.core.backend import RateScope
+    from keyqueue.keys import QueueKeys
+
+    keys = QueueKeys("kq", "x")
+    scopes = [RateScope(keys, (i, count)) for i in range(count)]
+    served = [0] * count
+    for w in range(1_700_000_000, 1_700_000_000 + count):
+        parts = [s.limit(limit, w) for s in scopes]
+        assert sum(parts) == limit and max(parts) - min(parts) <= 1, parts
+        served = [a + b for a, b in zip(served, parts)]
+    assert served == [limit] * count  # over `count` windows, every shard its even part
+    assert RateScope(keys).limit(limit, 5) == limit
+
+
+def race(*makers: Callable[[], Any]) -> list[Any]:
+    """Run ``makers`` at once (threads from one barrier): what each returned or raised."""
+    out: list[Any] = [None] * len(makers)
+    start = threading.Barrier(len(makers))
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            out[i] = makers[i]()
+        except Exception as exc:  # (what it raised is its outcome)
+            out[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(makers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_queues_made_at_once_with_different_counts_agree_on_one(make_queue: MakeQueue, r: redis.Redis) -> None:
+    make_queue("warm")  # (the fixtures the async face needs, set up before threads ask for them)
+    for round_ in range(10):
+        name = f"race{round_}"
+        counts = [None, 1, 2, 3, 4, None]  # (None: no count given, settings given)
+
+        def make(count: int | None) -> Callable[[], Any]:
+            def run() -> Any:
+                if count is None:
+                    q = make_queue(name, visibility_timeout=9)
+                else:
+                    q = make_queue(name, shards=count, visibility_timeout=9)
+                return q, q.enqueue(f"from {count}")
+
+            return run
+
+        outcomes = race(*(make(c) for c in counts))
+        made = [o for o in outcomes if not isinstance(o, Exception)]
+        failed = [o for o in outcomes if isinstance(o, Exception)]
+        assert all(isinstance(e, ConfigurationError) and "\n" not in str(e) for e in failed), failed
+        stored = r.get(f"kq:{{{name}}}:shards")
+        winner = 1 if stored is None else int(stored)
+        assert {q.shards for q, _ in made} == {winner}  # every Queue made runs on the stored count
+        # every message a made Queue enqueued is where a new Queue of the name claims it
+        reader = make_queue(name)
+        got = [m.id for m in reader.claim_many(100)]
+        assert sorted(got) == sorted(i for _, i in made), (winner, outcomes)
+
+
+def test_an_unsharded_first_enqueue_and_a_sharded_one_at_once_agree(make_queue: MakeQueue) -> None:
+    for round_ in range(10):
+        name = f"first{round_}"
+        plain, sharded = make_queue(name), make_queue(name, shards=3)  # (neither has written yet)
+        outcomes = race(lambda: plain.enqueue("plain"), lambda: sharded.enqueue("sharded"))
+        sent = [i for i in outcomes if isinstance(i, str)]
+        assert all(isinstance(o, (str, ConfigurationError)) for o in outcomes), outcomes
+        assert len(sent) >= 1 and plain.shards == make_queue(name).shards
+        got = [m.id for m in make_queue(name).claim_many(10)]
+        assert sorted(got) == sorted(sent), outcomes
+
+
+def test_a_batch_goes_to_every_shard_in_one_round_trip(r: redis.Redis, scripting: bool, round_trips: list[int]) -> None:
+    q = Queue("one-trip", client=r, scripting=scripting, shards=6)
+    q.enqueue_many(["warm"] * 6)  # (scripts loaded, the queue registered)
+    round_trips.clear()
+    ids = q.enqueue_many([f"m{i}" for i in range(60)], shard_keys=[f"k{i % 12}" for i in range(60)])
+    assert len({shard_of(i) for i in ids}) > 1
+    if scripting:
+        assert len(round_trips) == 1
+    else:  # (each shard's enqueue WATCHes: one shard after another)
+        assert len(round_trips) >= len({shard_of(i) for i in ids})
+    # each key's messages in their order on their shard
+    got = [m for m in q.claim_many(100) if m.text != "warm"]
+    for k in range(12):
+        assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]

@@ -598,6 +598,82 @@ def test_a_sharded_queue_on_a_cluster_from_asyncio(cluster_set: Cluster) -> None
     asyncio.run(main())
 
 
+def test_a_rate_limit_holds_for_a_sharded_queue_over_the_nodes(cluster: RedisCluster) -> None:
+    """Each shard takes its part of every window (the parts sum to the limit), so 6 shards on
+    three primaries at 12 a second deliver about 12 a second in all; a limit below the
+    shard count reaches every shard in turn."""
+    name = spread_name(cluster, 6)
+    q = Queue(name, client=cluster, shards=6, rate_limit="12/1")
+    q.enqueue_many([f"m{i}" for i in range(600)])
+    got = 0
+    start = time.monotonic()
+    while time.monotonic() - start < 2.5:
+        got += len(q.claim_many(100, wait=0.1))
+    spent = time.monotonic() - start
+    assert 12 <= got <= 12 * (int(spent) + 2), (got, spent)
+    q.destroy()
+    slow = Queue(name, client=cluster, shards=6, rate_limit="3/1")
+    slow.enqueue_many([f"m{i}" for i in range(60)])
+    shards: set[str] = set()
+    got = 0
+    start = time.monotonic()
+    while len(shards) < 6 and time.monotonic() - start < 60:
+        msgs = slow.claim_many(100, wait=0.5)
+        got += len(msgs)
+        shards |= {m.id.split("#")[0] for m in msgs}
+    spent = time.monotonic() - start
+    assert len(shards) == 6 and got <= 3 * (int(spent) + 2), (shards, got, spent)
+    slow.destroy()
+
+
+def test_sharded_queues_made_at_once_on_a_cluster_agree_on_one_count(cluster: RedisCluster) -> None:
+    import threading
+
+    for round_ in range(5):
+        name = f"{spread_name(cluster, 6)}-race{round_}"
+        counts = [None, 2, 3, 6]
+        outcomes: list[object] = [None] * len(counts)
+        start = threading.Barrier(len(counts))
+
+        def make(i: int) -> None:
+            start.wait()
+            try:
+                q = Queue(name, client=cluster, shards=counts[i], visibility_timeout=9)
+                outcomes[i] = (q, q.enqueue(f"from {counts[i]}"))
+            except KeyQueueError as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=make, args=(i,)) for i in range(len(counts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        made = [o for o in outcomes if isinstance(o, tuple)]
+        assert made and all(isinstance(o, tuple) or "\n" not in str(o) for o in outcomes), outcomes
+        assert len({q.shards for q, _ in made}) == 1, outcomes
+        got = [m.id for m in Queue(name, client=cluster).claim_many(100)]
+        assert sorted(got) == sorted(i for _, i in made), outcomes
+        made[0][0].destroy()
+
+
+def test_a_sharded_batch_is_one_write_to_each_primary(cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from keyqueue.transport import sync
+
+    name = spread_name(cluster, 6)
+    q = Queue(name, client=cluster, shards=6)
+    q.enqueue_many([f"w{i}" for i in range(6)])  # (scripts loaded, the shards registered)
+    writes: list[int] = []
+    pack = sync.pack
+    monkeypatch.setattr(sync, "pack", lambda conn, cmds: (writes.append(len(cmds)), pack(conn, cmds))[1])
+    ids = q.enqueue_many([f"m{i}" for i in range(60)], shard_keys=[f"k{i % 12}" for i in range(60)])
+    assert len(writes) == len(cluster.get_primaries()) and sum(writes) >= 6, writes
+    got = [m for m in q.claim_many(100) if m.text.startswith("m")]
+    assert sorted(m.id for m in got) == sorted(ids)
+    for k in range(12):  # each key's messages in their order on their shard
+        assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]
+    q.destroy()
+
+
 def test_a_cluster_refusing_the_credentials_is_a_refusal_not_an_outage(cluster_set: Cluster, tmp_path: Path) -> None:
     """Seeds that refuse the password: the library raises the refusal (both faces), and a
     worker or reaper exits 78 with one line, the password never shown, as on one server."""

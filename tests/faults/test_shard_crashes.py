@@ -45,6 +45,17 @@ def _waiting(q: Queue) -> dict[str, Any]:
     return {"ids": q.enqueue_many([f"w{i}" for i in range(6)])}
 
 
+def _deduped(q: Queue) -> dict[str, Any]:
+    """A message with dedup key "k", routed by a shard key to another shard than "k"'s."""
+    return {"ids": [q.enqueue("first", dedup_key="k", shard_key="a")]}
+
+
+def _rated(q: Queue) -> dict[str, Any]:
+    """Waiting messages under a rate limit (whose window counter every shard shares)."""
+    Queue(NAME, client=q.client, scripting=q.scripting, clock=q._ops.clock, rate_limit="100/1000")
+    return _waiting(q)
+
+
 def _held(q: Queue) -> dict[str, Any]:
     ctx = _waiting(q)
     ctx["held"] = q.claim_many(6)
@@ -57,7 +68,11 @@ def _held(q: Queue) -> dict[str, Any]:
 OPS: dict[str, tuple[Callable[[Queue], dict[str, Any]], Callable[[Queue, dict[str, Any]], Any], bool]] = {
     "make": (_made, lambda q, c: q, False),
     "enqueue_many": (_made, lambda q, c: q.enqueue_many([f"n{i}" for i in range(6)]), False),
+    # a dedup key's record on its shard, then the enqueue where the record says
+    "enqueue_dedup": (_made, lambda q, c: q.enqueue("new", dedup_key="k", shard_key="b"), False),
+    "enqueue_dedup_repeat": (_deduped, lambda q, c: q.enqueue("again", dedup_key="k", shard_key="b"), False),
     "claim_many": (_waiting, lambda q, c: q.claim_many(6), False),
+    "claim_many_rated": (_rated, lambda q, c: q.claim_many(6), False),
     "ack_many": (_held, lambda q, c: q.ack_many(c["held"]), True),
 }
 
@@ -124,6 +139,10 @@ def test_a_client_dying_in_a_sharded_step_loses_nothing(server: RedisServer, scr
         assert healthy.shards == SHARDS
         report = healthy.check(repair=True, settle=0)
         assert healthy.check(settle=0).consistent, f"{op} at {k}: {report.problems}"
+        for key in r.scan_iter(match=f"kq:{{{NAME}*:rate:*"):  # (a window counter expires with its window)
+            assert r.pttl(key) >= 0, f"{op} at {k}: {key!r} never expires"
+        if op.startswith("enqueue_dedup"):  # the producer sends it again: once in all, whatever died
+            healthy.enqueue("retry", dedup_key="k", shard_key="c")
         got = drain(healthy, clock)
         assert max(got.values(), default=1) == 1, f"{op} at {k}: delivered twice: {got}"
         may_delete = OPS[op][2]
@@ -132,6 +151,8 @@ def test_a_client_dying_in_a_sharded_step_loses_nothing(server: RedisServer, scr
         new = [mid for mid in got if mid not in ctx["before"]]
         if op == "enqueue_many" and not died:
             assert len(new) == 6
+        if op.startswith("enqueue_dedup"):
+            assert len(new) == (op == "enqueue_dedup"), f"{op} at {k}: {got}"
         healthy.enqueue("after")
         assert list_queues(r) == [NAME]
     r.close()

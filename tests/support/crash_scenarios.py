@@ -195,6 +195,8 @@ SCENARIOS: dict[str, Scenario] = {
     "enqueue": Scenario(_waiting, lambda q, c: q.enqueue("new")),
     "enqueue_dedup": Scenario(_waiting, lambda q, c: q.enqueue("new", dedup_key="k")),
     "enqueue_many": Scenario(_waiting, lambda q, c: q.enqueue_many(["n1", "n2", "n3"])),
+    # a queue's first write: its name and id counter, under the WATCH of the shard count
+    "enqueue_new": Scenario(lambda q: (q.destroy(), {})[1], lambda q, c: q.enqueue("new")),
     "enqueue_delayed": Scenario(_waiting, lambda q, c: q.enqueue("later", delay=10)),
     "claim": Scenario(_waiting, lambda q, c: q.claim()),
     "claim_many": Scenario(_waiting, lambda q, c: q.claim_many(3)),

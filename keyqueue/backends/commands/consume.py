@@ -96,7 +96,8 @@ class Consume(CommandBase):
         if count == 1:
             heads = [] if heads is None else [heads]
         out.read = len(heads)
-        flow = Flow(k, now, *(flow_got or (None, None, 0)))
+        read_limits, throttle, held = flow_got or (None, None, 0)
+        flow = Flow(k, now, read_limits, throttle, held, self.rate)
         heads = heads[: flow.cut(count)]
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms

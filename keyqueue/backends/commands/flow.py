@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.backend import RateScope
 from ...core.replies import text
 from ...core.roundtrip import Command
 from ...errors import CorruptQueue, InvalidArgument
@@ -21,7 +22,9 @@ from ...settings import parse_rate, to_ms
 class Flow:
     """One claim pass's limits, as read at server time ``now`` (ms)."""
 
-    def __init__(self, keys: QueueKeys, now: int, limits: Any, throttle: Any, held: Any) -> None:
+    def __init__(
+        self, keys: QueueKeys, now: int, limits: Any, throttle: Any, held: Any, scope: RateScope | None = None
+    ) -> None:
         self.k = keys
         self.now = now
         #: As ``Claimed.limited_ms``: None while no limit cut the claim.
@@ -50,9 +53,10 @@ class Flow:
         if self.cap is not None:
             self.free = max(self.cap - int(held), 0)
         if rate is not None:
-            self.limit, window = rate[0], to_ms(rate[1])
+            window = to_ms(rate[1])
             w = now // window
-            self.rate_key, self.window_end = keys.rate(w), (w + 1) * window
+            self.limit = rate[0] if scope is None else scope.limit(rate[0], w)
+            self.rate_key, self.window_end = (keys if scope is None else scope.keys).rate(w), (w + 1) * window
 
     def claim_time(self, taken: int) -> int:
         """A delivery's start (ms): when its messages were taken (``taken``), but never before

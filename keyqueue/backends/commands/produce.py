@@ -20,6 +20,8 @@ class Produce(CommandBase):
     #: next must be one atomic step, which this mode's operations that end a message (and its
     #: reaper's recoveries) do not take yet.
     groups = False
+    #: An enqueue WATCHes its dedup keys and id counter before its MULTI.
+    watched_enqueues = True
 
     def enqueue_group(
         self,

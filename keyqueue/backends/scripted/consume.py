@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from redis.exceptions import ResponseError
 
@@ -13,13 +13,17 @@ from .scripts import ScriptBase, _max_receives, claimed
 
 
 class Consume(ScriptBase):
+    def _claim_args(
+        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None
+    ) -> tuple[Any, ...]:
+        rate = () if self.rate is None else self.rate.args()
+        return (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms), *rate)
+
     def claim(
         self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
     ) -> Op[Claimed]:
         reply = yield from self.call(
-            "claim",
-            self.consume_keys,
-            (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
+            "claim", self.consume_keys, self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
         )
         return claimed(reply)
 
@@ -36,9 +40,7 @@ class Consume(ScriptBase):
         """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         claim = self._evalsha(
-            "claim",
-            self.consume_keys,
-            (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms)),
+            "claim", self.consume_keys, self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
         )
         tail = self.replication.tail()
         woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]

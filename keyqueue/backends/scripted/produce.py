@@ -26,6 +26,7 @@ def _values(
 
 class Produce(ScriptBase):
     groups = True
+    watched_enqueues = False
 
     def enqueue_group(
         self,
