@@ -211,11 +211,11 @@ def kq_enqueue_uncounted(r: redis.Redis, data: list[bytes]) -> Prepare:
     to a variant of the script without the HINCRBY of the counters hash."""
     source = script_source("enqueue")
     counting = (
-        "  r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)\n"
-        "  if type(r) == 'table' then return undo(4, write_error(r, KEYS[7])) end\n"
+        "  local r = redis.pcall('HINCRBY', KEYS[7], 'enqueued', 1)\n"
+        "  if type(r) == 'table' then return nil, undo_enqueue(step, id, write_error(r, KEYS[7])) end\n"
     )
     assert source.count(counting) == 1, "the enqueue script changed: update the counter-free variant"
-    variant = source.replace(counting, "  r = 2\n")
+    variant = source.replace(counting, "  local r = 2\n")
 
     def prepare() -> Callable[[], None]:
         q = new_queue(r)
