@@ -168,13 +168,24 @@ class Stepper:
         return self.done and not self.watching
 
 
+#: Keyless commands that complete the command before them (a write's WAIT for replicas, a
+#: transaction's EXEC): they go to that command's node. Other keyless ones (MULTI, SCRIPT
+#: LOAD, TIME) go with the command after them.
+FOLLOWERS = frozenset({"WAIT", "EXEC", "DISCARD", "UNWATCH"})
+
+
 def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
     """The commands grouped by the cluster node of their keys, in their order on each node
-    (a keyless command goes with the keyed one after it, or before it at the end): one
-    write per node. Commands on different nodes have no order between them (each node runs
-    its own); an operation that needs one sends them in round trips of their own."""
+    (a keyless command goes with the keyed one it completes or prepares, see FOLLOWERS;
+    failing that, the nearest keyed one): one write per node. Commands on different nodes
+    have no order between them (each node runs its own); an operation that needs one sends
+    them in round trips of their own."""
     keys = [routing_key(c) for c in commands]
-    for i in range(len(keys) - 2, -1, -1):
+    follows = [keys[i] is None and str(c[0]).upper() in FOLLOWERS for i, c in enumerate(commands)]
+    for i in range(1, len(keys)):  # followers: the keyed command before them
+        if follows[i]:
+            keys[i] = keys[i - 1]
+    for i in range(len(keys) - 2, -1, -1):  # the others: the keyed command after them
         if keys[i] is None:
             keys[i] = keys[i + 1]
     for i in range(1, len(keys)):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from redis.cluster import RedisCluster
@@ -163,15 +163,19 @@ def test_flow_control_on_a_cluster(cluster: RedisCluster) -> None:
 # --- every entry point on a redis+cluster:// URL -----------------------------------------
 
 
-def names_on_every_node(c: Cluster, count: int = 3) -> list[str]:
+def names_on_every_node_of(client: RedisCluster, count: int = 3) -> list[str]:
     """Queue names whose keys live on ``count`` different nodes."""
     seen: dict[str, str] = {}
     for i in range(1000):
-        node = c.client.get_node_from_key(f"kq:{{n{i}}}:seq").name
+        node = client.get_node_from_key(f"kq:{{n{i}}}:seq").name
         seen.setdefault(node, f"n{i}")
         if len(seen) == count:
             return list(seen.values())
     raise AssertionError("no names on every node")
+
+
+def names_on_every_node(c: Cluster, count: int = 3) -> list[str]:
+    return names_on_every_node_of(c.client, count)
 
 
 def test_a_cluster_url_on_both_faces(cluster_set: Cluster) -> None:
@@ -708,3 +712,20 @@ def test_a_cluster_refusing_the_credentials_is_a_refusal_not_an_outage(cluster_s
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_a_wait_goes_to_the_node_of_the_write_it_follows(cluster: RedisCluster) -> None:
+    """One round trip over several nodes (a sharded batch with min_replicas): each write's
+    WAIT is sent to that write's node, and a MULTI to the node of what follows it."""
+    from keyqueue.core.roundtrip import node_groups
+
+    names = names_on_every_node_of(cluster)
+    commands: list[tuple[Any, ...]] = []
+    for name in names + names[:1]:
+        commands += [("MULTI",), ("SET", f"{{{name}}}:k", 1), ("EXEC",), ("WAIT", 1, 100)]
+    groups = node_groups(cluster, commands)
+    assert len(groups) == 3
+    for node, indexes in groups:
+        for i in indexes:  # every keyless command sits with the SET it belongs to
+            write = commands[4 * (i // 4) + 1]
+            assert cluster.get_node_from_key(write[1]).name == node.name, (commands[i], write)
