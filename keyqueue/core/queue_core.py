@@ -300,6 +300,9 @@ class QueueCore:
         #: A count stored since this Queue (given none) loaded, read with a reap or a
         #: claim's look at the schedules: the face turns the Queue sharded.
         self.found_shards: int | None = None
+        #: A shard's: called when it finds Redis lost its data (its logical queue stores its
+        #: count and name again, in that order, before the name can read as unsharded).
+        self.on_lost: Callable[[], None] | None = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -471,11 +474,15 @@ class QueueCore:
         self.restored_at = now
         k = self.keys
         commands: list[Command] = [("HSETNX", k.config, name, value) for name, value in self.held.items()]
-        replies = yield [*commands, ("SADD", k.registry, self.listed_as)]
-        for reply in replies[:-1]:
+        # A shard's name is its logical queue's, listed again only once its count is stored.
+        listing: list[Command] = [] if self.on_lost is not None else [("SADD", k.registry, self.listed_as)]
+        if self.on_lost is not None:
+            self.on_lost()
+        replies = yield [*commands, *listing]
+        for reply in replies[: len(commands)]:
             if isinstance(reply, Exception):
                 raise error_for(reply, k.config)
-        added = replies[-1] if self.registry_ok(replies[-1]) else 0
+        added = replies[-1] if listing and self.registry_ok(replies[-1]) else 0
         self.registered = True
         upserted = list(self.upserted.items())
         # Those still there are found in one round trip: a queue without settings of its own

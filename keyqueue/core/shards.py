@@ -69,7 +69,7 @@ class ShardedCore:
         self.base.expect_shards = count
         self.cores = [make(keys.shard(i)) for i in range(count)]
         for i, core in enumerate(self.cores):
-            core.listed_as, core.expect_shards = keys.name, False
+            core.listed_as, core.expect_shards, core.on_lost = keys.name, False, self.lost
             # The rate limit holds for the logical queue: one server's shards share its
             # counters; a cluster's (on other nodes) each take their part of every window.
             core.ops.rate = RateScope(keys) if one_node else RateScope(core.keys, (i, count))
@@ -196,6 +196,11 @@ class ShardedCore:
             return
         raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
 
+    def lost(self) -> None:
+        """A shard found Redis lost its data (or another process destroyed the queue): the
+        count and the name are stored again by this write, or the next one."""
+        self.counted = False
+
     def counted_again(self) -> Op[None]:
         """Before a write: the count stored again if this Queue destroyed the queue (as an
         unsharded queue's next write makes it again; reading it makes nothing)."""
@@ -235,6 +240,7 @@ class ShardedCore:
         if dedup_key is not None:
             (shard,) = yield from self.deduplicated([(dedup_key, shard)])
         msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
+        yield from self.counted_again()  # (the shard may have found the data lost)
         return tag(shard, msg_id)
 
     def enqueue_many(
@@ -302,6 +308,7 @@ class ShardedCore:
                 done.append((yield from op))
         else:  # every shard's call in one round trip
             done = yield from together(ops)
+        yield from self.counted_again()  # (a shard may have found the data lost)
         ids: list[str] = [""] * len(items)
         for (shard, where), got in zip(calls, done):
             for j, msg_id in zip(where, got):

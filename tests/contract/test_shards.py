@@ -396,6 +396,29 @@ def test_reads_after_destroy_leave_the_queue_destroyed(make_queue: MakeQueue, r:
     assert got is not None and got.id == msg_id and got.text == "again"
 
 
+@pytest.mark.parametrize("how", ["destroyed by another process", "lost with the data"])
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_producer_stores_the_count_again_when_the_queue_is_gone(
+    make_queue: MakeQueue, r: redis.Redis, how: str, batch: bool
+) -> None:
+    """A running producer of a sharded queue whose keys went away under it (another process
+    destroyed the queue, or Redis lost its data) stores the count and the name again with
+    its next write, so every other Queue of the name finds the queue sharded and the
+    message on its shard, as an unsharded queue's next write makes it again."""
+    producer = make_queue("gone", shards=3, visibility_timeout=9)
+    producer.enqueue_many(["a", "b", "c"])
+    if how == "lost with the data":
+        r.flushall()
+    else:
+        make_queue("gone").destroy()
+    assert r.get("kq:{gone}:shards") is None
+    sent = producer.enqueue_many(["again", "more"]) if batch else [producer.enqueue("again")]
+    assert r.get("kq:{gone}:shards") == b"3" and r.smembers("kq:queues") == {b"gone"}
+    other = make_queue("gone")
+    assert other.shards == 3 and len(other) == len(sent)
+    assert sorted(m.id for m in other.claim_many(10)) == sorted(sent)
+
+
 def test_a_queue_made_before_the_queue_was_sharded_adopts_the_count(make_queue: MakeQueue, r: redis.Redis) -> None:
     """A Queue given no count that loaded before the queue was made sharded turns sharded:
     at its first write (before writing), at a claim or reap, and when its settings are
