@@ -18,6 +18,7 @@ from keyqueue import Queue
 from keyqueue.errors import ConfigurationError, InvalidArgument
 from keyqueue.server import RedisServer
 
+from ..support.helpers import FakeClock
 from ..support.workers import Workers
 
 MakeQueue = Callable[..., Queue]
@@ -602,3 +603,35 @@ def test_a_batch_goes_to_every_shard_in_one_round_trip(r: redis.Redis, scripting
     got = [m for m in q.claim_many(100) if m.text != "warm"]
     for k in range(12):
         assert [m.text for m in got if m.id in ids[k::12]] == [f"m{i}" for i in range(k, 60, 12)]
+
+
+def test_retention_holds_on_every_shard(make_queue: MakeQueue) -> None:
+    """A retention keeps its meaning on a sharded queue: messages past it are deleted on
+    whichever shard they wait, counted once in the logical queue's counters."""
+    clock = FakeClock()
+    q = make_queue("kept", shards=3, retention=60, clock=clock)
+    old = q.enqueue_many([f"old{i}" for i in range(6)])
+    assert {shard_of(i) for i in old} == {0, 1, 2}
+    clock.advance(61)
+    young = q.enqueue("young")
+    got = q.claim_many(10)
+    assert [m.id for m in got] == [young]
+    assert q.counters()["expired"] == 6 and len(q) == 0
+
+
+def test_a_schedule_on_a_sharded_queue_fires_once_per_fire_time(make_queue: MakeQueue) -> None:
+    """Schedules keep their meaning on a sharded queue: kept on shard 0, fired once per
+    fire time by any Queue of the name (here two), listed by the logical queue."""
+    clock = FakeClock()
+    q = make_queue("ticks", shards=3, clock=clock)
+    other = make_queue("ticks", clock=clock)
+    q.schedule("s", every=10, body="tick")
+    for _ in range(3):
+        clock.advance(10)
+        other.reap()
+        q.reap()
+    got = q.claim_many(10)
+    assert [m.text for m in got] == ["tick"] * 3 and {shard_of(m.id) for m in got} == {0}
+    assert len({m.scheduled_for for m in got}) == 3
+    (s,) = other.schedules()
+    assert (s.id, s.fired) == ("s", 3)
