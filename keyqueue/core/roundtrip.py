@@ -211,3 +211,69 @@ def must_resend(replies: Sequence[Any]) -> bool:
     from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
     return any(isinstance(r, (MovedError, AskError, ClusterDownError, TryAgainError)) for r in replies)
+
+
+#: Commands of a transaction: a node group holding one is sent again whole, or not at all.
+_TRANSACTIONAL = frozenset({"MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"})
+
+
+def cluster_sends(
+    client: Any, commands: Sequence[Command], todo: Sequence[int], replies: Sequence[Any]
+) -> list[tuple[Any, list[Command], list[int | None]]]:
+    """One attempt's writes of the commands ``todo`` (indexes into ``commands``): per node, the
+    commands and the index each reply goes to (None: a reply to drop). Grouped by the slot
+    map (``node_groups``), but a command whose last reply was ASK goes to the node it names,
+    after ASKING, with the keyless commands that follow it (its WAIT)."""
+    from redis.exceptions import AskError
+
+    sends: dict[str, tuple[Any, list[Command], list[int | None]]] = {}
+
+    def add(node: Any, command: Command, where: int | None) -> None:
+        _, cmds, wheres = sends.setdefault(node.name, (node, [], []))
+        cmds.append(command)
+        wheres.append(where)
+
+    asked: list[int] = []
+    routed: list[int] = []
+    for i in todo:
+        follows_ask = asked and routing_key(commands[i]) is None and asked[-1] == i - 1
+        if isinstance(replies[i], AskError) or follows_ask:
+            asked.append(i)
+        else:
+            routed.append(i)
+    node: Any = None
+    for i in asked:
+        reply = replies[i]
+        if isinstance(reply, AskError):
+            node = client.get_node(host=reply.host, port=reply.port) or client.get_node_from_key(
+                routing_key(commands[i])
+            )
+            add(node, ("ASKING",), None)
+        add(node, commands[i], i)
+    for node, idx in node_groups(client, [commands[i] for i in routed]) if routed else []:
+        for k in idx:
+            add(node, commands[routed[k]], routed[k])
+    return list(sends.values())
+
+
+def to_resend(commands: Sequence[Command], sent: Sequence[list[int | None]], replies: Sequence[Any]) -> list[int]:
+    """What to send again after an attempt whose writes went out as ``sent`` (per node, the
+    indexes of ``cluster_sends``): each command a node answered MOVED, ASK, TRYAGAIN or
+    CLUSTERDOWN, with the keyless commands that follow it; a node's whole share when it holds
+    a transaction (its commands stand or fall together). Commands that ran are not sent
+    again: a batch over several slots never enqueues a part twice."""
+    again: list[int] = []
+    for wheres in sent:
+        idx = [i for i in wheres if i is not None]
+        if not any(must_resend([replies[i]]) for i in idx):
+            continue
+        if any(str(commands[i][0]).upper() in _TRANSACTIONAL for i in idx):
+            again += idx
+            continue
+        resend = False
+        for i in idx:
+            if routing_key(commands[i]) is not None:
+                resend = must_resend([replies[i]])
+            if resend:
+                again.append(i)
+    return sorted(again)

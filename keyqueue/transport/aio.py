@@ -20,9 +20,8 @@ from ..core.roundtrip import (
     Sleep,
     Stepper,
     T,
-    must_resend,
-    node_groups,
-    routing_key,
+    cluster_sends,
+    to_resend,
 )
 from .sync import is_cluster, log, pack
 
@@ -81,24 +80,27 @@ class Pinned:
             raise
 
     async def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
-        """One write per node, all sent before any reply is read (the nodes work at once)."""
+        """One write per node, all sent before any reply is read (the nodes work at once);
+        what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
-        groups = node_groups(self.client, commands)
-        for node, idx in groups:
-            conn = await self._conn(node)
-            await conn.send_packed_command(pack(conn, [commands[i] for i in idx]))
-        for node, idx in groups:
-            conn = await self._conn(node)
-            replies = [await _read(conn) for _ in idx]
-            for _ in range(CLUSTER_ATTEMPTS - 1):
-                if not must_resend(replies):
-                    break
+        todo = list(range(len(commands)))
+        for attempt in range(CLUSTER_ATTEMPTS):
+            if attempt:
                 await asyncio.sleep(CLUSTER_RETRY_PAUSE)
                 await self.client.nodes_manager.initialize()
-                node = self.client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
-                replies = await round_trip(await self._conn(node), [commands[i] for i in idx])
-            for i, r in zip(idx, replies):
-                out[i] = r
+            sends = cluster_sends(self.client, commands, todo, out)
+            for node, cmds, _ in sends:
+                conn = await self._conn(node)
+                await conn.send_packed_command(pack(conn, cmds))
+            for node, _, wheres in sends:
+                conn = await self._conn(node)
+                for where in wheres:
+                    reply = await _read(conn)
+                    if where is not None:
+                        out[where] = reply
+            todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
+            if not todo:
+                break
         return out
 
     async def release(self, clean: bool) -> None:

@@ -22,9 +22,9 @@ from ..core.roundtrip import (
     Sleep,
     Stepper,
     T,
-    must_resend,
-    node_groups,
+    cluster_sends,
     routing_key,
+    to_resend,
 )
 from . import spares
 
@@ -115,23 +115,27 @@ class Pinned:
             raise
 
     def _cluster_round_trip(self, commands: list[Command]) -> list[Any]:
-        """One write per node, all sent before any reply is read (the nodes work at once)."""
+        """One write per node, all sent before any reply is read (the nodes work at once);
+        what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
-        groups = node_groups(self.client, commands)
-        for node, idx in groups:
-            conn = self._conn(node)
-            conn.send_packed_command(pack(conn, [commands[i] for i in idx]))
-        for node, idx in groups:
-            replies = [_read(self._conn(node)) for _ in idx]
-            for _ in range(CLUSTER_ATTEMPTS - 1):
-                if not must_resend(replies):
-                    break
+        todo = list(range(len(commands)))
+        for attempt in range(CLUSTER_ATTEMPTS):
+            if attempt:
                 time.sleep(CLUSTER_RETRY_PAUSE)
                 self.client.nodes_manager.initialize()
-                node = self.client.get_node_from_key(routing_key(commands[idx[-1]]) or b"")
-                replies = round_trip(self._conn(node), [commands[i] for i in idx])
-            for i, r in zip(idx, replies):
-                out[i] = r
+            sends = cluster_sends(self.client, commands, todo, out)
+            for node, cmds, _ in sends:
+                conn = self._conn(node)
+                conn.send_packed_command(pack(conn, cmds))
+            for node, _, wheres in sends:
+                conn = self._conn(node)
+                for where in wheres:
+                    reply = _read(conn)
+                    if where is not None:
+                        out[where] = reply
+            todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
+            if not todo:
+                break
         return out
 
     def release(self, clean: bool) -> None:

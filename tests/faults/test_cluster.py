@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from keyqueue import KeyQueueError, Queue, Worker, aio
@@ -729,3 +730,65 @@ def test_a_wait_goes_to_the_node_of_the_write_it_follows(cluster: RedisCluster) 
         for i in indexes:  # every keyless command sits with the SET it belongs to
             write = commands[4 * (i // 4) + 1]
             assert cluster.get_node_from_key(write[1]).name == node.name, (commands[i], write)
+
+
+def _move_slot(c: Cluster, slot: int, source: redis.Redis, target: redis.Redis, target_port: int) -> None:
+    """Move ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster reshard`` does:
+    importing/migrating, its keys MIGRATEd, then every node told the new owner."""
+    source_id, target_id = source.execute_command("CLUSTER MYID"), target.execute_command("CLUSTER MYID")
+    target.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+    source.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+    while keys := source.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+        source.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys)
+    for node in c.nodes:
+        redis.Redis(port=node.port).execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_a_sharded_batch_sent_on_a_stale_slot_map_enqueues_each_part_once(face: str) -> None:
+    """A slot moved since the client learnt the map (a managed cluster rebalancing): the
+    node answers MOVED for the shard whose slot left it, and only that shard's part is sent
+    again, to its new node; the other shard's part, already enqueued, is not."""
+    import asyncio
+
+    import redis.asyncio.cluster
+
+    c = Cluster()
+    try:
+        client = c.client
+        name = next(
+            f"moved{i}"
+            for i in range(1000)
+            if client.get_node_from_key(f"kq:{{moved{i}#0}}:seq").name
+            == client.get_node_from_key(f"kq:{{moved{i}#1}}:seq").name
+        )
+        here = client.get_node_from_key(f"kq:{{{name}#1}}:seq")
+        there = next(n for n in client.get_primaries() if n.name != here.name)
+        slot = client.keyslot(f"kq:{{{name}#1}}:seq")
+        bodies = [f"m{i}" for i in range(10)]
+
+        def move() -> None:
+            _move_slot(c, slot, redis.Redis(port=here.port), redis.Redis(port=there.port), there.port)
+
+        if face == "sync":
+            q = Queue(name, client=client, shards=2)
+            q.enqueue_many(["warm0", "warm1"])  # (the map learnt, then the slot moves)
+            move()
+            assert len(q.enqueue_many(bodies)) == 10
+        else:
+
+            async def main() -> None:
+                aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=c.nodes[0].port)
+                try:
+                    aq = aio.Queue(name, client=aclient, shards=2)
+                    await aq.enqueue_many(["warm0", "warm1"])
+                    move()
+                    assert len(await aq.enqueue_many(bodies)) == 10
+                finally:
+                    await aclient.aclose()
+
+            asyncio.run(main())
+        fresh = Queue(name, client=RedisCluster(host="127.0.0.1", port=c.nodes[0].port))
+        assert sorted(m.text for m in fresh.peek(100)) == sorted(["warm0", "warm1", *bodies])  # each once
+    finally:
+        c.stop()
