@@ -178,12 +178,18 @@ class QueueFace:
             self._core = make(keys)
             self._core.expect_shards = count
         else:
-            self._core = ShardedCore(keys, count, make, not is_cluster(self.client))
+            self._core = self._sharded(count, keys)
         self._made()
 
-    def _sharded(self, count: int) -> ShardedCore:
+    def _sharded(self, count: int, keys: QueueKeys | None = None) -> ShardedCore:
         """This queue's core once it is found sharded (``Queue(NAME)`` adopts the count)."""
-        return ShardedCore(self.keys, count, self._make_core, not is_cluster(self.client))
+        cluster = is_cluster(self.client)
+        client = self.client
+
+        def locate(key: str) -> str:
+            return str(client.get_node_from_key(key).name)
+
+        return ShardedCore(keys or self.keys, count, self._make_core, not cluster, locate if cluster else None)
 
     def _noticed(self) -> bool:
         """Turn sharded if the last operation read a count stored since this Queue loaded

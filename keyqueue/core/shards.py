@@ -61,7 +61,12 @@ class ShardedCore:
     holds the logical name's own keys: the shard count, the metadata hash."""
 
     def __init__(
-        self, keys: QueueKeys, count: int, make: Callable[[QueueKeys], QueueCore], one_node: bool = True
+        self,
+        keys: QueueKeys,
+        count: int,
+        make: Callable[[QueueKeys], QueueCore],
+        one_node: bool = True,
+        locate: Callable[[str], str] | None = None,
     ) -> None:
         self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.count = count
@@ -79,6 +84,11 @@ class ShardedCore:
         #: short-lived producers do not all start on shard 0.
         self.next = random.randrange(count)
         self.turn = random.randrange(count)
+        #: On a cluster: the node (name) of a key, once the client knows the slot map; the
+        #: round robin then takes the nodes in turn, and each node's shards in turn, so every
+        #: node gets its share of the messages however the shards' slots fell.
+        self.locate = locate
+        self.by_node: list[list[int]] | None = None
         #: Whether the shards' settings are loaded, and whether the count is known to be
         #: stored (False after ``destroy``: the next write stores it again, a read does not).
         self.made = False
@@ -141,6 +151,8 @@ class ShardedCore:
             yield from self.make()
             yield from together([core.ready() for core in self.cores])  # (one round trip a step)
             self.made = self.counted = True
+            if self.locate is not None:  # (the client learnt the slot map with these reads)
+                self.by_node = spread_by_node([self.locate(core.keys.seq) for core in self.cores])
         settings = self.cores[0].settings
         assert settings is not None
         return settings
@@ -220,9 +232,12 @@ class ShardedCore:
         """The shard of one message: by its routing key (``routing``), else round robin."""
         if routing_key is not None:
             return shard_for(routing_key, self.count)
-        shard = self.next
-        self.next = (shard + 1) % self.count
-        return shard
+        turn = self.next
+        self.next = turn + 1
+        if self.by_node is None:
+            return turn % self.count
+        shards = self.by_node[turn % len(self.by_node)]
+        return shards[(turn // len(self.by_node)) % len(shards)]
 
     def enqueue(
         self,
@@ -558,6 +573,14 @@ def shard_stats(core: Core) -> Op[list[QueueStats]]:
     if isinstance(core, ShardedCore):
         return (yield from core.shard_stats())
     return [(yield from core.stats())]
+
+
+def spread_by_node(nodes: Sequence[str]) -> list[list[int]]:
+    """The shards (indexes) on each node, given each shard's node, nodes in a stable order."""
+    by: dict[str, list[int]] = {}
+    for shard, node in enumerate(nodes):
+        by.setdefault(node, []).append(shard)
+    return [by[node] for node in sorted(by)]
 
 
 def settle_core(core: Core, sharded: Callable[[int], ShardedCore]) -> Op[Core]:

@@ -561,7 +561,12 @@ def test_a_sharded_queue_spreads_over_every_primary(cluster: RedisCluster) -> No
     nodes = {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in by_shard}
     assert len(nodes) == len(cluster.get_primaries())
     per = q.shard_stats()
-    assert all(s.waiting == 30 for s in per)
+    assert all(s.waiting > 0 for s in per)
+    on_node: dict[str, int] = {}  # the round robin gives each primary a third
+    for shard, s in enumerate(per):
+        node = cluster.get_node_from_key(f"kq:{{{name}#{shard}}}:seq").name
+        on_node[node] = on_node.get(node, 0) + s.waiting
+    assert sorted(on_node.values()) == [60, 60, 60], on_node
     assert q.stats().waiting == sum(s.waiting for s in per) == 180
     assert Queue(name, client=cluster).shards == 6
     seen: list[str] = []
@@ -666,7 +671,9 @@ def test_a_sharded_batch_is_one_write_to_each_primary(cluster: RedisCluster, mon
 
     name = spread_name(cluster, 6)
     q = Queue(name, client=cluster, shards=6)
-    q.enqueue_many([f"w{i}" for i in range(6)])  # (scripts loaded, the shards registered)
+    q.enqueue_many(
+        [f"w{i}" for i in range(12)], shard_keys=[f"k{i}" for i in range(12)]
+    )  # (scripts loaded, the shards registered)
     writes: list[int] = []
     pack = sync.pack
     monkeypatch.setattr(sync, "pack", lambda conn, cmds: (writes.append(len(cmds)), pack(conn, cmds))[1])
@@ -792,3 +799,25 @@ def test_a_sharded_batch_sent_on_a_stale_slot_map_enqueues_each_part_once(face: 
         assert sorted(m.text for m in fresh.peek(100)) == sorted(["warm0", "warm1", *bodies])  # each once
     finally:
         c.stop()
+
+
+def test_round_robin_gives_every_primary_its_share_however_the_shards_fell(cluster: RedisCluster) -> None:
+    """6 shards whose slots fall unevenly over the 3 primaries (3, 2 and 1, say): the round
+    robin takes the nodes in turn, then each node's shards, so each primary gets a third of
+    the messages (its Redis work with them), not a share of its shards."""
+    from collections import Counter
+
+    def nodes_of(name: str) -> list[str]:
+        return [cluster.get_node_from_key(f"kq:{{{name}#{i}}}:seq").name for i in range(6)]
+
+    name = next(
+        f"uneven{i}"
+        for i in range(1000)
+        if len(set(nodes_of(f"uneven{i}"))) == 3 and len(set(Counter(nodes_of(f"uneven{i}")).values())) > 1
+    )
+    placed = nodes_of(name)
+    q = Queue(name, client=cluster, shards=6)
+    ids = [q.enqueue(f"m{i}") for i in range(300)] + q.enqueue_many([f"b{i}" for i in range(300)])
+    per_node = Counter(placed[int(i.partition("#")[0])] for i in ids)
+    assert sorted(per_node.values()) == [200, 200, 200], (Counter(placed), per_node)
+    assert len(q) == 600
