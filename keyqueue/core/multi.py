@@ -3,6 +3,7 @@ plan over the queues' operations: the transports run each step on its queue's cl
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Sequence
 
@@ -28,7 +29,11 @@ def claim_any(
     while True:
         for i, (target, core) in enumerate(targets):
             # A queue its limits hold back is not claimed until they may let one through.
-            if i == skip or core.limited_until > time.monotonic():
+            if core.limited_until > time.monotonic():
+                continue
+            # The queue the last wait just claimed is claimed again only if a reap due
+            # since (its timers) moved messages back.
+            if i == skip and not (yield target, core.reap_if_due()):
                 continue
             got = yield target, core.claim(count, visibility_timeout, 0.0)
             if got:
@@ -46,6 +51,12 @@ def claim_any(
             continue
         if held:  # wake when a held-back queue may take claims again
             remaining = min(remaining, min(held))
+        # ... and when a queue's timer falls due or a schedule fires (expired and due delayed
+        # messages, and fires, signal nobody), as a single queue's claim does
+        due = min(
+            (min(core.next_reap(), core.fire_wake) for _, core in targets if core.claim_reaping), default=math.inf
+        )
+        remaining = min(remaining, max(due - now, 0.01))
         if len(open_) > 1 and not one_connection:
             # Queues one BLPOP cannot watch together (several clients, or several cluster
             # slots): one BLPOP each, all at once; whichever wakes, every queue is claimed

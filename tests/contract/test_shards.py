@@ -635,3 +635,33 @@ def test_a_schedule_on_a_sharded_queue_fires_once_per_fire_time(make_queue: Make
     assert len({m.scheduled_for for m in got}) == 3
     (s,) = other.schedules()
     assert (s.id, s.fired) == ("s", 3)
+
+
+def test_a_sharded_long_poll_wakes_when_a_delayed_message_falls_due(
+    r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Due delayed messages signal nobody: a claim that long-polls the shards (as a
+    worker's over its queues) waits no longer than the earliest timer it knows of (a claim's
+    reaping runs at most once a second), as a single queue's claim does, not a slice; and
+    the shard its wait claims is reaped too when its timer is due."""
+    from keyqueue.core.queue_core import REAP_INTERVAL, WAIT_SLICE
+    from keyqueue.core.shards import ShardedCore, shard_for
+    from keyqueue.transport import sync
+
+    q = Queue("later", client=r, scripting=scripting, shards=3)
+    key = next(f"k{i}" for i in range(100) if shard_for(f"k{i}", 3) == 0)
+    q.enqueue("soon", delay=0.3, shard_key=key)
+    assert isinstance(q._core, ShardedCore)
+    q._core.turn = 0  # the claim's rotation starts at the message's shard, the one its wait claims
+    waits: list[float] = []
+    pack = sync.pack
+
+    def record(conn: Any, cmds: Any) -> Any:
+        waits.extend(float(c[-1]) for c in cmds if str(c[0]).upper() == "BLPOP")
+        return pack(conn, cmds)
+
+    monkeypatch.setattr(sync, "pack", record)
+    got = q.claim(wait=10)
+    assert got is not None and got.text == "soon"
+    # the timer's (no sooner than a reap a second may run, as a single queue's), not a slice
+    assert waits and waits[0] <= REAP_INTERVAL < WAIT_SLICE, waits
