@@ -317,7 +317,7 @@ def test_worker_and_reaper_processes_on_a_cluster_url(cluster_set: Cluster, tmp_
 
 
 def test_serve_on_a_cluster_url(cluster_set: Cluster) -> None:
-    """The dashboard's API, /metrics and the SQS API over a cluster URL."""
+    """The dashboard (its pages and API), /metrics and the SQS API over a cluster URL."""
     import boto3
     import httpx
 
@@ -337,6 +337,10 @@ def test_serve_on_a_cluster_url(cluster_set: Cluster) -> None:
             for n in names:
                 assert f'keyqueue_messages{{queue="{n}",state="waiting"}} 3.0' in metrics
             assert c.get("/healthz").status_code == 200
+            page = c.get("/")  # the dashboard's pages, as a person opens them
+            assert page.status_code == 200 and all(n in page.text for n in names)
+            one = c.get(f"/queues/{names[2]}")
+            assert one.status_code == 200 and names[2] in one.text and "Waiting" in one.text, one.text[:500]
         sqs = boto3.client(
             "sqs",
             endpoint_url=served.url,
