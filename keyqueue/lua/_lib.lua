@@ -44,6 +44,10 @@ end
 
 local function corrupt(key) return redis.error_reply('KQCORRUPT ' .. key) end
 
+-- Whether a counter's value as read (a string, or false when absent) is one INCRBY or
+-- HINCRBY would refuse ("1.5", "1e3", " 5": Lua's tonumber takes them, Redis does not).
+local function not_integer(v) return v and not string.match(v, '^-?%d+$') end
+
 -- The error of a failed write (a redis.pcall reply) as the operation's: KQCORRUPT `key` when
 -- the key holds the wrong type or a counter that is not a number, else Redis' own (OOM, ...).
 local function write_error(reply, key)
@@ -332,7 +336,7 @@ local function group_take(gs)
   local stored = redis.pcall('HMGET', hk, unpack(order))
   if stored.err then return nil, corrupt(hk) end
   local held = redis.pcall('GET', held_key)
-  if type(held) == 'table' or (held and not tonumber(held)) then return nil, corrupt(held_key) end
+  if type(held) == 'table' or not_integer(held) then return nil, corrupt(held_key) end
   local limit = group_limit()
   local take = {order = order, stored = {}, active = {}, ids = {}, popped = 0}
   local pops = {}  -- each group's popped ids, to undo

@@ -50,7 +50,7 @@ if bad then return corrupt(bad) end
 -- there, every pop undone (see group_take). Either way nothing has changed. The acked count
 -- is SREM's, which counts a delivery listed twice once.
 local counted = redis.pcall('HGET', KEYS[3], 'acked')
-if type(counted) == 'table' or (counted and not tonumber(counted)) then return corrupt(KEYS[3]) end
+if type(counted) == 'table' or not_integer(counted) then return corrupt(KEYS[3]) end
 local take
 if gs then
   local ended = {}

@@ -73,7 +73,7 @@ if #bad > 0 then return corrupt(bad[1]) end
 local wrong = delay > 0 and wrong_type({KEYS[7], 'hash', KEYS[4], 'zset'})
   or wrong_type({KEYS[7], 'hash', KEYS[2], 'list', KEYS[3], 'set'})
 if wrong then return corrupt(wrong) end
-if seq and not tonumber(seq) then return corrupt(KEYS[1]) end
+if not_integer(seq) then return corrupt(KEYS[1]) end
 if existing then return {existing, 0, lost} end
 
 local first = (tonumber(seq) or 0) + 1

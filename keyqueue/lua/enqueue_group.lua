@@ -36,7 +36,7 @@ if n == 1 and delay == 0 then
   if not release then
     local held = checked(bad, 'GET', BASE .. 'held')
     if #bad > 0 then return corrupt(bad[1]) end
-    if held and not tonumber(held) then return corrupt(BASE .. 'held') end
+    if not_integer(held) then return corrupt(BASE .. 'held') end
   end
   if existing then return {existing, 0, rcall('EXISTS', KEYS[6]) == 0 and 1 or 0} end
   local id, err = next_id()
@@ -71,9 +71,9 @@ if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[7], 'hash', KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'zset', KEYS[5], 'list'})
   or group_bad({g})
 if wrong then return corrupt(wrong) end
-if seq and not tonumber(seq) then return corrupt(KEYS[1]) end
+if not_integer(seq) then return corrupt(KEYS[1]) end
 local held = rcall('GET', BASE .. 'held')
-if held and not tonumber(held) then return corrupt(BASE .. 'held') end
+if not_integer(held) then return corrupt(BASE .. 'held') end
 if existing then return {existing, 0, lost} end
 
 local first = (tonumber(seq) or 0) + 1

@@ -19,7 +19,7 @@ local tokens = checked(bad, 'LLEN', KEYS[7])
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[4], 'list', KEYS[5], 'set', KEYS[6], 'zset', KEYS[9], 'hash'})
 if wrong then return corrupt(wrong) end
-if seq and not tonumber(seq) then return corrupt(KEYS[3]) end
+if not_integer(seq) then return corrupt(KEYS[3]) end
 if not f[1] or f[1] ~= ARGV[3] then return {0, false, 0, 0} end
 
 local now = now_ms()

@@ -49,7 +49,7 @@ end
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash'})
 if wrong then return corrupt(wrong) end
-if seq and not tonumber(seq) then return corrupt(KEYS[2]) end
+if not_integer(seq) then return corrupt(KEYS[2]) end
 
 local late = tonumber(ARGV[4])
 local null = cjson.null

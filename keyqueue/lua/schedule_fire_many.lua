@@ -24,7 +24,7 @@ for i = 1, n do reads[i] = checked(bad, 'HMGET', KEYS[8 + i], 'v', 'n', 'f', 'm'
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'zset', KEYS[8], 'hash'})
 if wrong then return corrupt(wrong) end
-if seq and not tonumber(seq) then return corrupt(KEYS[2]) end
+if not_integer(seq) then return corrupt(KEYS[2]) end
 
 -- Which fires still hold (the schedule is the one read), and where each one's ARGV start.
 local at, go, total = {}, {}, 0

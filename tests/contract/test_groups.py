@@ -507,3 +507,27 @@ def test_the_script_free_mode_does_not_serve_a_grouped_queue(
     assert snapshot(r) == before
     assert len(q) == 2 and q.stats().held == 1 and q.groups() == [("g", 1, 1)]  # reading is fine
     assert q.requeue([]) == 0  # (nothing asked for: nothing refused)
+
+
+@pytest.mark.parametrize(("key", "field"), [("counters", "acked"), ("held", None)])
+def test_a_counter_that_is_no_integer_fails_grouped_writes_changing_nothing(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, key: str, field: str | None
+) -> None:
+    """A count Lua would read as a number but Redis' INCRBY refuses ("1.5"): the ack that
+    would release the group's next, and a grouped enqueue that would hold its message,
+    fail before any write."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    q.enqueue_many(["1", "2"], group="g")
+    m = q.claim()
+    assert m is not None
+    full = f"kq:{{q}}:{key}"
+    if field is None:
+        r.set(full, "1.5")
+    else:
+        r.hset(full, field, "1.5")
+    before = snapshot(r)
+    with pytest.raises(CorruptQueue, match=full.replace("{", "\\{")):
+        q.ack(m) if key == "counters" else q.enqueue("3", group="g")
+    assert snapshot(r) == before
