@@ -300,9 +300,10 @@ class QueueCore:
         #: A count stored since this Queue (given none) loaded, read with a reap or a
         #: claim's look at the schedules: the face turns the Queue sharded.
         self.found_shards: int | None = None
-        #: A shard's: called when it finds Redis lost its data (its logical queue stores its
-        #: count and name again, in that order, before the name can read as unsharded).
-        self.on_lost: Callable[[], None] | None = None
+        #: A shard's: run when it finds Redis lost its data, whatever found it (a claim, a
+        #: reap, a write): its logical queue stores its count and name again, in that order,
+        #: before the name can read as unsharded.
+        self.on_lost: Callable[[], Op[None]] | None = None
 
     # -- settings and registration ------------------------------------------------------
 
@@ -477,7 +478,7 @@ class QueueCore:
         # A shard's name is its logical queue's, listed again only once its count is stored.
         listing: list[Command] = [] if self.on_lost is not None else [("SADD", k.registry, self.listed_as)]
         if self.on_lost is not None:
-            self.on_lost()
+            yield from self.on_lost()
         replies = yield [*commands, *listing]
         for reply in replies[: len(commands)]:
             if isinstance(reply, Exception):

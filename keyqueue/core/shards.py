@@ -208,10 +208,12 @@ class ShardedCore:
             return
         raise KeyQueueError(f"queue {self.name!r} kept changing while it was made; try again")
 
-    def lost(self) -> None:
-        """A shard found Redis lost its data (or another process destroyed the queue): the
-        count and the name are stored again by this write, or the next one."""
+    def lost(self) -> Op[None]:
+        """A shard found Redis lost its data (or another process destroyed the queue), and
+        restores its settings: the count and the name are stored again first, whatever
+        operation found it (a running worker's claim finds it before any producer)."""
         self.counted = False
+        yield from self.counted_again()
 
     def counted_again(self) -> Op[None]:
         """Before a write: the count stored again if this Queue destroyed the queue (as an

@@ -420,6 +420,22 @@ def test_a_producer_stores_the_count_again_when_the_queue_is_gone(
     assert sorted(m.id for m in other.claim_many(10)) == sorted(sent)
 
 
+def test_a_worker_that_finds_the_data_lost_stores_the_count_first(make_queue: MakeQueue, r: redis.Redis) -> None:
+    """After Redis lost its data a running worker's claim finds it before any producer: its
+    shards' settings come back, and the count and the name with them, so the producer's
+    next messages are found by every Queue of the name."""
+    producer = make_queue("healed", shards=2, visibility_timeout=30)
+    worker = make_queue("healed", shards=2, visibility_timeout=30)
+    producer.enqueue_many(["a", "b"])
+    assert len(worker.claim_many(10)) == 2
+    r.flushall()
+    assert worker.claim_many(10) == []  # (it finds the configs gone, and restores)
+    assert r.get("kq:{healed}:shards") == b"2" and r.smembers("kq:queues") == {b"healed"}
+    sent = [producer.enqueue(f"m{i}") for i in range(4)]
+    other = make_queue("healed")
+    assert other.shards == 2 and sorted(m.id for m in other.claim_many(10)) == sorted(sent)
+
+
 def test_a_queue_made_before_the_queue_was_sharded_adopts_the_count(make_queue: MakeQueue, r: redis.Redis) -> None:
     """A Queue given no count that loaded before the queue was made sharded turns sharded:
     at its first write (before writing), at a claim or reap, and when its settings are
