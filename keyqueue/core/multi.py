@@ -53,8 +53,10 @@ def claim_any(
             remaining = min(remaining, min(held))
         # ... and when a queue's timer falls due or a schedule fires (expired and due delayed
         # messages, and fires, signal nobody), as a single queue's claim does
+        # (a queue held back is neither claimed nor reaped here: its timers wait for its limits)
         due = min(
-            (min(core.next_reap(), core.fire_wake) for _, core in targets if core.claim_reaping), default=math.inf
+            (min(targets[i][1].next_reap(), targets[i][1].fire_wake) for i in open_ if targets[i][1].claim_reaping),
+            default=math.inf,
         )
         remaining = min(remaining, max(due - now, 0.01))
         if len(open_) > 1 and not one_connection:
