@@ -217,14 +217,20 @@ def must_resend(replies: Sequence[Any]) -> bool:
 _TRANSACTIONAL = frozenset({"MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"})
 
 
+def _keyless(command: Command, followers: bool) -> bool:
+    """A keyless command that completes the one before it (``followers``), or prepares the
+    one after it (SCRIPT LOAD before its EVALSHA)."""
+    return routing_key(command) is None and (str(command[0]).upper() in FOLLOWERS) == followers
+
+
 def cluster_sends(
     client: Any, commands: Sequence[Command], todo: Sequence[int], replies: Sequence[Any]
 ) -> list[tuple[Any, list[Command], list[int | None]]]:
     """One attempt's writes of the commands ``todo`` (indexes into ``commands``): per node, the
     commands and the index each reply goes to (None: a reply to drop). Grouped by the slot
     map (``node_groups``), but a command whose last reply was ASK goes to the node it names,
-    after ASKING, with the keyless commands that follow it (its WAIT)."""
-    from redis.exceptions import AskError
+    after ASKING, with the keyless commands around it (a SCRIPT LOAD before it, its WAIT)."""
+    from redis.exceptions import AskError, MovedError
 
     sends: dict[str, tuple[Any, list[Command], list[int | None]]] = {}
 
@@ -233,23 +239,26 @@ def cluster_sends(
         cmds.append(command)
         wheres.append(where)
 
-    asked: list[int] = []
+    asked: list[tuple[list[int], int, list[int]]] = []  # (keyless before, the command, keyless after)
     routed: list[int] = []
     for i in todo:
-        follows_ask = asked and routing_key(commands[i]) is None and asked[-1] == i - 1
-        if isinstance(replies[i], AskError) or follows_ask:
-            asked.append(i)
+        if isinstance(replies[i], AskError) and not isinstance(replies[i], MovedError):  # (MOVED: the map)
+            before: list[int] = []
+            while routed and routed[-1] == i - len(before) - 1 and _keyless(commands[routed[-1]], False):
+                before.insert(0, routed.pop())
+            asked.append((before, i, []))
+        elif asked and _keyless(commands[i], True) and ([asked[-1][1], *asked[-1][2]][-1] == i - 1):
+            asked[-1][2].append(i)
         else:
             routed.append(i)
-    node: Any = None
-    for i in asked:
+    for before, i, after in asked:
         reply = replies[i]
-        if isinstance(reply, AskError):
-            node = client.get_node(host=reply.host, port=reply.port) or client.get_node_from_key(
-                routing_key(commands[i])
-            )
-            add(node, ("ASKING",), None)
-        add(node, commands[i], i)
+        node = client.get_node(host=reply.host, port=reply.port) or client.get_node_from_key(routing_key(commands[i]))
+        for k in before:
+            add(node, commands[k], k)
+        add(node, ("ASKING",), None)
+        for k in (i, *after):
+            add(node, commands[k], k)
     for node, idx in node_groups(client, [commands[i] for i in routed]) if routed else []:
         for k in idx:
             add(node, commands[routed[k]], routed[k])
@@ -259,7 +268,7 @@ def cluster_sends(
 def to_resend(commands: Sequence[Command], sent: Sequence[list[int | None]], replies: Sequence[Any]) -> list[int]:
     """What to send again after an attempt whose writes went out as ``sent`` (per node, the
     indexes of ``cluster_sends``): each command a node answered MOVED, ASK, TRYAGAIN or
-    CLUSTERDOWN, with the keyless commands that follow it; a node's whole share when it holds
+    CLUSTERDOWN, with the keyless commands around it; a node's whole share when it holds
     a transaction (its commands stand or fall together). Commands that ran are not sent
     again: a batch over several slots never enqueues a part twice."""
     again: list[int] = []
@@ -271,9 +280,14 @@ def to_resend(commands: Sequence[Command], sent: Sequence[list[int | None]], rep
             again += idx
             continue
         resend = False
-        for i in idx:
+        for pos, i in enumerate(idx):
             if routing_key(commands[i]) is not None:
                 resend = must_resend([replies[i]])
+                # (and what prepared it: a SCRIPT LOAD, for the node it goes to now)
+                back = pos - 1
+                while resend and back >= 0 and _keyless(commands[idx[back]], False):
+                    again.append(idx[back])
+                    back -= 1
             if resend:
                 again.append(i)
-    return sorted(again)
+    return sorted(set(again))

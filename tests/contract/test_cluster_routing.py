@@ -1,0 +1,65 @@
+"""How a cluster round trip is split over nodes and what of it is sent again after a
+redirection, on a stand-in slot map (pure functions of the core; the real cluster tests
+are in tests/faults/test_cluster.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.exceptions import AskError, MovedError
+
+from keyqueue.core.roundtrip import cluster_sends, to_resend
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+
+
+class SlotMap:
+    """Keys with hash tag {a} live on node A, {b} on node B; node C is known too."""
+
+    nodes = {"127.0.0.1:7000": Node("A"), "127.0.0.1:7001": Node("B"), "127.0.0.1:7002": Node("C")}
+
+    def get_node_from_key(self, key: str) -> Node:
+        return Node("A") if "{a}" in str(key) else Node("B")
+
+    def get_node(self, host: str, port: int) -> Node | None:
+        return self.nodes.get(f"{host}:{port}")
+
+    def get_default_node(self) -> Node:
+        return Node("A")
+
+
+LOAD, RUN_A, WAIT, RUN_B = (
+    ("SCRIPT LOAD", "src"),
+    ("EVALSHA", "sha", 1, "{a}k"),
+    ("WAIT", 1, 0),
+    ("EVALSHA", "sha", 1, "{b}k"),
+)
+
+
+def test_a_script_asked_elsewhere_goes_there_with_its_load_asking_and_wait() -> None:
+    commands = [LOAD, RUN_A, WAIT, RUN_B]
+    replies = [b"sha", AskError("3999 127.0.0.1:7002"), 1, 5]
+    again = to_resend(commands, [[0, 1, 2], [3]], replies)
+    assert again == [0, 1, 2]  # (not RUN_B: it ran)
+    sends = cluster_sends(SlotMap(), commands, again, replies)
+    assert [(node.name, cmds, wheres) for node, cmds, wheres in sends] == [
+        ("C", [LOAD, ("ASKING",), RUN_A, WAIT], [0, None, 1, 2])
+    ]
+
+
+def test_a_moved_script_goes_again_alone_with_its_load_and_wait_to_the_new_map() -> None:
+    commands = [RUN_B, LOAD, RUN_A, WAIT]
+    replies = [7, b"sha", MovedError("3999 127.0.0.1:7001"), 1]
+    again = to_resend(commands, [[0, 1, 2, 3]], replies)
+    assert again == [1, 2, 3]
+    sends = cluster_sends(SlotMap(), commands, again, replies)  # (the map read again says A)
+    assert [(node.name, cmds, wheres) for node, cmds, wheres in sends] == [("A", [LOAD, RUN_A, WAIT], [1, 2, 3])]
+
+
+def test_a_transaction_goes_again_whole() -> None:
+    commands = [("MULTI",), ("SET", "{a}x", 1), ("EXEC",), ("SET", "{a}y", 1)]
+    replies = ["OK", MovedError("3999 127.0.0.1:7001"), None, "OK"]
+    assert to_resend(commands, [[0, 1, 2, 3]], replies) == [0, 1, 2, 3]
