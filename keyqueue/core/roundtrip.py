@@ -174,6 +174,12 @@ class Stepper:
 FOLLOWERS = frozenset({"WAIT", "EXEC", "DISCARD", "UNWATCH"})
 
 
+def _keyless(command: Command, followers: bool) -> bool:
+    """A keyless command that completes the one before it (``followers``), or prepares the
+    one after it (SCRIPT LOAD before its EVALSHA)."""
+    return routing_key(command) is None and (str(command[0]).upper() in FOLLOWERS) == followers
+
+
 def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, list[int]]]:
     """The commands grouped by the cluster node of their keys, in their order on each node
     (a keyless command goes with the keyed one it completes or prepares, see FOLLOWERS;
@@ -181,7 +187,7 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
     have no order between them (each node runs its own); an operation that needs one sends
     them in round trips of their own."""
     keys = [routing_key(c) for c in commands]
-    follows = [keys[i] is None and str(c[0]).upper() in FOLLOWERS for i, c in enumerate(commands)]
+    follows = [_keyless(c, True) for c in commands]
     for i in range(1, len(keys)):  # followers: the keyed command before them
         if follows[i]:
             keys[i] = keys[i - 1]
@@ -215,12 +221,6 @@ def must_resend(replies: Sequence[Any]) -> bool:
 
 #: Commands of a transaction: a node group holding one is sent again whole, or not at all.
 _TRANSACTIONAL = frozenset({"MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"})
-
-
-def _keyless(command: Command, followers: bool) -> bool:
-    """A keyless command that completes the one before it (``followers``), or prepares the
-    one after it (SCRIPT LOAD before its EVALSHA)."""
-    return routing_key(command) is None and (str(command[0]).upper() in FOLLOWERS) == followers
 
 
 def cluster_sends(

@@ -257,7 +257,6 @@ class ShardedCore:
         if dedup_key is not None:
             (shard,) = yield from self.deduplicated([(dedup_key, shard)])
         msg_id = yield from self.cores[shard].enqueue(body, delay, dedup_key, attributes, group, shard_key)
-        yield from self.counted_again()  # (the shard may have found the data lost)
         return tag(shard, msg_id)
 
     def enqueue_many(
@@ -325,7 +324,6 @@ class ShardedCore:
                 done.append((yield from op))
         else:  # every shard's call in one round trip
             done = yield from together(ops)
-        yield from self.counted_again()  # (a shard may have found the data lost)
         ids: list[str] = [""] * len(items)
         for (shard, where), got in zip(calls, done):
             for j, msg_id in zip(where, got):

@@ -141,6 +141,15 @@ local function make_waiting(queue, items, id)
   rcall('SADD', items, id)
 end
 
+-- The same for ids, in calls of at most 1,000 (unpack() takes only about 8,000 values).
+local function make_waiting_all(queue, items, ids)
+  for i = 1, #ids, 1000 do
+    local last = math.min(i + 999, #ids)
+    rcall('RPUSH', queue, unpack(ids, i, last))
+    rcall('SADD', items, unpack(ids, i, last))
+  end
+end
+
 -- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the
 -- server's hash-max-listpack-value, which the client reads: 64 by default), so the item hash
 -- stays a compact listpack; a larger body is one field b (its hash is large anyway).
@@ -378,11 +387,7 @@ local function group_give(take)
   end
   local ids = take.ids
   for _, id in ipairs(ids) do rcall('HSET', item_key(id), 'j', '1') end
-  for i = 1, #ids, 1000 do
-    local last = math.min(i + 999, #ids)
-    rcall('RPUSH', BASE .. 'queue', unpack(ids, i, last))
-    rcall('SADD', BASE .. 'items', unpack(ids, i, last))
-  end
+  make_waiting_all(BASE .. 'queue', BASE .. 'items', ids)
   if #ids > 0 then signal(BASE .. 'signal') end
 end
 

@@ -223,13 +223,11 @@ while claimed < count and dropped < LAPSED_LIMIT do
     local v = fields[j]
     -- receives and deliveries + 1, as text (a message never delivered has neither field)
     local r, n, e, a, f = v[6], v[5], v[7], v[4], v[8]
-    if not (r or n or e or a or f) then
-      -- a first delivery with neither error nor attributes: the client knows the rest
+    if not (r or e or a or f) and (not n or n == '0') then
+      -- a first delivery with neither error nor attributes: the client knows the rest (of a
+      -- schedule's or a group's message, written with n = 0, its fire time and group)
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)
-      out[n_out + 1] = taken[j]
-    elseif n == '0' and not a then  -- the same, for a schedule's or a group's message
-      rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)
-      out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
+      out[n_out + 1] = n and {taken[j], v[9] or false, v[10] or false} or taken[j]
     else
       local receipt = first_receipt
       r = r and fmt(tonumber(r) + 1) or '1'

@@ -102,10 +102,6 @@ for j = 1, n do
     if a then rcall('HSET', iks[j], 'a', a) end
   end
 end
-for i = 1, n, 1000 do
-  local last = math.min(i + 999, n)
-  rcall('RPUSH', KEYS[2], unpack(ids, i, last))
-  rcall('SADD', KEYS[3], unpack(ids, i, last))
-end
+make_waiting_all(KEYS[2], KEYS[3], ids)
 if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
 return {fmt(first), n, lost}

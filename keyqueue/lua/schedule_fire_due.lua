@@ -120,11 +120,7 @@ for i = 1, n do
     scores[#scores + 1] = ts; scores[#scores + 1] = due[i]
   end
 end
-for i = 1, #waiting, 1000 do
-  local last = math.min(i + 999, #waiting)
-  rcall('RPUSH', KEYS[3], unpack(waiting, i, last))
-  rcall('SADD', KEYS[4], unpack(waiting, i, last))
-end
+make_waiting_all(KEYS[3], KEYS[4], waiting)
 for i = 1, #scores, 1000 do rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores))) end
 rcall('HINCRBY', KEYS[7], 'enqueued', total)
 rcall('HINCRBY', KEYS[7], 'scheduled', total)

@@ -53,7 +53,6 @@ for i = 1, n do
     local key, j0, f = KEYS[8 + i], at[i] + 2, reads[i]  -- (j0: where the fire's own arguments start, less 2)
     local m = tonumber(ARGV[j0 + 5])
     local body = f[5] or ''
-    local len = #body
     out[i + 1] = fmt(next_id)
     for j = 1, m do
       local id = fmt(next_id)
@@ -61,14 +60,10 @@ for i = 1, n do
       local ik = BASE .. 'item:' .. id
       local fire, due = ARGV[j0 + 4 + 2 * j], tonumber(ARGV[j0 + 5 + 2 * j])
       if due > now then
-        rcall('HSET', ik, unpack(body_fields({'t', now_s, 's', fire, 'n', '0', 'd', fmt(due)}, body, chunk)))
+        write_item(ik, body, chunk, 't', now_s, 's', fire, 'n', '0', 'd', fmt(due))
         timer_add(KEYS[5], id, due, bucket_ms)
       else
-        -- (one message: no table unless its body takes more than two fields)
-        if len <= chunk then rcall('HSET', ik, 't', now_s, 's', fire, 'n', '0', 'b', body)
-        elseif len <= 2 * chunk then
-          rcall('HSET', ik, 't', now_s, 's', fire, 'n', '0', 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1))
-        else rcall('HSET', ik, unpack(body_fields({'t', now_s, 's', fire, 'n', '0'}, body, chunk))) end
+        write_item(ik, body, chunk, 't', now_s, 's', fire, 'n', '0')
         waiting[#waiting + 1] = id
       end
     end
@@ -87,11 +82,7 @@ for i = 1, n do
     scores[#scores + 1] = ARGV[j0 + 3]; scores[#scores + 1] = sub(key, #BASE + 10)
   end
 end
-for i = 1, #waiting, 1000 do
-  local last = math.min(i + 999, #waiting)
-  rcall('RPUSH', KEYS[3], unpack(waiting, i, last))
-  rcall('SADD', KEYS[4], unpack(waiting, i, last))
-end
+make_waiting_all(KEYS[3], KEYS[4], waiting)
 for i = 1, #scores, 1000 do rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores))) end
 if total > 0 then
   rcall('HINCRBY', KEYS[8], 'enqueued', total)
