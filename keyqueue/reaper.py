@@ -114,6 +114,8 @@ class Reaper:
         self._outages = 0  # failures to reach Redis in a row: the wait before the next pass grows
         #: What Redis refused before the first pass (credentials, ACL): run() raises it.
         self.refused: Exception | None = None
+        #: Held through each pass: the last line waits for a pass still running at the stop.
+        self._passing = threading.Lock()
 
     def queues(self) -> list[Queue]:
         """The queues of this pass: found again each time when reaping every queue."""
@@ -142,6 +144,10 @@ class Reaper:
         """One pass over every queue; errors are logged per queue and never stop the reaper,
         but for Redis refusing the credentials or the ACL before any pass succeeded: a
         typo in the URL stops it (``refused``) rather than being waited out."""
+        with self._passing:
+            return self._pass()
+
+    def _pass(self) -> dict[str, ReapResult]:
         results: dict[str, ReapResult] = {}
         try:
             if not self._checked:
@@ -253,7 +259,8 @@ class Reaper:
             restore()
         if self.refused is not None:
             raise self.refused
-        m = self.moved
+        with self._passing:  # (shutdown does not wait for a pass under way: this does)
+            m = self.moved
         log.info(
             "reaper stopped after %d passes: requeued=%d dead_lettered=%d delayed_released=%d expired=%d",
             self.passes,
