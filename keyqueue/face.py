@@ -189,7 +189,12 @@ class QueueFace:
         def locate(key: str) -> str:
             return str(client.get_node_from_key(key).name)
 
-        return ShardedCore(keys or self.keys, count, self._make_core, not cluster, locate if cluster else None)
+        def primaries() -> list[str]:
+            return [str(node.name) for node in client.get_primaries()]
+
+        if not cluster:
+            return ShardedCore(keys or self.keys, count, self._make_core)
+        return ShardedCore(keys or self.keys, count, self._make_core, False, locate, primaries)
 
     def _noticed(self) -> bool:
         """Turn sharded if the last operation read a count stored since this Queue loaded

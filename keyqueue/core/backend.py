@@ -46,17 +46,19 @@ class FireCall(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RateScope:
-    """Where a shard's claims count against the queue's rate limit, which holds for the whole
-    logical queue: the window counters of ``keys`` (on one server, the logical queue's own,
-    shared by every shard), and on a cluster, where the shards live on other nodes and share
-    no counter, this shard's part of each window: of the window's ``limit`` claims numbered
-    ``w * limit`` on, those whose number is ``index`` modulo ``count`` (``share``). The parts
-    sum to the limit in every window, and a limit below the shard count reaches each shard in
-    turn."""
+class FlowScope:
+    """How a shard's claims count against the queue's flow control, which holds for the whole
+    logical queue. On one server: the window counters of ``keys`` (the logical queue's own,
+    shared by every shard), and the in-flight count of ``processing`` (every shard's). On a
+    cluster, where the shards live on other nodes and share no key, this shard's part
+    (``share``: index, count): of the window's ``limit`` claims numbered ``w * limit`` on, and
+    of the ``max_in_flight`` slots numbered 0 on, those whose number is ``index`` modulo
+    ``count``. The parts sum to the limit, and a rate limit below the shard count reaches each
+    shard in turn (an in-flight cap below it is refused: ``cap_parts_ok``)."""
 
     keys: QueueKeys
     share: tuple[int, int] | None = None
+    processing: tuple[str, ...] = ()
 
     def limit(self, limit: int, window: int) -> int:
         """The claims this scope may start in window number ``window``."""
@@ -66,9 +68,18 @@ class RateScope:
         start, end = window * limit, (window + 1) * limit
         return (end - 1 - index) // count - (start - 1 - index) // count
 
+    def cap(self, cap: int) -> int:
+        """The deliveries this scope may own at once (of its processing keys together)."""
+        return cap if self.share is None else self.limit(cap, 0)
+
     def args(self) -> tuple[str, ...]:
         """claim.lua's optional arguments: the counters' key base, and the share."""
         return (self.keys.base,) if self.share is None else (self.keys.base, *map(str, self.share))
+
+
+def cap_parts_ok(cap: int | None, shards: int) -> bool:
+    """Whether every one of ``shards`` parts of an in-flight cap is a slot at least."""
+    return cap is None or cap >= shards
 
 
 def per_message(attributes: Attributes, n: int) -> Sequence[bytes | None]:
@@ -86,8 +97,8 @@ class Backend(Protocol):
     #: Whether its enqueues WATCH across round trips (then the enqueues of several queues
     #: cannot share round trips on one connection: ``roundtrip.together``).
     watched_enqueues: bool
-    #: A shard's rate-limit scope (None: its own counters, the whole limit).
-    rate: RateScope | None
+    #: A shard's flow-control scope (None: its own counters and processing, the whole limits).
+    flow: FlowScope | None
 
     def enqueue_one(
         self,

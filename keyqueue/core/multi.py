@@ -26,10 +26,12 @@ def claim_any(
     skips the first plain claim of the first queue (the caller's last wait just claimed it)."""
     deadline = time.monotonic() + wait
     skip: int | None = None if poll_first else 0  # the queue the last wait just claimed
+    looked = False
     while True:
         for i, (target, core) in enumerate(targets):
-            # A queue its limits hold back is not claimed until they may let one through.
-            if core.limited_until > time.monotonic():
+            # A queue its limits held back is claimed once a call (as a single queue's claim
+            # is: a slot may have freed elsewhere), then not until they may let one through.
+            if looked and core.limited_until > time.monotonic():
                 continue
             # The queue the last wait just claimed is claimed again only if a reap due
             # since (its timers) moved messages back.
@@ -38,6 +40,7 @@ def claim_any(
             got = yield target, core.claim(count, visibility_timeout, 0.0)
             if got:
                 return i, got
+        looked = True
         now = time.monotonic()
         remaining = deadline - now
         if remaining <= 0:

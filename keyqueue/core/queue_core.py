@@ -800,7 +800,7 @@ class QueueCore:
             return RateState(None, None, 0, None, int(held), throttled_for, s.max_in_flight)
         limit, window = s.rate
         w = now // window
-        counted = k.rate(w) if self.ops.rate is None else self.ops.rate.keys.rate(w)
+        counted = k.rate(w) if self.ops.flow is None else self.ops.flow.keys.rate(w)
         (used,) = yield [("GET", counted)]
         if isinstance(used, Exception) or used is not None and not text(used).lstrip("-").isdigit():
             raise CorruptQueue(counted)

@@ -208,6 +208,31 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
 #: TRYAGAIN (as redis-py's own cluster client retries), and the pause before a resend.
 CLUSTER_ATTEMPTS = 3
 CLUSTER_RETRY_PAUSE = 0.25
+#: While a slot migrates (resharding), a node answers ASK for the keys it gave away, and
+#: the importing node TRYAGAIN for a call over several keys of which some have not come
+#: over yet (a script's), until the last key moved: such calls are sent again, every
+#: ``CLUSTER_MIGRATION_PAUSE``, for up to this long before their error is the caller's.
+CLUSTER_MIGRATION_WAIT = 10.0
+CLUSTER_MIGRATION_PAUSE = 0.1
+
+
+def resend_pause(attempt: int, elapsed: float, replies: Sequence[Any], todo: Sequence[int]) -> float | None:
+    """The pause before sending ``todo`` again after attempt number ``attempt`` (from 0),
+    ``elapsed`` seconds into the round trip; None: no more sends, the replies stand."""
+    from redis.exceptions import AskError, MovedError, TryAgainError
+
+    if not todo:
+        return None
+    migrating = all(
+        isinstance(replies[i], TryAgainError)
+        or isinstance(replies[i], AskError)
+        and not isinstance(replies[i], MovedError)
+        for i in todo
+        if must_resend([replies[i]])
+    )
+    if migrating and elapsed < CLUSTER_MIGRATION_WAIT:
+        return CLUSTER_MIGRATION_PAUSE
+    return CLUSTER_RETRY_PAUSE if attempt + 1 < CLUSTER_ATTEMPTS else None
 
 
 def must_resend(replies: Sequence[Any]) -> bool:

@@ -6,6 +6,7 @@ message's id names its shard: ``"<shard>#<id in the shard>"``."""
 
 from __future__ import annotations
 
+import logging
 import random
 import zlib
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -13,13 +14,15 @@ from typing import Any, Callable, Iterable, Sequence, Union
 from ..errors import ConfigurationError, CorruptQueue, InvalidArgument, KeyQueueError, ShardsFound
 from ..keys import QueueKeys
 from ..settings import QueueSettings
-from .backend import RateScope
+from .backend import FlowScope, cap_parts_ok
 from .queue_core import MAKE_ATTEMPTS, QueueCore, batch_args, enqueue_args, not_one
 from .replies import error_for, raise_errors, text
 from .results import Fields, GroupInfo, QueueStats, RateState, ReapResult
 from .roundtrip import Command, Op, together
 from .schedules import Schedule
 from .sources import peek_source, purge_source, requeue_source
+
+log = logging.getLogger("keyqueue.queue")
 
 #: Separates a sharded message id's shard from its id in the shard (never in a queue name).
 SEP = "#"
@@ -67,17 +70,21 @@ class ShardedCore:
         make: Callable[[QueueKeys], QueueCore],
         one_node: bool = True,
         locate: Callable[[str], str] | None = None,
+        primaries: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.name, self.prefix, self.keys = keys.name, keys.prefix, keys
         self.count = count
         self.base = make(keys)
         self.base.expect_shards = count
         self.cores = [make(keys.shard(i)) for i in range(count)]
+        processing = [core.keys.processing for core in self.cores]
         for i, core in enumerate(self.cores):
             core.listed_as, core.expect_shards, core.on_lost = keys.name, False, self.lost
-            # The rate limit holds for the logical queue: one server's shards share its
-            # counters; a cluster's (on other nodes) each take their part of every window.
-            core.ops.rate = RateScope(keys) if one_node else RateScope(core.keys, (i, count))
+            # The limits hold for the logical queue: one server's shards share its window
+            # counters and count each other's deliveries; a cluster's (on other nodes) each
+            # take their part of every window and of the in-flight cap.
+            others = tuple(p for j, p in enumerate(processing) if j != i)
+            core.ops.flow = FlowScope(keys, processing=others) if one_node else FlowScope(core.keys, (i, count))
         self.one_node = one_node
         self.replication = self.base.replication
         #: Round robin of single enqueues and rotation of claims: from a random shard, so
@@ -88,6 +95,8 @@ class ShardedCore:
         #: round robin then takes the nodes in turn, and each node's shards in turn, so every
         #: node gets its share of the messages however the shards' slots fell.
         self.locate = locate
+        #: On a cluster: its primaries' names (a primary that holds no shard is warned of).
+        self.primaries = primaries
         self.by_node: list[list[int]] | None = None
         #: Whether the shards' settings are loaded, and whether the count is known to be
         #: stored (False after ``destroy``: the next write stores it again, a read does not).
@@ -148,14 +157,37 @@ class ShardedCore:
 
     def ready(self) -> Op[QueueSettings]:
         if not self.made:
+            cap = self.base.wanted.get("max_in_flight")
+            if not self.one_node and not cap_parts_ok(cap, self.count):
+                raise ConfigurationError(
+                    f"max_in_flight={cap} is below the {self.count} shards of queue {self.name!r} on a cluster, "
+                    "where each shard holds its part of the cap (one slot at least); nothing was written"
+                )
             yield from self.make()
             yield from together([core.ready() for core in self.cores])  # (one round trip a step)
             self.made = self.counted = True
             if self.locate is not None:  # (the client learnt the slot map with these reads)
-                self.by_node = spread_by_node([self.locate(core.keys.seq) for core in self.cores])
+                nodes = [self.locate(core.keys.seq) for core in self.cores]
+                self.by_node = spread_by_node(nodes)
+                self.warn_unused(nodes)
         settings = self.cores[0].settings
         assert settings is not None
         return settings
+
+    def warn_unused(self, nodes: Sequence[str]) -> None:
+        """A primary none of the shards' slots falls on takes none of the queue's load: say
+        so once, where the queue is loaded (the name and the count fix where shards land)."""
+        unused = sorted(set(self.primaries()) - set(nodes)) if self.primaries is not None else []
+        if unused:
+            log.warning(
+                "queue %s: its %d shards fall on %d of the cluster's %d primaries, none on %s, which takes none "
+                "of its load; more shards (8 per primary reach every one of evenly split slots) or another name would",
+                self.name,
+                self.count,
+                len(set(nodes)),
+                len(set(nodes)) + len(unused),
+                ", ".join(unused),
+            )
 
     def make(self) -> Op[None]:
         """Fix the count when the queue is first made (and list it); refuse a queue that

@@ -9,8 +9,10 @@
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   ARGV[7] retention ms ('' = none)
   A shard of a sharded queue (optional): ARGV[8] the key base of the window counters it shares
-  (the logical queue's), ARGV[9], ARGV[10] its share of each window (index, shard count: of the
-  window's N claims numbered w * N on, those whose number is the index modulo the count).
+  (the logical queue's), and on one server KEYS[10..] the other shards' processing (the
+  in-flight cap counts them all); on a cluster ARGV[9], ARGV[10] its share (index, shard
+  count) of each window and of the in-flight cap: of the window's N claims numbered w * N on
+  (of the cap's slots numbered 0 on), those whose number is the index modulo the count.
   Flow control, read from the config hash by every call (so a change applies at once): the
   claim takes at most what the fields rate_limit ("N/S": N claims per window of S seconds,
   window = floor(now / S), counted in the string key rate:<window>, which expires at the
@@ -66,6 +68,15 @@ if count > 0 and limits[2] and limits[2] ~= '' then
   if not cap then return corrupt(KEYS[7]) end
   local held = checked(bad, 'SCARD', KEYS[3])
   if not held then return corrupt(KEYS[3]) end
+  for i = 10, #KEYS do
+    local other = checked(bad, 'SCARD', KEYS[i])
+    if not other then return corrupt(KEYS[i]) end
+    held = held + other
+  end
+  if ARGV[10] then
+    local index, shards = tonumber(ARGV[9]), tonumber(ARGV[10])
+    cap = math.floor((cap - 1 - index) / shards) - math.floor((-1 - index) / shards)
+  end
   local free = math.max(cap - held, 0)
   if free < count then limited, count = -1, free end
 end

@@ -5,14 +5,13 @@ cancelled long-poll's claim is discarded with the connection)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Sequence
 
 from redis.exceptions import ConnectionError, RedisClusterException, ResponseError, TimeoutError
 
 from ..clusters import unreachable
 from ..core.roundtrip import (
-    CLUSTER_ATTEMPTS,
-    CLUSTER_RETRY_PAUSE,
     Command,
     Op,
     Plan,
@@ -21,6 +20,7 @@ from ..core.roundtrip import (
     Stepper,
     T,
     cluster_sends,
+    resend_pause,
     to_resend,
 )
 from .sync import is_cluster, log, pack
@@ -84,10 +84,9 @@ class Pinned:
         what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        for attempt in range(CLUSTER_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(CLUSTER_RETRY_PAUSE)
-                await self.client.nodes_manager.initialize()
+        start = time.monotonic()
+        attempt = 0
+        while True:
             sends = cluster_sends(self.client, commands, todo, out)
             for node, cmds, _ in sends:
                 conn = await self._conn(node)
@@ -99,9 +98,12 @@ class Pinned:
                     if where is not None:
                         out[where] = reply
             todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
-            if not todo:
-                break
-        return out
+            pause = resend_pause(attempt, time.monotonic() - start, out, todo)
+            if pause is None:
+                return out
+            await asyncio.sleep(pause)
+            await self.client.nodes_manager.initialize()
+            attempt += 1
 
     async def release(self, clean: bool) -> None:
         """Back to their pools (dropped first when the operation failed). A task being

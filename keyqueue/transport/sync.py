@@ -13,8 +13,6 @@ import redis.asyncio.connection
 from redis.exceptions import ResponseError
 
 from ..core.roundtrip import (
-    CLUSTER_ATTEMPTS,
-    CLUSTER_RETRY_PAUSE,
     Command,
     Op,
     Plan,
@@ -23,6 +21,7 @@ from ..core.roundtrip import (
     Stepper,
     T,
     cluster_sends,
+    resend_pause,
     routing_key,
     to_resend,
 )
@@ -119,10 +118,9 @@ class Pinned:
         what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        for attempt in range(CLUSTER_ATTEMPTS):
-            if attempt:
-                time.sleep(CLUSTER_RETRY_PAUSE)
-                self.client.nodes_manager.initialize()
+        start = time.monotonic()
+        attempt = 0
+        while True:
             sends = cluster_sends(self.client, commands, todo, out)
             for node, cmds, _ in sends:
                 conn = self._conn(node)
@@ -134,9 +132,12 @@ class Pinned:
                     if where is not None:
                         out[where] = reply
             todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
-            if not todo:
-                break
-        return out
+            pause = resend_pause(attempt, time.monotonic() - start, out, todo)
+            if pause is None:
+                return out
+            time.sleep(pause)
+            self.client.nodes_manager.initialize()
+            attempt += 1
 
     def release(self, clean: bool) -> None:
         """Back to their pools; dropped when the operation failed or left a WATCH pending."""

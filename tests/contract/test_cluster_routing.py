@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
-from keyqueue.core.roundtrip import cluster_sends, to_resend
+from keyqueue.core.roundtrip import (
+    CLUSTER_ATTEMPTS,
+    CLUSTER_MIGRATION_WAIT,
+    cluster_sends,
+    resend_pause,
+    to_resend,
+)
 
 
 @dataclass(frozen=True)
@@ -63,3 +69,17 @@ def test_a_transaction_goes_again_whole() -> None:
     commands = [("MULTI",), ("SET", "{a}x", 1), ("EXEC",), ("SET", "{a}y", 1)]
     replies = ["OK", MovedError("3999 127.0.0.1:7001"), None, "OK"]
     assert to_resend(commands, [[0, 1, 2, 3]], replies) == [0, 1, 2, 3]
+
+
+def test_a_migrating_slot_is_waited_out_and_other_redirections_are_not() -> None:
+    """ASK and TRYAGAIN (a slot migrating) are sent again until the migration wait is over;
+    MOVED and CLUSTERDOWN (and a mix) only for the usual attempts."""
+    ask, again = AskError("1 127.0.0.1:7001"), TryAgainError("Multiple keys request during rehashing of slot")
+    moved, down = MovedError("1 127.0.0.1:7001"), ClusterDownError("The cluster is down")
+    late = CLUSTER_ATTEMPTS + 5
+    assert resend_pause(late, 1.0, [ask, again, "ok"], [0, 1]) is not None
+    assert resend_pause(late, CLUSTER_MIGRATION_WAIT + 0.1, [ask, again], [0, 1]) is None
+    for other in (moved, down):
+        assert resend_pause(0, 0.0, [again, other], [0, 1]) is not None
+        assert resend_pause(CLUSTER_ATTEMPTS - 1, 0.0, [again, other], [0, 1]) is None
+    assert resend_pause(0, 0.0, [ask], []) is None

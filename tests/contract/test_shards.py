@@ -278,17 +278,25 @@ def test_an_id_of_no_shard_is_refused_by_settling(make_queue: MakeQueue) -> None
             q.extend(m, 10)
 
 
-def test_limits_apply_to_each_shard(make_queue: MakeQueue) -> None:
-    q = make_queue("limited", shards=2, max_in_flight=1)
-    q.enqueue_many([f"m{i}" for i in range(6)])
-    got = q.claim_many(6)
-    assert len(got) == 2  # one in flight per shard
-    assert {shard_of(m.id) for m in got} == {0, 1}
-    assert q.rate_state().in_flight == 2
+def test_max_in_flight_holds_for_the_whole_sharded_queue(make_queue: MakeQueue) -> None:
+    q = make_queue("limited", shards=4, max_in_flight=3)
+    other = make_queue("limited")  # another consumer of the same queue (adopts the count)
+    q.enqueue_many([f"m{i}" for i in range(12)])
+    got = q.claim_many(2)
+    got += other.claim_many(12)
+    # 3 in flight in all, not 3 on each of the 4 shards
+    assert len(got) == 3 and q.rate_state().in_flight == 3
+    assert q.claim() is None and other.claim_many(5) == []
+    q.ack(got.pop(0))
+    # the slot one ack frees serves one claim, from whichever shard it starts
+    more = [m for m in (other.claim() for _ in range(4)) if m is not None]
+    assert len(more) == 1 and q.rate_state().in_flight == 3
+    got += more
     q.throttle(30)
     for m in got:
         q.ack(m)
     assert q.claim() is None  # a throttle holds back every shard
+    assert q.stats().waiting == 8
 
 
 def test_a_bad_batch_writes_to_no_shard(make_queue: MakeQueue) -> None:
@@ -530,18 +538,18 @@ def test_a_rate_limit_holds_for_the_whole_sharded_queue(make_queue: MakeQueue) -
 
 @pytest.mark.parametrize("limit, count", [(12, 6), (10, 4), (3, 6), (1, 5), (7, 7)])
 def test_the_shares_of_a_window_sum_to_the_limit_and_reach_every_shard(limit: int, count: int) -> None:
-    from keyqueue.core.backend import RateScope
+    from keyqueue.core.backend import FlowScope
     from keyqueue.keys import QueueKeys
 
     keys = QueueKeys("kq", "x")
-    scopes = [RateScope(keys, (i, count)) for i in range(count)]
+    scopes = [FlowScope(keys, (i, count)) for i in range(count)]
     served = [0] * count
     for w in range(1_700_000_000, 1_700_000_000 + count):
         parts = [s.limit(limit, w) for s in scopes]
         assert sum(parts) == limit and max(parts) - min(parts) <= 1, parts
         served = [a + b for a, b in zip(served, parts)]
     assert served == [limit] * count  # over `count` windows, every shard its even part
-    assert RateScope(keys).limit(limit, 5) == limit
+    assert FlowScope(keys).limit(limit, 5) == limit
 
 
 def race(*makers: Callable[[], Any]) -> list[Any]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -640,6 +641,51 @@ def test_a_rate_limit_holds_for_a_sharded_queue_over_the_nodes(cluster: RedisClu
     slow.destroy()
 
 
+def test_max_in_flight_holds_for_a_sharded_queue_over_the_nodes(cluster_set: Cluster) -> None:
+    """Each shard holds its part of the cap (the parts sum to it), so the queue never has
+    more in flight than its cap whichever consumers claim; a cap below the shard count would
+    leave a shard no slot, and is refused with nothing written."""
+    cluster = cluster_set.client
+    name = spread_name(cluster, 3, prefix="capped")
+    q = Queue(name, client=cluster, shards=3, max_in_flight=7)
+    other = Queue(name, client=cluster)
+    q.enqueue_many([f"m{i}" for i in range(30)])
+    got = other.claim_many(2) + q.claim_many(30) + other.claim_many(30)
+    assert len(got) == 7 and q.rate_state().in_flight == 7
+    parts = Counter(m.id.split("#")[0] for m in got)
+    assert sorted(parts.values()) == [2, 2, 3], parts
+    q.ack(got[0])
+    assert len(q.claim_many(30)) == 1 and other.claim_many(30) == []
+    refused = cli(cluster_set.url, "config", name, "--set", "max_in_flight=2")
+    assert refused.returncode == 2 and refused.stderr.startswith("Error: max_in_flight=2 is below the 3 shards")
+    assert len(refused.stderr.strip().splitlines()) == 1 and Queue(name, client=cluster).settings.max_in_flight == 7
+    q.destroy()
+    keys_before = sorted(k for node in cluster.get_primaries() for k in cluster.keys(target_nodes=node))
+    with pytest.raises(KeyQueueError, match="max_in_flight=2 is below the 3 shards"):
+        Queue(f"{name}x", client=cluster, shards=3, max_in_flight=2)
+    assert sorted(k for node in cluster.get_primaries() for k in cluster.keys(target_nodes=node)) == keys_before
+
+
+def test_a_primary_no_shard_falls_on_is_named_in_a_warning(
+    cluster: RedisCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """(3 shards on 3 primaries miss one for about half the names; 6 never do.)"""
+    primaries = {n.name for n in cluster.get_primaries()}
+
+    def nodes(name: str) -> set[str]:
+        return {cluster.get_node_from_key(f"kq:{{{name}#{s}}}:seq").name for s in range(3)}
+
+    lopsided = next(f"lop{i}" for i in range(1000) if len(nodes(f"lop{i}")) < 3)
+    empty = sorted(primaries - nodes(lopsided))
+    with caplog.at_level("WARNING", logger="keyqueue.queue"):
+        q = Queue(lopsided, client=cluster, shards=3)
+        even = Queue(spread_name(cluster, 3), client=cluster, shards=3)
+    warned = [r.getMessage() for r in caplog.records if "shards fall on" in r.getMessage()]
+    assert len(warned) == 1 and lopsided in warned[0] and all(e in warned[0] for e in empty), warned
+    q.destroy()
+    even.destroy()
+
+
 def test_sharded_queues_made_at_once_on_a_cluster_agree_on_one_count(cluster: RedisCluster) -> None:
     import threading
 
@@ -825,3 +871,75 @@ def test_round_robin_gives_every_primary_its_share_however_the_shards_fell(clust
     per_node = Counter(placed[int(i.partition("#")[0])] for i in ids)
     assert sorted(per_node.values()) == [200, 200, 200], (Counter(placed), per_node)
     assert len(q) == 600
+
+
+def test_a_queue_works_on_through_a_real_slot_migration() -> None:
+    """Its slot migrating to another primary (MIGRATING/IMPORTING, its keys moved, then the
+    slot given to the new node), a queue keeps working: while the keys are on the importing
+    node the old one answers ASK, and keyqueue's calls follow it there (scripts not loaded
+    there yet included); a claim, whose script names keys that do not exist yet, meets
+    TRYAGAIN there until the slot is given over, and is sent again until then (the asyncio
+    face); once the slot moved, MOVED teaches the client the new map. Nothing is lost or
+    delivered twice."""
+    import asyncio
+    import threading
+
+    c = Cluster()
+    try:
+        cluster = c.client
+        q = Queue("moving", client=cluster, visibility_timeout=30)
+        q.enqueue_many([f"m{i}" for i in range(6)])
+        first = q.claim_many(2)
+        slot = cluster.keyslot(q.keys.seq)
+        source = c.server_of(q.keys.seq)
+        target = next(n for n in c.nodes if n is not source)
+        src, dst = redis.Redis(port=source.port), redis.Redis(port=target.port)
+        src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+        assert len(keys) > 5
+        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        dst.script_flush()
+
+        def asked() -> int:
+            return int(dst.info("commandstats").get("cmdstat_asking", {}).get("calls", 0))
+
+        def tried_again() -> int:
+            return int(dst.info("errorstats").get("errorstat_TRYAGAIN", {}).get("count", 0))
+
+        before = asked()
+        # the client still maps the slot to the source, which answers ASK for every key
+        q.enqueue("during")
+        assert q.ack_many(first) == 2 and asked() > before
+        claimed: list[list[str]] = []
+
+        async def claim() -> None:
+            aq = aio.Queue("moving", url=f"redis+cluster://127.0.0.1:{source.port}")
+            try:
+                claimed.append([m.text for m in await aq.claim_many(10)])
+            finally:
+                await aq.client.aclose()
+
+        tries = tried_again()
+        claimer = threading.Thread(target=lambda: asyncio.run(claim()))
+        claimer.start()
+        wait_until(lambda: tried_again() >= tries + 5, timeout=30)  # (more than 3 sends, over 0.4 s)
+        assert claimed == []  # held off while the slot migrates
+        for node in c.nodes:
+            redis.Redis(port=node.port).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+        claimer.join(timeout=30)
+        assert claimed and sorted(claimed[0]) == ["during", "m2", "m3", "m4", "m5"], claimed
+        # now the source answers MOVED; the map read again sends everything to the target
+        q.enqueue("after")
+        during = [m for m in q.peek(10, source="processing")]
+        assert len(during) == 5
+        (last,) = q.claim_many(10)
+        assert last.text == "after" and q.ack(last)
+        assert q.stats().waiting == 0 and q.stats().processing == 5 and q.counters()["acked"] == 3
+        assert cluster.get_node_from_key(q.keys.seq).port == target.port
+        q.destroy()
+        src.close()
+        dst.close()
+    finally:
+        c.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ...core.backend import RateScope
+from ...core.backend import FlowScope
 from ...core.replication import Replication
 from ...core.replies import FIELD, fields_of, item_fields, raise_errors
 from ...core.replies import int_or as _int
@@ -73,7 +73,7 @@ class CommandBase:
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
         self.watch_chunk = WATCH_CHUNK  # item keys per WATCH (a small one crosses chunks with few ids)
         self.replication = replication
-        self.rate: RateScope | None = None
+        self.flow: FlowScope | None = None
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)

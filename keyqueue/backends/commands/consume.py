@@ -14,7 +14,7 @@ from ...core.results import Claimed
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
 from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal, refuse_groups
-from .flow import Flow
+from .flow import Flow, counted
 
 
 class Consume(CommandBase):
@@ -75,7 +75,7 @@ class Consume(CommandBase):
         flow_reads: list[Command] = [
             ("HMGET", k.config, "rate_limit", "max_in_flight"),
             ("GET", k.throttle),
-            ("SCARD", k.processing),
+            *(("SCARD", key) for key in counted(k, self.flow)),
         ]
         now, (heads, waiting_len, config, first, grouped, *flow_got) = yield from self._open(
             (),
@@ -96,8 +96,8 @@ class Consume(CommandBase):
         if count == 1:
             heads = [] if heads is None else [heads]
         out.read = len(heads)
-        read_limits, throttle, held = flow_got or (None, None, 0)
-        flow = Flow(k, now, read_limits, throttle, held, self.rate)
+        read_limits, throttle, *held = flow_got or (None, None)
+        flow = Flow(k, now, read_limits, throttle, sum(int(h) for h in held), self.flow)
         heads = heads[: flow.cut(count)]
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms

@@ -4,14 +4,15 @@ read in the claim's first round trip and settled in its commit, with no round tr
 The rate limit's window counter is reserved (INCRBY) before any id is taken and what goes
 unused is given back (DECRBY): claimers at once never take more than the window allows, and
 a claimer that dies holding a reservation only lowers that window's count. The in-flight
-cap is checked by counting ``processing`` right after a claimer's own SADDs: those that keep
-their ids never exceed it together (each counted itself with every earlier one)."""
+cap is checked by counting ``processing`` (on one server, every shard's of a sharded queue)
+right after a claimer's own SADDs: those that keep their ids never exceed it together (of two
+claimers, the later to add counts the earlier one)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...core.backend import RateScope
+from ...core.backend import FlowScope
 from ...core.replies import text
 from ...core.roundtrip import Command
 from ...errors import CorruptQueue, InvalidArgument
@@ -19,14 +20,21 @@ from ...keys import QueueKeys
 from ...settings import parse_rate, to_ms
 
 
+def counted(keys: QueueKeys, scope: FlowScope | None) -> list[str]:
+    """The processing sets whose deliveries the in-flight cap counts."""
+    return [keys.processing, *(() if scope is None else scope.processing)]
+
+
 class Flow:
     """One claim pass's limits, as read at server time ``now`` (ms)."""
 
     def __init__(
-        self, keys: QueueKeys, now: int, limits: Any, throttle: Any, held: Any, scope: RateScope | None = None
+        self, keys: QueueKeys, now: int, limits: Any, throttle: Any, held: int, scope: FlowScope | None = None
     ) -> None:
         self.k = keys
         self.now = now
+        #: The processing sets the in-flight cap counts.
+        self.processing = counted(keys, scope)
         #: As ``Claimed.limited_ms``: None while no limit cut the claim.
         self.limited_ms: int | None = None
         self.rate_key: str | None = None
@@ -47,11 +55,13 @@ class Flow:
                 return
         try:
             self.cap = int(cap) if cap is not None and cap != b"" else None
+            if self.cap is not None and scope is not None:
+                self.cap = scope.cap(self.cap)
             rate = parse_rate(text(rate_text)) if rate_text not in (None, b"") else None
         except (ValueError, InvalidArgument):
             raise CorruptQueue(keys.config, "holds a bad flow-control setting") from None
         if self.cap is not None:
-            self.free = max(self.cap - int(held), 0)
+            self.free = max(self.cap - held, 0)
         if rate is not None:
             window = to_ms(rate[1])
             w = now // window
@@ -91,13 +101,13 @@ class Flow:
         return allowed
 
     def count_held(self) -> list[Command]:
-        return [("SCARD", self.k.processing)] if self.free is not None else []
+        return [("SCARD", key) for key in self.processing] if self.free is not None else []
 
     def over(self, replies: list[Any], won: int) -> int:
         """How many of the ``won`` ids this claimer must give back for the in-flight cap."""
         if not replies or self.cap is None:
             return 0
-        over = max(0, min(won, int(replies[0]) - self.cap))
+        over = max(0, min(won, sum(int(r) for r in replies) - self.cap))
         if over and self.limited_ms is None:
             self.limited_ms = -1
         return over

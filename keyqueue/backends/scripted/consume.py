@@ -13,17 +13,21 @@ from .scripts import ScriptBase, _max_receives, claimed
 
 
 class Consume(ScriptBase):
+    def _claim_keys(self) -> tuple[str, ...]:
+        """A shard's on one server add every other shard's processing (the in-flight cap)."""
+        return self.consume_keys if self.flow is None else (*self.consume_keys, *self.flow.processing)
+
     def _claim_args(
         self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None
     ) -> tuple[Any, ...]:
-        rate = () if self.rate is None else self.rate.args()
+        rate = () if self.flow is None else self.flow.args()
         return (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms), *rate)
 
     def claim(
         self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
     ) -> Op[Claimed]:
         reply = yield from self.call(
-            "claim", self.consume_keys, self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
+            "claim", self._claim_keys(), self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
         )
         return claimed(reply)
 
@@ -40,7 +44,7 @@ class Consume(ScriptBase):
         """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         claim = self._evalsha(
-            "claim", self.consume_keys, self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
+            "claim", self._claim_keys(), self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
         )
         tail = self.replication.tail()
         woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]

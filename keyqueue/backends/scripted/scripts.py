@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...core.backend import RateScope
+from ...core.backend import FlowScope
 from ...core.replication import Replication
 from ...core.replies import FIELD, error_for, int_or, text
 from ...core.results import Claimed, Fields
@@ -161,7 +161,7 @@ class ScriptBase:
         self.clock = clock
         self.field_bytes = FIELD  # bytes per body field: the server's, once the queue has read it
         self.replication = replication
-        self.rate: RateScope | None = None
+        self.flow: FlowScope | None = None
         k = keys
         # Key lists built once: they are on the hot path of every call.
         self.enqueue_keys = (k.seq, k.queue, k.items, k.timers, k.signal, k.config, k.counters)
