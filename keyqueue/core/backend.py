@@ -179,6 +179,10 @@ class Backend(Protocol):
         position: ExpirePosition,
     ) -> Op[ExpireStep]: ...
 
+    def group_refill(self, groups: Sequence[str]) -> Op[int]:
+        """Release the held messages of ``groups`` that group_concurrency has room for now."""
+        ...
+
     def requeue(
         self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0"
     ) -> Op[Requeued]: ...

@@ -107,6 +107,8 @@ SCHEDULE_ATTEMPTS = 10
 #: Attempts at making a queue (its first writes, or its shard count) while another process
 #: makes it differently.
 MAKE_ATTEMPTS = 10
+#: Groups one call of a group_concurrency raise's refill looks at (at most).
+GROUP_REFILL_CHUNK = 200
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
 THROTTLE_ATTEMPTS = 10
 #: Longest sleep of a claimer its limits hold back before it claims again: a slot that
@@ -367,6 +369,27 @@ class QueueCore:
         settings = validate(current, self.wanted)
         self.held = settings.to_hash({f.decode() for f in stored} & SETTING_NAMES | set(self.given))
         self.settings = settings
+        if "group_concurrency" in self.given and settings.group_concurrency > current.group_concurrency:
+            released = yield from self.refill_groups()
+            if released:
+                log.info("queue %s: released %d held messages (group_concurrency raised)", self.name, released)
+
+    def refill_groups(self) -> Op[int]:
+        """Release the held messages every group has room for under a raised group_concurrency
+        (one script call per chunk of groups, each atomic: a crash between them leaves the
+        rest to their groups' next ends, or to ``check --repair``)."""
+        k = self.keys
+        cursor, released = "0", 0
+        while True:
+            (reply,) = yield [("HSCAN", k.groups, cursor, "COUNT", GROUP_REFILL_CHUNK)]
+            if isinstance(reply, Exception):
+                raise error_for(reply, k.groups)
+            cursor, flat = text(reply[0]), reply[1]
+            names = [text(name) for name in flat[::2]]
+            if names:
+                released += yield from self.ops.group_refill(names)
+            if cursor == "0":
+                return released
 
     def sharded(self, reply: object) -> None:
         """The queue is sharded (``reply``: its stored count): a Queue given no count adopts

@@ -144,6 +144,27 @@ def test_group_concurrency_caps_the_released_messages_of_a_group(
     assert make_queue("q").settings.group_concurrency == 3  # read by every process
 
 
+def test_raising_group_concurrency_releases_held_messages_at_once(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    g = q.enqueue_many([f"g{i}" for i in range(6)], group="g")
+    h = q.enqueue_many([f"h{i}" for i in range(2)], group="h")
+    first = q.claim_many(10)
+    assert [m.id for m in first] == [g[0], h[0]] and q.stats().held == 6
+    raised = make_queue("q", group_concurrency=3)  # another process raises it (or config --set)
+    assert q.stats().held == 3
+    more = raised.claim_many(10)
+    assert [m.id for m in more] == [g[1], g[2], h[1]]
+    assert q.groups() == [("g", 3, 3), ("h", 0, 2)]
+    make_queue("q", group_concurrency=2)  # a lowering releases nothing: the groups drain to it
+    assert q.stats().held == 3 and q.claim_many(10) == []
+    assert q.ack_many(first + more) == 5
+    assert [m.id for m in q.claim_many(10)] == [g[3], g[4]]
+
+
 def test_a_long_group_does_not_starve_a_later_one(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:

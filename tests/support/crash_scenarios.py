@@ -126,6 +126,12 @@ def _limited(**settings: Any) -> Callable[[Queue], dict[str, Any]]:
     return setup
 
 
+def _raised(q: Queue, **settings: Any) -> Queue:
+    """The dying client writes ``settings`` (a Queue made on its connection, as a restarted
+    process or ``config --set`` would)."""
+    return Queue(q.name, client=q.client, scripting=q.scripting, clock=q._ops.clock, **settings)
+
+
 def _throttled(q: Queue) -> dict[str, Any]:
     ctx = _waiting(q)
     q.throttle(5)
@@ -250,4 +256,5 @@ SCENARIOS: dict[str, Scenario] = {
     "requeue_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.requeue())),
     "purge_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.purge()), lambda c: {"*waiting"}),
     "purge_grouped_all": Scenario(_grouped, _grouped_op(lambda q, c: q.purge(source="all")), lambda c: {"*"}),
+    "group_concurrency_raise": Scenario(_grouped, _grouped_op(lambda q, c: _raised(q, group_concurrency=3))),
 }

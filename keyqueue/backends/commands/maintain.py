@@ -197,6 +197,13 @@ class Maintain(Consume):
                 return earliest, kept
         return now, -1  # kept changing under us: look again on the next pass
 
+    def group_refill(self, groups: Sequence[str]) -> Op[int]:
+        """Nothing: this mode serves no grouped queue (its claims and reaps refuse one), so a
+        raise it writes applies at each group's next end by a scripted client, or at
+        ``check --repair``."""
+        return 0
+        yield  # (an Op)
+
     # -- requeue and purge ----------------------------------------------------------------------
 
     def requeue(self, source: str, ids: Sequence[str], limit: int, bucket_ms: int, cursor: str = "0") -> Op[Requeued]:

@@ -11,6 +11,10 @@ from .scripts import ScriptBase, _max_receives
 
 
 class Maintain(ScriptBase):
+    def group_refill(self, groups: Sequence[str]) -> Op[int]:
+        k = self.keys
+        return int((yield from self.call("group_refill", (k.queue, k.items, k.signal), groups)))
+
     def reap_step(
         self,
         bucket_ms: int,

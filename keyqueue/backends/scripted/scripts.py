@@ -32,6 +32,7 @@ SCRIPT_NAMES = (
     "purge",
     "peek",
     "stats",
+    "group_refill",
     "schedule_put",
     "schedule_fire",
     "schedule_fire_many",
