@@ -23,6 +23,9 @@ TRANSIENT = (
     redis.BusyLoadingError,
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
+    # a slot moved or migrating longer than a round trip follows it (the next one does)
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
 )
 #: Redis answered and refused who we are (a wrong password, a user the ACL denies keys or
 #: commands): configuration that no wait fixes, so a worker or reaper starting meets it with

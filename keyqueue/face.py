@@ -10,7 +10,7 @@ import redis
 
 from .backends.commands import CommandOps
 from .backends.scripted import ScriptOps
-from .connection import connection_kwargs, resolve_client
+from .connection import TRANSIENT, connection_kwargs, resolve_client
 from .core import multi
 from .core.backend import Backend
 from .core.queue_core import QueueCore
@@ -63,11 +63,19 @@ def claim_any_plan(
     queue takes part as its shards, from a rotating one."""
     targets: list[tuple[Any, QueueCore]] = []
     owners: list[tuple[Q, int | None]] = []
+    unsettled: list[Exception] = []
     for q in queues:
         if q._core.settings is None:
-            q._core = yield q.client, settle_core(q._core, q._sharded)
+            try:
+                q._core = yield q.client, settle_core(q._core, q._sharded)
+            except TRANSIENT as exc:  # (out of reach: the others are served, it next time)
+                if len(queues) == 1:
+                    raise
+                unsettled.append(exc)
+                continue
         core = q._core
         if isinstance(core, ShardedCore):
+            core.claimable()
             poll_first = True  # (the first target is another shard each time)
             for i in core.rotation():
                 targets.append((q.client, core.cores[i]))
@@ -75,6 +83,8 @@ def claim_any_plan(
         else:
             targets.append((q.client, core))
             owners.append((q, None))
+    if not targets:
+        raise unsettled[0]
     index, fields = yield from multi.claim_any(
         targets, count, visibility_timeout, wait, poll_first, one_connection([c for c, _ in targets])
     )
@@ -95,6 +105,7 @@ def claim_shards_plan(q: QueueFace, count: int, visibility_timeout: float | None
     (long-polling every shard), then the shards after it while ``count`` is not reached."""
     core = q._core
     assert isinstance(core, ShardedCore)
+    core.claimable()
     order = core.rotation()
     targets = [(q.client, core.cores[i]) for i in order]
     index, fields = yield from multi.claim_any(
@@ -106,7 +117,10 @@ def claim_shards_plan(q: QueueFace, count: int, visibility_timeout: float | None
     for i in order[index + 1 :]:
         if len(got) >= count:
             break
-        more = yield q.client, core.cores[i].claim(count - len(got), visibility_timeout, 0.0)
+        try:
+            more = yield q.client, core.cores[i].claim(count - len(got), visibility_timeout, 0.0)
+        except TRANSIENT:
+            break  # (what was claimed is returned: the shard out of reach is claimed next time)
         got += core.tagged(i, more)
     return q._bind(got)
 

@@ -3,14 +3,18 @@ plan over the queues' operations: the transports run each step on its queue's cl
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Sequence
 
-from .queue_core import QueueCore
+from ..connection import TRANSIENT
+from .queue_core import HELD_BACK_POLL, QueueCore
 from .replies import error_for
 from .results import Fields
 from .roundtrip import Plan, Race, must_resend
+
+log = logging.getLogger("keyqueue.queue")
 
 
 def claim_any(
@@ -28,18 +32,38 @@ def claim_any(
     skip: int | None = None if poll_first else 0  # the queue the last wait just claimed
     looked = False
     while True:
+        failed: list[Exception] = []
+        tried = 0
         for i, (target, core) in enumerate(targets):
             # A queue its limits held back is claimed once a call (as a single queue's claim
             # is: a slot may have freed elsewhere), then not until they may let one through.
             if looked and core.limited_until > time.monotonic():
                 continue
-            # The queue the last wait just claimed is claimed again only if a reap due
-            # since (its timers) moved messages back.
-            if i == skip and not (yield target, core.reap_if_due()):
+            tried += 1
+            try:
+                # The queue the last wait just claimed is claimed again only if a reap due
+                # since (its timers) moved messages back.
+                if i == skip and not (yield target, core.reap_if_due()):
+                    continue
+                got = yield target, core.claim(count, visibility_timeout, 0.0)
+            except TRANSIENT as exc:
+                if len(targets) == 1:
+                    raise
+                # Its node down or its slot migrating: the other queues are served meanwhile,
+                # and this one is held back as by a limit, for a while.
+                failed.append(exc)
+                core.limited_until = time.monotonic() + HELD_BACK_POLL
+                if not core.out_of_reach:
+                    log.warning("queue %s out of reach (%s); serving the others meanwhile", core.name, exc)
+                core.out_of_reach = True
                 continue
-            got = yield target, core.claim(count, visibility_timeout, 0.0)
+            if core.out_of_reach:
+                log.warning("queue %s within reach again", core.name)
+                core.out_of_reach = False
             if got:
                 return i, got
+        if failed and len(failed) == tried:
+            raise failed[0]  # (every queue it tried is out of reach: the caller's outage)
         looked = True
         now = time.monotonic()
         remaining = deadline - now

@@ -294,6 +294,9 @@ class QueueCore:
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
         self.limited_until = 0.0
+        #: Whether its last claim among several queues' failed for an outage of its node (a
+        #: claim of several queues serves the others meanwhile, and says so once).
+        self.out_of_reach = False
         #: The name the registry lists this queue under (a shard's: its logical queue's).
         self.listed_as = keys.name
         #: The shard count this Queue was given: None adopts a stored one (the Queue turns

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar, overload
 
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import NoPermissionError, ResponseError, TryAgainError
 
 from ..errors import CorruptQueue
 from .results import Fields
+
+#: The error a script gets, on a cluster, for a key of a slot that is migrating away.
+NON_LOCAL_KEY = "Script attempted to access a non local key"
 
 #: Bytes per body field unless the server says otherwise (its hash-max-listpack-value):
 #: a body of up to 100 fields is stored in fields b, b1, b2, ... (as _lib.lua does), so the
@@ -145,6 +148,8 @@ def error_for(exc: Exception, default_key: str) -> Exception:
         return CorruptQueue(msg.split()[1])
     if "WRONGTYPE" in msg:
         return CorruptQueue(default_key)
+    if NON_LOCAL_KEY in msg:  # (a slot migrating: transient, as TRYAGAIN is)
+        return TryAgainError(msg)
     if isinstance(exc, NoPermissionError) and ("'evalsha'" in msg or "'script" in msg):
         return type(exc)(
             f"{msg} (this Redis user may not run scripts: use the script-free mode, "

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generator, Sequence, TypeVar, Union
 
+from .replies import NON_LOCAL_KEY
+
 T = TypeVar("T")
 
 Command = Sequence[Any]
@@ -204,44 +206,65 @@ def node_groups(client: Any, commands: Sequence[Command]) -> list[tuple[Any, lis
     return list(groups.values())
 
 
-#: Sends of one round trip's node group when a cluster answers MOVED/ASK or CLUSTERDOWN/
-#: TRYAGAIN (as redis-py's own cluster client retries), and the pause before a resend.
+#: Sends of one round trip's node group when a cluster answers MOVED or CLUSTERDOWN (as
+#: redis-py's own cluster client retries), and the pause before a resend.
 CLUSTER_ATTEMPTS = 3
 CLUSTER_RETRY_PAUSE = 0.25
-#: While a slot migrates (resharding), a node answers ASK for the keys it gave away, and
-#: the importing node TRYAGAIN for a call over several keys of which some have not come
-#: over yet (a script's), until the last key moved: such calls are sent again, every
-#: ``CLUSTER_MIGRATION_PAUSE``, for up to this long before their error is the caller's.
-CLUSTER_MIGRATION_WAIT = 10.0
+#: While a slot migrates (resharding), a call over several of its keys (every script) is
+#: refused, by the rules of Redis Cluster, until the slot is handed over: TRYAGAIN while its
+#: keys are split between the nodes, ASK from the old node for keys it gave away, "non local
+#: key" for a key a script makes there. Such calls are sent again every
+#: ``CLUSTER_MIGRATION_PAUSE`` for up to this long, then their error (transient for a
+#: worker, which waits it out as an outage) is the caller's: a round trip never holds a
+#: worker's other queues up for longer.
+CLUSTER_MIGRATION_WAIT = 2.0
 CLUSTER_MIGRATION_PAUSE = 0.1
 
 
-def resend_pause(attempt: int, elapsed: float, replies: Sequence[Any], todo: Sequence[int]) -> float | None:
-    """The pause before sending ``todo`` again after attempt number ``attempt`` (from 0),
-    ``elapsed`` seconds into the round trip; None: no more sends, the replies stand."""
-    from redis.exceptions import AskError, MovedError, TryAgainError
+def migrating(reply: Any) -> bool:
+    """Whether ``reply`` is a refusal a slot migration makes (and its end ends)."""
+    from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
-    if not todo:
-        return None
-    migrating = all(
-        isinstance(replies[i], TryAgainError)
-        or isinstance(replies[i], AskError)
-        and not isinstance(replies[i], MovedError)
-        for i in todo
-        if must_resend([replies[i]])
-    )
-    if migrating and elapsed < CLUSTER_MIGRATION_WAIT:
-        return CLUSTER_MIGRATION_PAUSE
-    return CLUSTER_RETRY_PAUSE if attempt + 1 < CLUSTER_ATTEMPTS else None
+    if isinstance(reply, AskError):
+        return not isinstance(reply, MovedError)
+    return isinstance(reply, TryAgainError) or isinstance(reply, ResponseError) and NON_LOCAL_KEY in str(reply)
 
 
 def must_resend(replies: Sequence[Any]) -> bool:
-    """Whether a cluster answered that the slots moved (MOVED or ASK), or that it is down
-    or busy for now (CLUSTERDOWN, TRYAGAIN: while it forms or fails over): learn the map
-    again and resend."""
-    from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+    """Whether a cluster answered that the slots moved (MOVED or ASK), that it is down or
+    busy for now (CLUSTERDOWN, TRYAGAIN: while it forms or fails over), or that the slot is
+    migrating: resend (learning the map again after MOVED or CLUSTERDOWN)."""
+    from redis.exceptions import ClusterDownError, MovedError
 
-    return any(isinstance(r, (MovedError, AskError, ClusterDownError, TryAgainError)) for r in replies)
+    return any(isinstance(r, (MovedError, ClusterDownError)) or migrating(r) for r in replies)
+
+
+@dataclass
+class Resends:
+    """What a cluster round trip's resends have used: the attempts after MOVED or
+    CLUSTERDOWN, and the time since the first reply of a migration (a long-poll's wait
+    before it is not counted)."""
+
+    attempts: int = 0
+    migrating_since: float | None = None
+
+    def pause(self, now: float, replies: Sequence[Any], todo: Sequence[int]) -> float | None:
+        """The pause before sending ``todo`` again (None: no more sends, the replies stand)."""
+        pending = [replies[i] for i in todo if must_resend([replies[i]])]
+        if not pending:
+            return None
+        if all(migrating(r) for r in pending):
+            if self.migrating_since is None:
+                self.migrating_since = now
+            return CLUSTER_MIGRATION_PAUSE if now - self.migrating_since < CLUSTER_MIGRATION_WAIT else None
+        self.attempts += 1
+        return CLUSTER_RETRY_PAUSE if self.attempts < CLUSTER_ATTEMPTS else None
+
+    @staticmethod
+    def remap(replies: Sequence[Any], todo: Sequence[int]) -> bool:
+        """Whether the slot map must be read again first (MOVED, CLUSTERDOWN): ASK names its
+        node, and a migration's other refusals end where the map already points."""
+        return any(must_resend([replies[i]]) and not migrating(replies[i]) for i in todo)
 
 
 #: Commands of a transaction: a node group holding one is sent again whole, or not at all.

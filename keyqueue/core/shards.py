@@ -118,6 +118,19 @@ class ShardedCore:
         """Held back only while every shard's limits hold it back."""
         return min(core.limited_until for core in self.cores)
 
+    def claimable(self) -> None:
+        """Refuse to claim on a cluster while the stored cap leaves some shard no slot (a
+        cap written on one server, or by a client that did not check it): those shards'
+        messages would wait for ever, with nothing said."""
+        settings = self.settings
+        cap = settings.max_in_flight if settings is not None else None
+        if not self.one_node and not cap_parts_ok(cap, self.count):
+            raise ConfigurationError(
+                f"queue {self.name!r} has max_in_flight={cap}, below its {self.count} shards on a cluster, where "
+                f"each shard holds its part of the cap: set it to {self.count} or more "
+                f"(keyqueue config {self.name} --set max_in_flight={self.count})"
+            )
+
     def own(self, message_queue_keys: QueueKeys | None, message_id: str, queue_name: str | None) -> None:
         if message_queue_keys is not None and message_queue_keys != self.keys:
             raise InvalidArgument(f"message {message_id} belongs to queue {queue_name!r}, not {self.name!r}")

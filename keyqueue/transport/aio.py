@@ -16,11 +16,11 @@ from ..core.roundtrip import (
     Op,
     Plan,
     Race,
+    Resends,
     Sleep,
     Stepper,
     T,
     cluster_sends,
-    resend_pause,
     to_resend,
 )
 from .sync import is_cluster, log, pack
@@ -84,8 +84,7 @@ class Pinned:
         what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        start = time.monotonic()
-        attempt = 0
+        resends = Resends()
         while True:
             sends = cluster_sends(self.client, commands, todo, out)
             for node, cmds, _ in sends:
@@ -98,12 +97,12 @@ class Pinned:
                     if where is not None:
                         out[where] = reply
             todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
-            pause = resend_pause(attempt, time.monotonic() - start, out, todo)
+            pause = resends.pause(time.monotonic(), out, todo)
             if pause is None:
                 return out
             await asyncio.sleep(pause)
-            await self.client.nodes_manager.initialize()
-            attempt += 1
+            if resends.remap(out, todo):
+                await self.client.nodes_manager.initialize()
 
     async def release(self, clean: bool) -> None:
         """Back to their pools (dropped first when the operation failed). A task being
@@ -190,6 +189,11 @@ async def run_plan(plan: Plan[T]) -> T:
     try:
         step = next(plan)
         while True:
-            step = plan.send(await race(step) if isinstance(step, Race) else await run(*step))
+            try:
+                got = await race(step) if isinstance(step, Race) else await run(*step)
+            except Exception as exc:  # (the plan's to handle: one queue of several failing)
+                step = plan.throw(exc)
+                continue
+            step = plan.send(got)
     except StopIteration as stop:
         return stop.value

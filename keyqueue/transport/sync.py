@@ -17,11 +17,11 @@ from ..core.roundtrip import (
     Op,
     Plan,
     Race,
+    Resends,
     Sleep,
     Stepper,
     T,
     cluster_sends,
-    resend_pause,
     routing_key,
     to_resend,
 )
@@ -118,8 +118,7 @@ class Pinned:
         what a node answered MOVED, ASK or TRYAGAIN is sent again, alone (``to_resend``)."""
         out: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        start = time.monotonic()
-        attempt = 0
+        resends = Resends()
         while True:
             sends = cluster_sends(self.client, commands, todo, out)
             for node, cmds, _ in sends:
@@ -132,12 +131,12 @@ class Pinned:
                     if where is not None:
                         out[where] = reply
             todo = to_resend(commands, [wheres for _, _, wheres in sends], out)
-            pause = resend_pause(attempt, time.monotonic() - start, out, todo)
+            pause = resends.pause(time.monotonic(), out, todo)
             if pause is None:
                 return out
             time.sleep(pause)
-            self.client.nodes_manager.initialize()
-            attempt += 1
+            if resends.remap(out, todo):
+                self.client.nodes_manager.initialize()
 
     def release(self, clean: bool) -> None:
         """Back to their pools; dropped when the operation failed or left a WATCH pending."""
@@ -217,6 +216,11 @@ def run_plan(plan: Plan[T]) -> T:
     try:
         step = next(plan)
         while True:
-            step = plan.send(race(step) if isinstance(step, Race) else run(*step))
+            try:
+                got = race(step) if isinstance(step, Race) else run(*step)
+            except Exception as exc:  # (the plan's to handle: one queue of several failing)
+                step = plan.throw(exc)
+                continue
+            step = plan.send(got)
     except StopIteration as stop:
         return stop.value

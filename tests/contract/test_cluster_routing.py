@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, ResponseError, TryAgainError
 
 from keyqueue.core.roundtrip import (
     CLUSTER_ATTEMPTS,
+    CLUSTER_MIGRATION_PAUSE,
     CLUSTER_MIGRATION_WAIT,
+    CLUSTER_RETRY_PAUSE,
+    Resends,
     cluster_sends,
-    resend_pause,
     to_resend,
 )
 
@@ -72,14 +74,24 @@ def test_a_transaction_goes_again_whole() -> None:
 
 
 def test_a_migrating_slot_is_waited_out_and_other_redirections_are_not() -> None:
-    """ASK and TRYAGAIN (a slot migrating) are sent again until the migration wait is over;
-    MOVED and CLUSTERDOWN (and a mix) only for the usual attempts."""
+    """A migration's refusals (ASK, TRYAGAIN, a script's non local key) are sent again for
+    up to the migration wait from the first of them, without reading the slot map again;
+    MOVED and CLUSTERDOWN for the usual attempts, counted apart (a MOVED at a migration's
+    end still gets them), each after the map is read again."""
     ask, again = AskError("1 127.0.0.1:7001"), TryAgainError("Multiple keys request during rehashing of slot")
+    non_local = ResponseError("Script attempted to access a non local key in a cluster node script: x")
     moved, down = MovedError("1 127.0.0.1:7001"), ClusterDownError("The cluster is down")
-    late = CLUSTER_ATTEMPTS + 5
-    assert resend_pause(late, 1.0, [ask, again, "ok"], [0, 1]) is not None
-    assert resend_pause(late, CLUSTER_MIGRATION_WAIT + 0.1, [ask, again], [0, 1]) is None
+    r = Resends()
+    for t in range(20):  # (20 sends, 0.1 s apart)
+        assert r.pause(100.0 + t * 0.1, [ask, again, non_local, "ok"], [0, 1, 2]) == CLUSTER_MIGRATION_PAUSE
+    assert not Resends.remap([ask, again, non_local], [0, 1, 2])
+    assert r.pause(100.0 + CLUSTER_MIGRATION_WAIT, [again], [0]) is None
     for other in (moved, down):
-        assert resend_pause(0, 0.0, [again, other], [0, 1]) is not None
-        assert resend_pause(CLUSTER_ATTEMPTS - 1, 0.0, [again, other], [0, 1]) is None
-    assert resend_pause(0, 0.0, [ask], []) is None
+        r = Resends()
+        for t in range(10):
+            r.pause(float(t), [again], [0])
+        assert Resends.remap([again, other], [0, 1])
+        assert [r.pause(10.0, [again, other], [0, 1]) for _ in range(CLUSTER_ATTEMPTS)] == [CLUSTER_RETRY_PAUSE] * (
+            CLUSTER_ATTEMPTS - 1
+        ) + [None]
+    assert Resends().pause(0.0, [ask], []) is None

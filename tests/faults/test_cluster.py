@@ -17,6 +17,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from keyqueue import KeyQueueError, Queue, Worker, aio
+from keyqueue.queue import claim_any
 from keyqueue.server import free_port
 
 from ..support.cluster import Cluster, spread_name
@@ -666,6 +667,28 @@ def test_max_in_flight_holds_for_a_sharded_queue_over_the_nodes(cluster_set: Clu
     assert sorted(k for node in cluster.get_primaries() for k in cluster.keys(target_nodes=node)) == keys_before
 
 
+def test_a_stored_cap_below_the_shard_count_stops_claims_loudly_until_raised(cluster_set: Cluster) -> None:
+    """A cap stored where no check saw it (a queue moved from one server, where it is
+    allowed, or written by an older client) would leave some shards no slot: claims raise
+    a ConfigurationError saying how to fix it; reads go on; a raised cap claims again."""
+    cluster = cluster_set.client
+    name = spread_name(cluster, 3, prefix="stored")
+    q = Queue(name, client=cluster, shards=3)
+    q.enqueue_many([f"m{i}" for i in range(6)])
+    for i in range(3):
+        cluster.hset(f"kq:{{{name}#{i}}}:config", "max_in_flight", 2)
+    stale = Queue(name, client=cluster)
+    assert stale.stats().waiting == 6
+    for claim in (lambda: stale.claim_many(6), lambda: claim_any([stale], count=6)):
+        with pytest.raises(KeyQueueError, match="max_in_flight=2, below its 3 shards.*--set max_in_flight=3"):
+            claim()
+    assert stale.stats().waiting == 6  # nothing taken
+    done = cli(cluster_set.url, "config", name, "--set", "max_in_flight=3")
+    assert done.returncode == 0, done.stderr
+    assert len(Queue(name, client=cluster).claim_many(6)) == 3
+    q.destroy()
+
+
 def test_a_primary_no_shard_falls_on_is_named_in_a_warning(
     cluster: RedisCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -873,17 +896,27 @@ def test_round_robin_gives_every_primary_its_share_however_the_shards_fell(clust
     assert len(q) == 600
 
 
-def test_a_queue_works_on_through_a_real_slot_migration() -> None:
+def errors_of(node: redis.Redis) -> int:
+    """Error replies the node has sent (INFO errorstats)."""
+    return sum(int(v.get("count", 0)) for v in node.info("errorstats").values())
+
+
+def test_a_queue_works_on_through_a_real_slot_migration(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its slot migrating to another primary (MIGRATING/IMPORTING, its keys moved, then the
-    slot given to the new node), a queue keeps working: while the keys are on the importing
-    node the old one answers ASK, and keyqueue's calls follow it there (scripts not loaded
-    there yet included); a claim, whose script names keys that do not exist yet, meets
-    TRYAGAIN there until the slot is given over, and is sent again until then (the asyncio
-    face); once the slot moved, MOVED teaches the client the new map. Nothing is lost or
-    delivered twice."""
+    slot given to the new node), a queue keeps working. Before its keys move, an enqueue
+    meets the old node's refusals (TRYAGAIN: some of its keys missing there) and is sent
+    again until they have moved; then the old node answers ASK, and keyqueue's calls follow
+    it (scripts not loaded there yet included); a claim, whose script names keys that do not
+    exist yet, meets TRYAGAIN on the new node until the slot is handed over (the asyncio
+    face); then MOVED teaches the client the new map. Nothing is lost or delivered twice.
+    (The migration is held open for as long as the test needs: the round trips' wait is
+    made long, as a busy machine may take a while between the steps.)"""
     import asyncio
     import threading
 
+    from keyqueue.core import roundtrip
+
+    monkeypatch.setattr(roundtrip, "CLUSTER_MIGRATION_WAIT", 60.0)
     c = Cluster()
     try:
         cluster = c.client
@@ -897,10 +930,18 @@ def test_a_queue_works_on_through_a_real_slot_migration() -> None:
         src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")
         dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
         src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        refused = errors_of(src)
+        early: list[str] = []
+        producer = threading.Thread(target=lambda: early.append(q.enqueue("early")))
+        producer.start()
+        wait_until(lambda: errors_of(src) >= refused + 3, timeout=30)  # refused, sent again
+        assert early == []
         keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
         assert len(keys) > 5
-        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
         dst.script_flush()
+        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        producer.join(timeout=30)
+        assert len(early) == 1
 
         def asked() -> int:
             return int(dst.info("commandstats").get("cmdstat_asking", {}).get("calls", 0))
@@ -924,19 +965,18 @@ def test_a_queue_works_on_through_a_real_slot_migration() -> None:
         tries = tried_again()
         claimer = threading.Thread(target=lambda: asyncio.run(claim()))
         claimer.start()
-        wait_until(lambda: tried_again() >= tries + 5, timeout=30)  # (more than 3 sends, over 0.4 s)
+        wait_until(lambda: tried_again() >= tries + 3, timeout=30)
         assert claimed == []  # held off while the slot migrates
         for node in c.nodes:
             redis.Redis(port=node.port).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
         claimer.join(timeout=30)
-        assert claimed and sorted(claimed[0]) == ["during", "m2", "m3", "m4", "m5"], claimed
+        assert claimed and sorted(claimed[0]) == ["during", "early", "m2", "m3", "m4", "m5"], claimed
         # now the source answers MOVED; the map read again sends everything to the target
         q.enqueue("after")
-        during = [m for m in q.peek(10, source="processing")]
-        assert len(during) == 5
+        assert len(q.peek(10, source="processing")) == 6
         (last,) = q.claim_many(10)
         assert last.text == "after" and q.ack(last)
-        assert q.stats().waiting == 0 and q.stats().processing == 5 and q.counters()["acked"] == 3
+        assert q.stats().waiting == 0 and q.stats().processing == 6 and q.counters()["acked"] == 3
         assert cluster.get_node_from_key(q.keys.seq).port == target.port
         q.destroy()
         src.close()
