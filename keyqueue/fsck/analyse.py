@@ -18,12 +18,13 @@ has passed; until then the check only notes it, so it never races a slow claimer
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ..core.replies import int_or
 from ..core.roundtrip import Command
-from ..core.schedules import score, stored
+from ..core.schedules import stored
 from ..core.states import Seen, owed
 from ..keys import QueueKeys
 from .scan import IdView, Snapshot
@@ -40,6 +41,7 @@ WRONG_TYPE = "wrong-type"
 STRAY_FIELDS = "stray-fields"
 SCHEDULE_INDEX = "schedule-index"
 BAD_SCHEDULE = "bad-schedule"
+SCHEDULE_STRAY = "schedule-stray"
 BAD_FLOW = "bad-flow-key"
 GROUP_COUNT = "group-count"
 GROUP_ENTRY = "group-entry"
@@ -63,9 +65,11 @@ KINDS: dict[str, str] = {
     STRAY_FIELDS: "waiting, delayed or dead ids with a receipt or timer field left over, or live ones with a "
     "dead-lettering time (x)",
     TIMER_INDEX: "timer buckets missing from the index or indexed after their earliest timer",
-    SCHEDULE_INDEX: "schedules missing from the schedule index or scored unlike their next fire, "
-    "and index entries without a schedule",
-    BAD_SCHEDULE: "schedule hashes keyqueue cannot read (never changed by repair: upsert them again)",
+    SCHEDULE_INDEX: "schedules missing from the schedule index, paused ones scored as due, and index "
+    "entries without a schedule",
+    BAD_SCHEDULE: "schedules keyqueue cannot read, or state without a definition (never changed by repair: "
+    "upsert them again)",
+    SCHEDULE_STRAY: "schedule definitions or bodies without a schedule (no state)",
     BAD_FLOW: "rate-limit window counters or the throttle holding something other than a whole number, or "
     "without an expiry (a claim that died between its two commands): they would last for ever",
     GROUP_COUNT: "message groups whose count of released messages is not what their messages show, or that "
@@ -296,28 +300,32 @@ def flow_ok(value: bytes | None, ttl: int) -> bool:
     return value is not None and value.lstrip(b"-").isdigit() and ttl >= 0
 
 
-def schedule_score(raw: dict[bytes, bytes]) -> float | None:
-    """The index score a schedule's hash calls for; None when the hash cannot be read."""
+def readable(raw: dict[bytes, bytes]) -> bool:
+    """Whether a schedule's fields (schedules.unpack) can be read and fired."""
     try:
         stored("", raw)
-        return float(score(None if b"n" not in raw else int(raw[b"n"]), raw.get(b"p") == b"1"))
+        int(raw[b"v"]), int(raw[b"a"])
+        return True
     except (KeyError, ValueError, TypeError):
-        return None
+        return False
 
 
 def schedule_findings(s: Snapshot, k: QueueKeys) -> list[Finding]:
+    """A schedule exists while it has a state: the index must hold it (paused: scored inf,
+    else at its next fire, which only the index keeps) and nothing else; its definition and
+    body go with it."""
+    if any(key in s.broken for key in (k.schedule_state, k.schedule_defs, k.schedule_bodies)):
+        return []
     out = []
     for sid in sorted(set(s.schedules) | set(s.schedule_index)):
         raw = s.schedules.get(sid)
         if raw is None:
-            if k.schedule(sid) not in s.broken:
-                out.append(Finding(SCHEDULE_INDEX, sid))
-            continue
-        want = schedule_score(raw)
-        if want is None:
-            out.append(Finding(BAD_SCHEDULE, sid))
-        elif s.schedule_index.get(sid) != want:
             out.append(Finding(SCHEDULE_INDEX, sid))
+        elif not readable(raw):
+            out.append(Finding(BAD_SCHEDULE, sid))
+        elif sid not in s.schedule_index or (raw.get(b"p") == b"1" and s.schedule_index[sid] != math.inf):
+            out.append(Finding(SCHEDULE_INDEX, sid))
+    out += [Finding(SCHEDULE_STRAY, sid) for sid in sorted(s.schedule_strays)]
     return out
 
 

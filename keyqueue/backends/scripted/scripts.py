@@ -33,7 +33,6 @@ SCRIPT_NAMES = (
     "peek",
     "stats",
     "schedule_put",
-    "schedule_fire",
     "schedule_fire_many",
     "schedule_fire_due",
 )
