@@ -154,8 +154,7 @@ class QueueKeys:
     @property
     def schedule_state(self) -> str:
         """Each schedule's state, a field per id packed as ``v:f:l:m:a:p:n`` (version, fired,
-        last fire, missed, anchor, paused, next fire while paused): a schedule exists while it
-        has one. Shared by the queue's schedules, so a look fires many with one read and one write."""
+        last fire, missed, anchor, paused, next fire): a schedule exists while it has one. Shared by the queue's schedules, so a look fires many with one read and one write."""
         return self.base + "schedule_state"
 
     @property

@@ -385,22 +385,23 @@ def score(next_ms: int | None, paused: bool) -> str:
 
 
 #: The fields of a schedule's state, packed in this order, ':' between (QueueKeys.schedule_state):
-#: version, fired, last fire ms, missed, anchor ms, paused, next fire ms while paused (else
-#: the index holds it).
+#: version, fired, last fire ms, missed, anchor ms, paused, next fire ms (empty: none).
 STATE_FIELDS = (b"v", b"f", b"l", b"m", b"a", b"p", b"n")
 _STATE_DEFAULTS = {b"f": b"0", b"m": b"0", b"p": b"0"}
 
 
 def pack_state(raw: dict[bytes, bytes]) -> bytes:
     """A schedule's state field from its fields (v and a are required)."""
-    paused = raw.get(b"p") == b"1"
-    return b":".join(b"" if f == b"n" and not paused else raw.get(f, _STATE_DEFAULTS.get(f, b"")) for f in STATE_FIELDS)
+    return b":".join(raw.get(f, _STATE_DEFAULTS.get(f, b"")) for f in STATE_FIELDS)
 
 
-def fired_state(raw: dict[bytes, bytes], messages: int, last_ms: int | None, missed: int) -> bytes:
-    """The state a fire leaves (the schedule as read: its version one up, the counts grown);
-    the scripts do the same in Lua."""
+def fired_state(raw: dict[bytes, bytes], messages: int, last_ms: int | None, missed: int, next_ms: int | None) -> bytes:
+    """The state a fire leaves (the schedule as read: its version one up, the counts grown,
+    its next fire moved on); the scripts do the same in Lua."""
     out = {**raw, b"v": str(int(raw[b"v"]) + 1).encode()}
+    out.pop(b"n", None)
+    if next_ms is not None:
+        out[b"n"] = str(next_ms).encode()
     out[b"f"] = str(int(raw.get(b"f", 0)) + messages).encode()
     out[b"m"] = str(int(raw.get(b"m", 0)) + missed).encode()
     if messages and last_ms is not None:
@@ -408,29 +409,16 @@ def fired_state(raw: dict[bytes, bytes], messages: int, last_ms: int | None, mis
     return pack_state(out)
 
 
-def _score_bytes(raw_score: Any) -> bytes | None:
-    """An index score as read (bulk string, or a double under RESP3) as ms, None for none or inf."""
-    if raw_score is None:
-        return None
-    sc = float(raw_score)
-    return None if math.isinf(sc) or math.isnan(sc) else str(int(sc)).encode()
-
-
-def unpack(state: bytes | None, dump: bytes | None, body: bytes | None, index_score: Any) -> dict[bytes, bytes]:
-    """A schedule's stored parts as one dict of fields (d, b and those of STATE_FIELDS; n from
-    the index unless paused): {} without a state (no schedule). A state keyqueue cannot read
-    gives none of its fields (reading it fails; an upsert writes it whole again)."""
+def unpack(state: bytes | None, dump: bytes | None, body: bytes | None) -> dict[bytes, bytes]:
+    """A schedule's stored parts as one dict of fields (d, b and those of STATE_FIELDS): {}
+    without a state (no schedule). A state keyqueue cannot read gives none of its fields
+    (reading it fails; an upsert writes it whole again)."""
     if state is None:
         return {}
     values = bytes(state).split(b":")
     raw: dict[bytes, bytes] = {}
     if len(values) == len(STATE_FIELDS):
         raw = {f: v for f, v in zip(STATE_FIELDS, values) if v}
-        if raw.get(b"p") != b"1":
-            raw.pop(b"n", None)
-            n = _score_bytes(index_score)
-            if n is not None:
-                raw[b"n"] = n
     if dump is not None:
         raw[b"d"] = dump
     raw[b"b"] = body or b""
@@ -443,14 +431,13 @@ def schedule_reads(k: QueueKeys, ids: Sequence[str]) -> list[Command]:
         ("HMGET", k.schedule_state, *ids),
         ("HMGET", k.schedule_defs, *ids),
         ("HMGET", k.schedule_bodies, *ids),
-        ("ZMSCORE", k.schedules, *ids),
     ]
 
 
 def schedule_raws(replies: Sequence[Any]) -> list[dict[bytes, bytes]]:
     """The replies of schedule_reads as one dict of fields per schedule ({} for one absent)."""
-    states, dumps, bodies, scores = replies
-    return [unpack(*parts) for parts in zip(states, dumps, bodies, scores)]
+    states, dumps, bodies = replies
+    return [unpack(*parts) for parts in zip(states, dumps, bodies)]
 
 
 def _opt_int(raw: dict[bytes, bytes], field: bytes) -> int | None:

@@ -18,13 +18,12 @@ has passed; until then the check only notes it, so it never races a slow claimer
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ..core.replies import int_or
 from ..core.roundtrip import Command
-from ..core.schedules import stored
+from ..core.schedules import score, stored
 from ..core.states import Seen, owed
 from ..keys import QueueKeys
 from .scan import IdView, Snapshot
@@ -65,8 +64,8 @@ KINDS: dict[str, str] = {
     STRAY_FIELDS: "waiting, delayed or dead ids with a receipt or timer field left over, or live ones with a "
     "dead-lettering time (x)",
     TIMER_INDEX: "timer buckets missing from the index or indexed after their earliest timer",
-    SCHEDULE_INDEX: "schedules missing from the schedule index, paused ones scored as due, and index "
-    "entries without a schedule",
+    SCHEDULE_INDEX: "schedules missing from the schedule index or scored unlike their next fire, "
+    "and index entries without a schedule",
     BAD_SCHEDULE: "schedules keyqueue cannot read, or state without a definition (never changed by repair: "
     "upsert them again)",
     SCHEDULE_STRAY: "schedule definitions or bodies without a schedule (no state)",
@@ -300,20 +299,20 @@ def flow_ok(value: bytes | None, ttl: int) -> bool:
     return value is not None and value.lstrip(b"-").isdigit() and ttl >= 0
 
 
-def readable(raw: dict[bytes, bytes]) -> bool:
-    """Whether a schedule's fields (schedules.unpack) can be read and fired."""
+def schedule_score(raw: dict[bytes, bytes]) -> float | None:
+    """The index score a schedule's fields (schedules.unpack) call for; None when they cannot
+    be read."""
     try:
         stored("", raw)
         int(raw[b"v"]), int(raw[b"a"])
-        return True
+        return float(score(None if b"n" not in raw else int(raw[b"n"]), raw.get(b"p") == b"1"))
     except (KeyError, ValueError, TypeError):
-        return False
+        return None
 
 
 def schedule_findings(s: Snapshot, k: QueueKeys) -> list[Finding]:
-    """A schedule exists while it has a state: the index must hold it (paused: scored inf,
-    else at its next fire, which only the index keeps) and nothing else; its definition and
-    body go with it."""
+    """A schedule exists while it has a state: the index must score it as its state says and
+    hold nothing else; its definition and body go with it."""
     if any(key in s.broken for key in (k.schedule_state, k.schedule_defs, k.schedule_bodies)):
         return []
     out = []
@@ -321,9 +320,11 @@ def schedule_findings(s: Snapshot, k: QueueKeys) -> list[Finding]:
         raw = s.schedules.get(sid)
         if raw is None:
             out.append(Finding(SCHEDULE_INDEX, sid))
-        elif not readable(raw):
+            continue
+        want = schedule_score(raw)
+        if want is None:
             out.append(Finding(BAD_SCHEDULE, sid))
-        elif sid not in s.schedule_index or (raw.get(b"p") == b"1" and s.schedule_index[sid] != math.inf):
+        elif s.schedule_index.get(sid) != want:
             out.append(Finding(SCHEDULE_INDEX, sid))
     out += [Finding(SCHEDULE_STRAY, sid) for sid in sorted(s.schedule_strays)]
     return out

@@ -4,7 +4,6 @@ a message is never lost or owned twice because of a repair."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Callable, Sequence
 
@@ -12,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from ..core.replies import int_or, ok, text
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
-from ..core.schedules import NEVER, Definition, next_fire_ms, schedule_reads, score, unpack
+from ..core.schedules import schedule_reads, unpack
 from ..errors import InvalidArgument
 from ..keys import QueueKeys
 from ..settings import parse_rate, to_ms
@@ -32,7 +31,7 @@ from .analyse import (
     flow_ok,
     keeps_timer,
     plan,
-    readable,
+    schedule_score,
 )
 from .scan import Snapshot, batched, read_sets, read_view
 
@@ -145,26 +144,18 @@ class Repairer:
         return (yield from _transact([tk], decide))
 
     def reindex_schedule(self, f: Finding) -> Op[bool]:
-        """Drop the index entry of a schedule that is gone, score a paused one inf, and give
-        one missing from the index its next fire from now (as a resume does); the WATCH keeps
-        a fire or upsert meanwhile whole."""
+        """Score a schedule's index entry as its state says (or drop the entry of a schedule
+        that is gone); the WATCH on the state keeps a fire or upsert meanwhile whole."""
         k, sid = self.k, f.subject
 
         def decide() -> Op[list[Command] | None]:
-            (sec, _), *parts = yield [("TIME",), *schedule_reads(k, [sid])]
-            state, dump, body, found = (ok(part)[0] for part in parts)
-            raw = unpack(state, dump, body, None)
+            parts = yield schedule_reads(k, [sid])
+            state, dump, body = (ok(part)[0] for part in parts)
+            raw = unpack(state, dump, body)
             if not raw:
                 return [("ZREM", k.schedules, sid)]
-            if not readable(raw):
-                return None
-            paused = raw.get(b"p") == b"1"
-            if paused:
-                return [] if found is not None and float(found) == math.inf else [("ZADD", k.schedules, NEVER, sid)]
-            if found is not None:
-                return []
-            nxt = next_fire_ms(Definition.load(raw[b"d"]), int(raw[b"a"]), int(sec) * 1000)
-            return [("ZADD", k.schedules, score(nxt, False), sid)]
+            want = schedule_score(raw)
+            return None if want is None else [("ZADD", k.schedules, str(want), sid)]
 
         return (yield from _transact([k.schedule_state, k.schedule_defs, k.schedules], decide))
 

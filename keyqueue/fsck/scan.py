@@ -55,7 +55,7 @@ class Snapshot:
     broken: set[str] = field(default_factory=set)  # keys of the wrong type
     now: int = 0  # server time, ms
     schedule_index: dict[str, float] = field(default_factory=dict)  # id -> score
-    #: id -> the schedule's fields (schedules.unpack, n only while paused), and ids with a
+    #: id -> the schedule's fields (schedules.unpack), and ids with a
     #: definition or body but no state (no schedule).
     schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     schedule_strays: set[str] = field(default_factory=set)
@@ -114,7 +114,7 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     parts = [k.schedule_state, k.schedule_defs, k.schedule_bodies]
     if not any(key in s.broken for key in parts):
         states, dumps, bodies = (hash_reply(ok(raw)) for raw in (yield [("HGETALL", key) for key in parts]))
-        s.schedules = {name(i): unpack(st, dumps.get(i), bodies.get(i), None) for i, st in states.items()}
+        s.schedules = {name(i): unpack(st, dumps.get(i), bodies.get(i)) for i, st in states.items()}
         s.schedule_strays = {name(i) for i in (dumps.keys() | bodies.keys()) - states.keys()}
     flow = [n for n in types if (n == k.throttle or n.startswith(k.rate(0)[:-1])) and n not in s.broken]
     got = yield from batched([cmd for n in flow for cmd in (("GET", n), ("PTTL", n))])

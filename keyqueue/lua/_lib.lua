@@ -150,12 +150,13 @@ local function make_waiting_all(queue, items, ids)
 end
 
 -- A schedule's state (schedule_state: v:f:l:m:a:p:n) after a fire of m messages, the latest
--- for fire time `last`, that skipped `missed` fire times: nil when it cannot be read.
-local function state_fired(s, m, last, missed)
-  local v, f, l, mi, rest = string.match(s, '^(%d+):(%d+):(%d*):(%d+):(%d+:[01]:%d*)$')
+-- for fire time `last`, that skipped `missed` fire times and moved the next fire to `nxt`
+-- ('' = none): nil when it cannot be read.
+local function state_fired(s, m, last, missed, nxt)
+  local v, f, l, mi, rest = string.match(s, '^(%d+):(%d+):(%d*):(%d+):(%d+:[01]:)%d*$')
   if not v then return nil end
   if m > 0 then l = last end
-  return fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest
+  return fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest .. nxt
 end
 
 -- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the

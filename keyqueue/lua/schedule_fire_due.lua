@@ -15,18 +15,18 @@
   states written with one HSET: a fire's own call is the HSET of its message.
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
-  ('' = none), due entries looked at, then id, index score of each due schedule left to the
-  client}.
+  ('' = none), due entries looked at, then id, next fire of each due schedule left to the
+  client ('nan' when its state cannot be read)}.
 ]]
 local bad = {}
 local now = now_ms()
 -- The due entries of the head, then the first one after them (when fewer than the look's
 -- size are due): no more is read from an index of schedules that are not due.
 local limit = tonumber(ARGV[5])
-local head = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+-- (Their ids only: each one's next fire is in its state too, and scores cost a conversion each.)
+local due = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit)
 if #bad > 0 then return corrupt(bad[1]) end
-local due, scores_read, soonest = {}, {}, nil
-for i = 1, #head, 2 do due[#due + 1] = head[i]; scores_read[#scores_read + 1] = head[i + 1] end
+local soonest = nil
 local looked = #due
 if looked < limit then
   local after = rcall('ZRANGE', KEYS[1], '(' .. fmt(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
@@ -70,15 +70,17 @@ local function every_of(d)
   return known
 end
 
--- The next fire time of schedule i when it fires here, and its state after the fire; else nil.
--- (A state v:f:l:m:a:p:n of a schedule not paused: its fire writes v+1:f+1:<fire time>:m:a:0:.)
+-- The next fire time of schedule i when it fires here (a number and its text), and its state
+-- after the fire; else
+-- nil. (A state v:f:l:m:a:p:n of a schedule not paused: its fire writes v+1:f+1:n:m:a:0:<next>.)
+local fires = {}
 local function next_of(i)
   local s, d = states[i], dumps[i]
   if not s or not d then return nil end
-  local v, f, tail, a = string.match(s, '^(%d+):(%d+):%d*:(%d+:(%d+):0:)$')
+  local v, f, mid, a, nf = string.match(s, '^(%d+):(%d+):%d*:(%d+:(%d+):0:)(%d+)$')
   if not v then return nil end
-  local nxt = tonumber(scores_read[i])
-  if not nxt then return nil end
+  local nxt = tonumber(nf)
+  fires[i] = nf
   local e = every_of(d)
   if not e then return nil end
   local age = now - nxt
@@ -88,19 +90,20 @@ local function next_of(i)
   if nxt < base then return nil end
   local t = nxt - (nxt - base) % e.every + e.every
   if t <= now or (e.stop and t > e.stop) then return nil end
-  return t, fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + 1) .. ':' .. scores_read[i] .. ':' .. tail
+  local ts = fmt(t)
+  return t, ts, fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + 1) .. ':' .. nf .. ':' .. mid .. ts
 end
 
 local nexts, written, total = {}, {}, 0
 for i = 1, n do
-  local t, state = next_of(i)
-  nexts[i] = t
+  local t, ts, state = next_of(i)
+  nexts[i] = ts
   if t then
     total = total + 1
     written[#written + 1] = due[i]; written[#written + 1] = state
     if not soonest or t < soonest then soonest = t end
   else
-    out[#out + 1] = due[i]; out[#out + 1] = scores_read[i]
+    out[#out + 1] = due[i]; out[#out + 1] = fires[i] or 'nan'
   end
 end
 out[3] = total
@@ -113,13 +116,13 @@ local id = (tonumber(seq) or 0)
 rcall('INCRBY', KEYS[2], total)
 local waiting, scores = {}, {}
 for i = 1, n do
-  local t = nexts[i]
-  if t then
+  local ts = nexts[i]
+  if ts then
     id = id + 1
     local ids = fmt(id)
-    write_item(BASE .. 'item:' .. ids, bodies[i] or '', chunk, 't', now_s, 's', scores_read[i], 'n', '0')
+    write_item(BASE .. 'item:' .. ids, bodies[i] or '', chunk, 't', now_s, 's', fires[i], 'n', '0')
     waiting[#waiting + 1] = ids
-    scores[#scores + 1] = fmt(t); scores[#scores + 1] = due[i]
+    scores[#scores + 1] = ts; scores[#scores + 1] = due[i]
   end
 end
 make_waiting_all(KEYS[3], KEYS[4], waiting)

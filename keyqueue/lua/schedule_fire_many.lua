@@ -8,8 +8,8 @@
   KEYS[11] schedule_bodies
   ARGV[3] bytes per body field  ARGV[4] bucket ms
   ARGV[5..] per fire: schedule id, version, next fire (ms), definition and anchor read (a
-  schedule made again may reach the same version and next fire), index score (inf: no more,
-  or paused), missed fire times, message count m, then m pairs of fire ms, due ms (due later
+  schedule made again may reach the same version and next fire), next fire ms ('' = no
+  more), index score, missed fire times, message count m, then m pairs of fire ms, due ms (due later
   than now: a delayed message)
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, first id of each fire (0: the schedule changed, nothing done)}:
@@ -24,13 +24,12 @@ local a = 5
 while a <= #ARGV do
   at[#at + 1] = a
   ids[#ids + 1] = ARGV[a]
-  a = a + 8 + 2 * tonumber(ARGV[a + 7])
+  a = a + 9 + 2 * tonumber(ARGV[a + 8])
 end
 local n = #ids
 local states = checked(bad, 'HMGET', KEYS[9], unpack(ids))
 local defs = checked(bad, 'HMGET', KEYS[10], unpack(ids))
 local bodies = checked(bad, 'HMGET', KEYS[11], unpack(ids))
-local scores = checked(bad, 'ZMSCORE', KEYS[1], unpack(ids))
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'zset', KEYS[8], 'hash'})
 if wrong then return corrupt(wrong) end
@@ -43,11 +42,10 @@ for i = 1, n do
   local s = states[i]
   go[i] = false
   if s and defs[i] == ARGV[b + 3] then
-    local v, an, p, nx = string.match(s, '^(%d+):%d+:%d*:%d+:(%d+):([01]):(%d*)$')
-    if p ~= '1' then nx = scores[i] and scores[i] ~= 'inf' and scores[i] or '' end
+    local v, an, nx = string.match(s, '^(%d+):%d+:%d*:%d+:(%d+):[01]:(%d*)$')
     go[i] = v == ARGV[b + 1] and nx == ARGV[b + 2] and an == ARGV[b + 4]
   end
-  if go[i] then total = total + tonumber(ARGV[b + 7]) end
+  if go[i] then total = total + tonumber(ARGV[b + 8]) end
 end
 
 local now = now_ms()
@@ -62,14 +60,14 @@ for i = 1, n do
   out[i + 1] = 0
   if go[i] then
     local b = at[i]
-    local m = tonumber(ARGV[b + 7])
+    local m = tonumber(ARGV[b + 8])
     local body = bodies[i] or ''
     out[i + 1] = fmt(next_id)
     for j = 1, m do
       local id = fmt(next_id)
       next_id = next_id + 1
       local ik = BASE .. 'item:' .. id
-      local fire, due = ARGV[b + 6 + 2 * j], tonumber(ARGV[b + 7 + 2 * j])
+      local fire, due = ARGV[b + 7 + 2 * j], tonumber(ARGV[b + 8 + 2 * j])
       if due > now then
         write_item(ik, body, chunk, 't', now_s, 's', fire, 'n', '0', 'd', fmt(due))
         timer_add(KEYS[5], id, due, bucket_ms)
@@ -79,8 +77,8 @@ for i = 1, n do
       end
     end
     written[#written + 1] = ids[i]
-    written[#written + 1] = state_fired(states[i], m, ARGV[b + 6 + 2 * m], tonumber(ARGV[b + 6]))
-    scored[#scored + 1] = ARGV[b + 5]; scored[#scored + 1] = ids[i]
+    written[#written + 1] = state_fired(states[i], m, ARGV[b + 7 + 2 * m], tonumber(ARGV[b + 7]), ARGV[b + 5])
+    scored[#scored + 1] = ARGV[b + 6]; scored[#scored + 1] = ids[i]
   end
 end
 make_waiting_all(KEYS[3], KEYS[4], waiting)

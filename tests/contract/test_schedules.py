@@ -259,19 +259,21 @@ def test_many_queues_upserting_and_firing_give_one_message_per_fire_time(make_qu
 
 
 def test_check_finds_and_repairs_the_schedule_index(q: Queue, r: redis.Redis) -> None:
-    made = q.schedule("a", every=3600, start=time.time() - 60)
+    made = q.schedule("a", every=60)
     q.schedule("b", every=60)
+    q.schedule("c", every=60)
     assert q.pause_schedule("b")
     sound = q.check(settle=0)
     assert sound.consistent and sound.problems == []
-    r.zadd("kq:{q}:schedules", {"b": 7, "gone": 9})
-    r.zrem("kq:{q}:schedules", "a")  # lost: the index alone keeps a running schedule's next fire
+    r.zadd("kq:{q}:schedules", {"a": 5, "b": 7, "gone": 9})
+    r.zrem("kq:{q}:schedules", "c")
     found = q.check(settle=0)
-    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "gone"])]
+    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "c", "gone"])]
     assert q.check(repair=True, settle=0).consistent
     assert q.check(settle=0).problems == []
     assert r.zscore("kq:{q}:schedules", "b") == float("inf") and r.zscore("kq:{q}:schedules", "gone") is None
     assert made.next_fire is not None and r.zscore("kq:{q}:schedules", "a") == made.next_fire * 1000
+    assert r.zscore("kq:{q}:schedules", "c") == int(stored_schedule(r, "c")[b"n"])
 
 
 def test_check_finds_and_repairs_schedule_parts_without_a_schedule(q: Queue, r: redis.Redis) -> None:

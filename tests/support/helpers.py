@@ -114,7 +114,7 @@ def stored_schedule(r: redis.Redis, sid: str, name: str = "q") -> dict[bytes, by
     """A schedule's fields as stored (schedules.unpack: d, b, v, f, l, m, a, p, n; {} when absent)."""
     k = QueueKeys("kq", name)
     p = r.pipeline(transaction=False)
-    p.hget(k.schedule_state, sid).hget(k.schedule_defs, sid).hget(k.schedule_bodies, sid).zscore(k.schedules, sid)
+    p.hget(k.schedule_state, sid).hget(k.schedule_defs, sid).hget(k.schedule_bodies, sid)
     return unpack(*p.execute())
 
 

@@ -122,7 +122,7 @@ class Schedules(CommandBase):
                     tx.append(("HSET", k.item(mid), *head, *body_fields(body, self.field_bytes)))
                     waiting.append(mid)
             last = f.messages[-1][0] if f.messages else None
-            states += [f.schedule_id, fired_state(f.read, len(mine), last, f.missed)]
+            states += [f.schedule_id, fired_state(f.read, len(mine), last, f.missed, f.next_ms)]
             tx.append(("ZADD", k.schedules, f.score, f.schedule_id))
         if states:
             tx.append(("HSET", k.schedule_state, *states))

@@ -35,7 +35,7 @@ class Schedules(ScriptBase):
         args: list[Any] = [self.field_bytes, bucket_ms]
         for f in fires:
             args += (f.schedule_id, f.version, "" if f.read_next_ms is None else f.read_next_ms, f.definition)
-            args += (f.anchor_ms, f.score, f.missed, len(f.messages))
+            args += (f.anchor_ms, "" if f.next_ms is None else f.next_ms, f.score, f.missed, len(f.messages))
             for pair in f.messages:
                 args += pair
         missing, *firsts = yield from self.call("schedule_fire_many", keys, args)
