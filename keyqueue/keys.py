@@ -61,6 +61,9 @@ FIXED_TYPES = {
     "counters": "hash",
     "meta": "hash",
     "schedules": "zset",
+    "schedule_state": "hash",
+    "schedule_defs": "hash",
+    "schedule_bodies": "hash",
     "throttle": "string",
     "shards": "string",
     "groups": "hash",
@@ -72,7 +75,6 @@ FAMILY_TYPES = {
     "dedup:": "string",
     "routed:": "string",
     "stream:": "hash",
-    "schedule:": "hash",
     "rate:": "string",
     "group:": "list",
 }
@@ -149,9 +151,21 @@ class QueueKeys:
         paused or ended), so a firer reads the due ones from its head."""
         return self.base + "schedules"
 
-    def schedule(self, schedule_id: str) -> str:
-        """One schedule: its definition, body, next and last fire, counts and version."""
-        return f"{self.base}schedule:{schedule_id}"
+    @property
+    def schedule_state(self) -> str:
+        """Each schedule's state, a field per id packed as ``v:f:l:m:a:p:n`` (version, fired,
+        last fire, missed, anchor, paused, next fire): a schedule exists while it has one. Shared by the queue's schedules, so a look fires many with one read and one write."""
+        return self.base + "schedule_state"
+
+    @property
+    def schedule_defs(self) -> str:
+        """Each schedule's definition (JSON), a field per id."""
+        return self.base + "schedule_defs"
+
+    @property
+    def schedule_bodies(self) -> str:
+        """Each schedule's message body, a field per id."""
+        return self.base + "schedule_bodies"
 
     @property
     def throttle(self) -> str:

@@ -41,8 +41,9 @@ class FireCall(NamedTuple):
     score: str
     missed: int
     messages: Sequence[tuple[int, int]]
-    #: The body read (a backend with ``watched_fires``; a script reads it itself).
-    body: bytes = b""
+    #: The schedule as read (a backend with ``watched_fires``: its body and state; a script
+    #: reads them itself).
+    read: dict[bytes, bytes] = {}
 
 
 @dataclass(frozen=True)
@@ -198,8 +199,9 @@ class Backend(Protocol):
     # -- schedules: read, then a compare-and-set on the version read ------------------------
 
     def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
-        """The server time (ms) and the schedule's hash ({} when absent); the script-free
-        mode WATCHes it until the put or fire that follows, or ``schedule_done``."""
+        """The server time (ms) and the schedule's fields (schedules.unpack; {} when absent);
+        the script-free mode WATCHes its keys until the put or fire that follows, or
+        ``schedule_done``."""
         ...
 
     def schedule_done(self) -> Op[None]:
@@ -207,15 +209,18 @@ class Backend(Protocol):
         ...
 
     def schedule_put(
-        self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
-    ) -> Op[bool]: ...
+        self, schedule_id: str, version: str, score: str, state: bytes, made: tuple[bytes, bytes] | None
+    ) -> Op[bool]:
+        """Write a schedule's state, index score and (``made``) definition and body, if its
+        version is still ``version`` ('' = no schedule)."""
+        ...
 
     #: Whether the fires of ``schedule_fire_many`` hold only if their schedules were read by
     #: the ``schedule_get_many`` just before (which WATCHes them): then every fire reads first.
     watched_fires: bool
 
     def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
-        """The schedules' hashes ({} for one absent), in one round trip."""
+        """The schedules' fields ({} for one absent), in one round trip."""
         ...
 
     def schedule_fire_many(self, fires: Sequence[FireCall], bucket_ms: int) -> Op[tuple[list[bool], bool]]:

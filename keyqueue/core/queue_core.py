@@ -48,7 +48,10 @@ from .schedules import (
     check_id,
     definition,
     next_fire_ms,
+    pack_state,
     plan_fire,
+    schedule_raws,
+    schedule_reads,
     score,
     stored,
 )
@@ -515,7 +518,7 @@ class QueueCore:
         # Those still there are found in one round trip: a queue without settings of its own
         # has no config hash, so this runs once a second while it is written to, and reading
         # each schedule would cost a round trip per schedule every time.
-        there = (yield [("EXISTS", k.schedule(sid)) for sid, _ in upserted]) if upserted else []
+        there = (yield [("HEXISTS", k.schedule_state, sid) for sid, _ in upserted]) if upserted else []
         for (sid, (d, data, anchor)), found in zip(upserted, there):
             if found != 1:
                 yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
@@ -1034,20 +1037,16 @@ class QueueCore:
             a = int(raw[b"a"]) if b"a" in raw else now if anchor is None else anchor
             nxt = next_fire_ms(d, a, now)
             version = text(raw.get(b"v", b""))
-            fresh = {b"d": dump.encode(), b"b": data, b"a": str(a).encode(), b"v": str(int(version or 0) + 1).encode()}
-            if not raw:
-                fresh.update({b"f": b"0", b"m": b"0", b"p": b"0"})
-            drop = ["n"] if nxt is None and b"n" in raw else []
+            merged = {**raw, b"d": dump.encode(), b"b": data, b"a": str(a).encode()}
+            merged[b"v"] = str(int(version or 0) + 1).encode()
+            merged.pop(b"n", None)
             if nxt is not None:
-                fresh[b"n"] = str(nxt).encode()
+                merged[b"n"] = str(nxt).encode()
             paused = raw.get(b"p") == b"1"
-            fields = [x for pair in fresh.items() for x in pair]
-            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), drop, fields)):
+            state = pack_state(merged)
+            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), state, (dump.encode(), data))):
                 self.upserted[sid] = (d, data, a)
                 self.fire_at = 0.0
-                merged = {**raw, **fresh}
-                if nxt is None:
-                    merged.pop(b"n", None)
                 return self.decoded(sid, merged)
         raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing while it was written; try again")
 
@@ -1055,7 +1054,13 @@ class QueueCore:
         sid = check_id(schedule_id)
         self.upserted.pop(sid, None)
         self.known.pop(sid, None)
-        commands: list[Command] = [("DEL", self.keys.schedule(sid)), ("ZREM", self.keys.schedules, sid)]
+        k = self.keys
+        commands: list[Command] = [
+            ("HDEL", k.schedule_state, sid),
+            ("HDEL", k.schedule_defs, sid),
+            ("HDEL", k.schedule_bodies, sid),
+            ("ZREM", k.schedules, sid),
+        ]
         replies = yield from transaction(commands, self.replication)
         raise_errors(commands, replies or [], self.keys.schedules)
         return bool(replies and replies[0])
@@ -1070,16 +1075,14 @@ class QueueCore:
                 yield from self.ops.schedule_done()
                 return bool(raw)
             version = text(raw.get(b"v", b""))
-            fields: list[str | bytes] = ["p", "1" if paused else "0", "v", str(int(version or 0) + 1)]
-            drop: list[str] = []
+            changed = {**raw, b"p": b"1" if paused else b"0", b"v": str(int(version or 0) + 1).encode()}
             nxt = None if b"n" not in raw else int(raw[b"n"])
             if not paused:
                 nxt = next_fire_ms(Definition.load(raw[b"d"]), int(raw[b"a"]), now)
-                if nxt is None:
-                    drop = ["n"]
-                else:
-                    fields += ["n", str(nxt)]
-            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), drop, fields)):
+            changed.pop(b"n", None)
+            if nxt is not None:
+                changed[b"n"] = str(nxt).encode()
+            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), pack_state(changed), None)):
                 self.fire_at = 0.0
                 return True
         raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing; try again")
@@ -1092,20 +1095,16 @@ class QueueCore:
         names = sorted(text(i) for i in ids)
         if not names:
             return []
-        replies = yield [("HGETALL", k.schedule(i)) for i in names]
-        out = []
-        for sid, raw in zip(names, replies):
-            if isinstance(raw, Exception):
-                raise error_for(raw, k.schedule(sid))
-            if raw:
-                out.append(self.decoded(sid, hash_reply(raw)))
-        return out
+        reads = schedule_reads(k, names)
+        replies = yield reads
+        raise_errors(reads, replies, k.schedule_state)
+        return [self.decoded(sid, raw) for sid, raw in zip(names, schedule_raws(replies)) if raw]
 
     def decoded(self, sid: str, raw: dict[bytes, bytes]) -> Schedule:
         try:
             return stored(sid, raw)
         except (KeyError, ValueError, TypeError):
-            raise CorruptQueue(self.keys.schedule(sid), "holds a schedule keyqueue cannot read") from None
+            raise CorruptQueue(self.keys.schedule_state, f"holds a schedule keyqueue cannot read ({sid})") from None
 
     def fire_schedule(self, schedule_id: object) -> Op[str]:
         """One message now; the schedule's next fire, interval and pause stay as they are."""
@@ -1276,7 +1275,7 @@ class QueueCore:
                         score(p.next_ms, False),
                         p.missed,
                         p.messages,
-                        read[sid].get(b"b", b"") if watched else b"",
+                        read[sid] if watched else {},
                     )
                     for sid, k, p in calls
                 ],
@@ -1306,8 +1305,8 @@ class QueueCore:
 
     def drop_stale(self, sid: str) -> Op[None]:
         """Take an id whose schedule is gone out of the index, unless it came back meanwhile."""
-        key = self.keys.schedule(sid)
-        exists = (yield [("WATCH", key), ("EXISTS", key)])[1]
+        key = self.keys.schedule_state
+        exists = (yield [("WATCH", key), ("HEXISTS", key, sid)])[1]
         if exists:
             yield [("UNWATCH",)]
             return

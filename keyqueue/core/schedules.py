@@ -15,13 +15,14 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from ..errors import InvalidSchedule
-from ..keys import NAME_RE
+from ..keys import NAME_RE, QueueKeys
+from .roundtrip import Command
 
 CATCH_UP = ("one", "all", "none")
 #: Messages one fire enqueues at most with catch_up="all" (older fire times are missed).
@@ -383,13 +384,69 @@ def score(next_ms: int | None, paused: bool) -> str:
     return NEVER if paused or next_ms is None else str(next_ms)
 
 
+#: The fields of a schedule's state, packed in this order, ':' between (QueueKeys.schedule_state):
+#: version, fired, last fire ms, missed, anchor ms, paused, next fire ms (empty: none).
+STATE_FIELDS = (b"v", b"f", b"l", b"m", b"a", b"p", b"n")
+_STATE_DEFAULTS = {b"f": b"0", b"m": b"0", b"p": b"0"}
+
+
+def pack_state(raw: dict[bytes, bytes]) -> bytes:
+    """A schedule's state field from its fields (v and a are required)."""
+    return b":".join(raw.get(f, _STATE_DEFAULTS.get(f, b"")) for f in STATE_FIELDS)
+
+
+def fired_state(raw: dict[bytes, bytes], messages: int, last_ms: int | None, missed: int, next_ms: int | None) -> bytes:
+    """The state a fire leaves (the schedule as read: its version one up, the counts grown,
+    its next fire moved on); the scripts do the same in Lua."""
+    out = {**raw, b"v": str(int(raw[b"v"]) + 1).encode()}
+    out.pop(b"n", None)
+    if next_ms is not None:
+        out[b"n"] = str(next_ms).encode()
+    out[b"f"] = str(int(raw.get(b"f", 0)) + messages).encode()
+    out[b"m"] = str(int(raw.get(b"m", 0)) + missed).encode()
+    if messages and last_ms is not None:
+        out[b"l"] = str(last_ms).encode()
+    return pack_state(out)
+
+
+def unpack(state: bytes | None, dump: bytes | None, body: bytes | None) -> dict[bytes, bytes]:
+    """A schedule's stored parts as one dict of fields (d, b and those of STATE_FIELDS): {}
+    without a state (no schedule). A state keyqueue cannot read gives none of its fields
+    (reading it fails; an upsert writes it whole again)."""
+    if state is None:
+        return {}
+    values = bytes(state).split(b":")
+    raw: dict[bytes, bytes] = {}
+    if len(values) == len(STATE_FIELDS):
+        raw = {f: v for f, v in zip(STATE_FIELDS, values) if v}
+    if dump is not None:
+        raw[b"d"] = dump
+    raw[b"b"] = body or b""
+    return raw
+
+
+def schedule_reads(k: QueueKeys, ids: Sequence[str]) -> list[Command]:
+    """What reads schedules (ids not empty) in one round trip: schedule_raws decodes the replies."""
+    return [
+        ("HMGET", k.schedule_state, *ids),
+        ("HMGET", k.schedule_defs, *ids),
+        ("HMGET", k.schedule_bodies, *ids),
+    ]
+
+
+def schedule_raws(replies: Sequence[Any]) -> list[dict[bytes, bytes]]:
+    """The replies of schedule_reads as one dict of fields per schedule ({} for one absent)."""
+    states, dumps, bodies = replies
+    return [unpack(*parts) for parts in zip(states, dumps, bodies)]
+
+
 def _opt_int(raw: dict[bytes, bytes], field: bytes) -> int | None:
     v = raw.get(field)
     return None if v is None else int(v)
 
 
 def stored(schedule_id: str, raw: dict[bytes, bytes]) -> Schedule:
-    """A schedule's hash (fields d, b, a, n, l, f, m, p, v) as a Schedule."""
+    """A schedule's fields (d, b, a, n, l, f, m, p, v: unpack) as a Schedule."""
     d = Definition.load(raw[b"d"])
     n, last = _opt_int(raw, b"n"), _opt_int(raw, b"l")
     return Schedule(

@@ -40,6 +40,7 @@ WRONG_TYPE = "wrong-type"
 STRAY_FIELDS = "stray-fields"
 SCHEDULE_INDEX = "schedule-index"
 BAD_SCHEDULE = "bad-schedule"
+SCHEDULE_STRAY = "schedule-stray"
 BAD_FLOW = "bad-flow-key"
 GROUP_COUNT = "group-count"
 GROUP_ENTRY = "group-entry"
@@ -65,7 +66,9 @@ KINDS: dict[str, str] = {
     TIMER_INDEX: "timer buckets missing from the index or indexed after their earliest timer",
     SCHEDULE_INDEX: "schedules missing from the schedule index or scored unlike their next fire, "
     "and index entries without a schedule",
-    BAD_SCHEDULE: "schedule hashes keyqueue cannot read (never changed by repair: upsert them again)",
+    BAD_SCHEDULE: "schedules keyqueue cannot read, or state without a definition (never changed by repair: "
+    "upsert them again)",
+    SCHEDULE_STRAY: "schedule definitions or bodies without a schedule (no state)",
     BAD_FLOW: "rate-limit window counters or the throttle holding something other than a whole number, or "
     "without an expiry (a claim that died between its two commands): they would last for ever",
     GROUP_COUNT: "message groups whose count of released messages is not what their messages show, or that "
@@ -297,27 +300,33 @@ def flow_ok(value: bytes | None, ttl: int) -> bool:
 
 
 def schedule_score(raw: dict[bytes, bytes]) -> float | None:
-    """The index score a schedule's hash calls for; None when the hash cannot be read."""
+    """The index score a schedule's fields (schedules.unpack) call for; None when they cannot
+    be read."""
     try:
         stored("", raw)
+        int(raw[b"v"]), int(raw[b"a"])
         return float(score(None if b"n" not in raw else int(raw[b"n"]), raw.get(b"p") == b"1"))
     except (KeyError, ValueError, TypeError):
         return None
 
 
 def schedule_findings(s: Snapshot, k: QueueKeys) -> list[Finding]:
+    """A schedule exists while it has a state: the index must score it as its state says and
+    hold nothing else; its definition and body go with it."""
+    if any(key in s.broken for key in (k.schedule_state, k.schedule_defs, k.schedule_bodies)):
+        return []
     out = []
     for sid in sorted(set(s.schedules) | set(s.schedule_index)):
         raw = s.schedules.get(sid)
         if raw is None:
-            if k.schedule(sid) not in s.broken:
-                out.append(Finding(SCHEDULE_INDEX, sid))
+            out.append(Finding(SCHEDULE_INDEX, sid))
             continue
         want = schedule_score(raw)
         if want is None:
             out.append(Finding(BAD_SCHEDULE, sid))
         elif s.schedule_index.get(sid) != want:
             out.append(Finding(SCHEDULE_INDEX, sid))
+    out += [Finding(SCHEDULE_STRAY, sid) for sid in sorted(s.schedule_strays)]
     return out
 
 

@@ -9,8 +9,9 @@ from typing import Callable, Sequence
 
 from redis.exceptions import ResponseError
 
-from ..core.replies import hash_reply, int_or, ok, text
+from ..core.replies import int_or, ok, text
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
+from ..core.schedules import schedule_reads, unpack
 from ..errors import InvalidArgument
 from ..keys import QueueKeys
 from ..settings import parse_rate, to_ms
@@ -22,6 +23,7 @@ from .analyse import (
     HELD_COUNT,
     ID_KINDS,
     SCHEDULE_INDEX,
+    SCHEDULE_STRAY,
     STALE_LIST,
     STALE_TIMER,
     TIMER_INDEX,
@@ -60,6 +62,7 @@ class Repairer:
             STALE_LIST: self.drop_list_entries,
             EMPTY_INDEX: self.drop_index_entry,
             SCHEDULE_INDEX: self.reindex_schedule,
+            SCHEDULE_STRAY: self.drop_schedule_parts,
             BAD_FLOW: self.fix_flow_key,
             GROUP_ENTRY: self.drop_group_entry,
             GROUP_COUNT: self.recount_group,
@@ -141,19 +144,30 @@ class Repairer:
         return (yield from _transact([tk], decide))
 
     def reindex_schedule(self, f: Finding) -> Op[bool]:
-        """Score a schedule's index entry as its hash says (or drop the entry of a schedule
-        that is gone); the WATCH on the hash keeps a fire or upsert meanwhile whole."""
-        key = self.k.schedule(f.subject)
+        """Score a schedule's index entry as its state says (or drop the entry of a schedule
+        that is gone); the WATCH on the state keeps a fire or upsert meanwhile whole."""
+        k, sid = self.k, f.subject
 
         def decide() -> Op[list[Command] | None]:
-            (raw,) = yield [("HGETALL", key)]
-            fields = hash_reply(ok(raw))
-            if not fields:
-                return [("ZREM", self.k.schedules, f.subject)]
-            want = schedule_score(fields)
-            return None if want is None else [("ZADD", self.k.schedules, str(want), f.subject)]
+            parts = yield schedule_reads(k, [sid])
+            state, dump, body = (ok(part)[0] for part in parts)
+            raw = unpack(state, dump, body)
+            if not raw:
+                return [("ZREM", k.schedules, sid)]
+            want = schedule_score(raw)
+            return None if want is None else [("ZADD", k.schedules, str(want), sid)]
 
-        return (yield from _transact([key, self.k.schedules], decide))
+        return (yield from _transact([k.schedule_state, k.schedule_defs, k.schedules], decide))
+
+    def drop_schedule_parts(self, f: Finding) -> Op[bool]:
+        """Delete the definition and body of an id that has no schedule (no state)."""
+        k, sid = self.k, f.subject
+
+        def decide() -> Op[list[Command] | None]:
+            (there,) = yield [("HEXISTS", k.schedule_state, sid)]
+            return [] if ok(there) else [("HDEL", k.schedule_defs, sid), ("HDEL", k.schedule_bodies, sid)]
+
+        return (yield from _transact([k.schedule_state], decide))
 
     def fix_flow_key(self, f: Finding) -> Op[bool]:
         """A throttle expires at the time it holds; a window counter at its window's end (by

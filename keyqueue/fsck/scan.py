@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..core.replies import hash_reply, int_or, name, ok, scored, text
 from ..core.roundtrip import Command, Op
+from ..core.schedules import unpack
 from ..keys import QueueKeys
 
 #: Keys whose wrong type makes every other check meaningless.
@@ -54,7 +55,10 @@ class Snapshot:
     broken: set[str] = field(default_factory=set)  # keys of the wrong type
     now: int = 0  # server time, ms
     schedule_index: dict[str, float] = field(default_factory=dict)  # id -> score
-    schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)  # id -> its hash
+    #: id -> the schedule's fields (schedules.unpack), and ids with a
+    #: definition or body but no state (no schedule).
+    schedules: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    schedule_strays: set[str] = field(default_factory=set)
     #: Flow-control keys (rate-limit window counters, the throttle): name -> (value, PTTL ms)
     flow: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
     #: Message groups: id -> (g, j set?) of each grouped item, the groups hash, each group's
@@ -107,13 +111,11 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     if k.schedules not in s.broken:
         (index,) = yield [("ZRANGE", k.schedules, 0, -1, "WITHSCORES")]
         s.schedule_index = {name(m): sc for m, sc in scored(ok(index))}
-    schedule_base = k.schedule("")
-    sids = sorted(n[len(schedule_base) :] for n in types if n.startswith(schedule_base) and n not in s.broken)
-    for sid, raw in zip(sids, (yield from batched([("HGETALL", k.schedule(i)) for i in sids]))):
-        if isinstance(raw, Exception):
-            s.broken.add(k.schedule(sid))
-        elif raw:
-            s.schedules[sid] = hash_reply(raw)
+    parts = [k.schedule_state, k.schedule_defs, k.schedule_bodies]
+    if not any(key in s.broken for key in parts):
+        states, dumps, bodies = (hash_reply(ok(raw)) for raw in (yield [("HGETALL", key) for key in parts]))
+        s.schedules = {name(i): unpack(st, dumps.get(i), bodies.get(i)) for i, st in states.items()}
+        s.schedule_strays = {name(i) for i in (dumps.keys() | bodies.keys()) - states.keys()}
     flow = [n for n in types if (n == k.throttle or n.startswith(k.rate(0)[:-1])) and n not in s.broken]
     got = yield from batched([cmd for n in flow for cmd in (("GET", n), ("PTTL", n))])
     for j, n in enumerate(flow):

@@ -1,8 +1,7 @@
 --[[
   Shared by every script (prepended at load time).
   Convention for every script:
-    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>", "timer:<bucket>"
-             and (schedule_fire_due) "schedule:<id>"
+    ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>" and "timer:<bucket>"
     ARGV[2]  clock override in epoch ms ('' = the server's TIME); tests use it to control time
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
     c current receipt, d timer ms (visibility deadline while processing, visible-at while
@@ -148,6 +147,16 @@ local function make_waiting_all(queue, items, ids)
     rcall('RPUSH', queue, unpack(ids, i, last))
     rcall('SADD', items, unpack(ids, i, last))
   end
+end
+
+-- A schedule's state (schedule_state: v:f:l:m:a:p:n) after a fire of m messages, the latest
+-- for fire time `last`, that skipped `missed` fire times and moved the next fire to `nxt`
+-- ('' = none): nil when it cannot be read.
+local function state_fired(s, m, last, missed, nxt)
+  local v, f, l, mi, rest = string.match(s, '^(%d+):(%d+):(%d*):(%d+):(%d+:[01]:)%d*$')
+  if not v then return nil end
+  if m > 0 then l = last end
+  return fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest .. nxt
 end
 
 -- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the

@@ -8,25 +8,25 @@
   jitter, several fire times behind, a paused or changed one, the last fire before the end)
   is left as it is for the client to plan and fire by schedule_fire_many.
   KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] signal  KEYS[6] config
-  KEYS[7] counters
+  KEYS[7] counters  KEYS[8] schedule_state  KEYS[9] schedule_defs  KEYS[10] schedule_bodies
   ARGV[3] bytes per body field  ARGV[4] late ms (catch_up none: older fire times are missed)
   ARGV[5] how many due entries of the index to look at, from its head (the earliest)
-  The schedules it fires are the due ones of that look; their keys are schedule:<id> (made
-  here, as item keys are).
+  The due schedules of that look are read with one HMGET of each shared hash, and their new
+  states written with one HSET: a fire's own call is the HSET of its message.
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
-  ('' = none), due entries looked at, then id, index score of each due schedule left to the
-  client}.
+  ('' = none), due entries looked at, then id, next fire of each due schedule left to the
+  client ('nan' when its state cannot be read)}.
 ]]
 local bad = {}
 local now = now_ms()
 -- The due entries of the head, then the first one after them (when fewer than the look's
 -- size are due): no more is read from an index of schedules that are not due.
 local limit = tonumber(ARGV[5])
-local head = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+-- (Their ids only: each one's next fire is in its state too, and scores cost a conversion each.)
+local due = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit)
 if #bad > 0 then return corrupt(bad[1]) end
-local due, scores_read, soonest = {}, {}, nil
-for i = 1, #head, 2 do due[#due + 1] = head[i]; scores_read[#scores_read + 1] = head[i + 1] end
+local soonest = nil
 local looked = #due
 if looked < limit then
   local after = rcall('ZRANGE', KEYS[1], '(' .. fmt(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
@@ -41,11 +41,9 @@ end
 local seq = checked(bad, 'GET', KEYS[2])
 local tokens = checked(bad, 'LLEN', KEYS[5])
 local n = #due
-local keys, reads = {}, {}
-for i = 1, n do
-  keys[i] = BASE .. 'schedule:' .. due[i]
-  reads[i] = checked(bad, 'HMGET', keys[i], 'n', 'p', 'd', 'a', 'v', 'f', 'b')
-end
+local states = checked(bad, 'HMGET', KEYS[8], unpack(due))
+local dumps = checked(bad, 'HMGET', KEYS[9], unpack(due))
+local bodies = checked(bad, 'HMGET', KEYS[10], unpack(due))
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash'})
 if wrong then return corrupt(wrong) end
@@ -72,30 +70,40 @@ local function every_of(d)
   return known
 end
 
--- The next fire time of schedule i when it fires here, else nil.
-local function next_of(f)
-  local nxt = tonumber(f[1])
-  if not nxt or f[2] == '1' or not f[3] or not f[4] or not tonumber(f[5]) then return nil end
-  local e = every_of(f[3])
+-- The next fire time of schedule i when it fires here (a number and its text), and its state
+-- after the fire; else
+-- nil. (A state v:f:l:m:a:p:n of a schedule not paused: its fire writes v+1:f+1:n:m:a:0:<next>.)
+local fires = {}
+local function next_of(i)
+  local s, d = states[i], dumps[i]
+  if not s or not d then return nil end
+  local v, f, mid, a, nf = string.match(s, '^(%d+):(%d+):%d*:(%d+:(%d+):0:)(%d+)$')
+  if not v then return nil end
+  local nxt = tonumber(nf)
+  fires[i] = nf
+  local e = every_of(d)
   if not e then return nil end
   local age = now - nxt
   if age < 0 or age >= e.every or (e.start and nxt < e.start) then return nil end
   if (e.grace and age > e.grace) or (e.none and age > late) then return nil end
-  local base = e.start or tonumber(f[4])
-  if not base or nxt < base then return nil end
+  local base = e.start or tonumber(a)
+  if nxt < base then return nil end
   local t = nxt - (nxt - base) % e.every + e.every
   if t <= now or (e.stop and t > e.stop) then return nil end
-  return t
+  local ts = fmt(t)
+  return t, ts, fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + 1) .. ':' .. nf .. ':' .. mid .. ts
 end
 
-local nexts, total = {}, 0
+local nexts, written, total = {}, {}, 0
 for i = 1, n do
-  nexts[i] = next_of(reads[i])
-  if nexts[i] then
+  local t, ts, state = next_of(i)
+  nexts[i] = ts
+  if t then
     total = total + 1
-    if not soonest or nexts[i] < soonest then soonest = nexts[i] end
+    written[#written + 1] = due[i]; written[#written + 1] = state
+    if not soonest or t < soonest then soonest = t end
   else
-    out[#out + 1] = due[i]; out[#out + 1] = scores_read[i]
+    out[#out + 1] = due[i]; out[#out + 1] = fires[i] or 'nan'
   end
 end
 out[3] = total
@@ -108,20 +116,21 @@ local id = (tonumber(seq) or 0)
 rcall('INCRBY', KEYS[2], total)
 local waiting, scores = {}, {}
 for i = 1, n do
-  local t = nexts[i]
-  if t then
-    local f = reads[i]
+  local ts = nexts[i]
+  if ts then
     id = id + 1
     local ids = fmt(id)
-    write_item(BASE .. 'item:' .. ids, f[7] or '', chunk, 't', now_s, 's', f[1], 'n', '0')
+    write_item(BASE .. 'item:' .. ids, bodies[i] or '', chunk, 't', now_s, 's', fires[i], 'n', '0')
     waiting[#waiting + 1] = ids
-    local ts = fmt(t)
-    rcall('HSET', keys[i], 'v', fmt(tonumber(f[5]) + 1), 'f', fmt((tonumber(f[6]) or 0) + 1), 'l', f[1], 'n', ts)
     scores[#scores + 1] = ts; scores[#scores + 1] = due[i]
   end
 end
 make_waiting_all(KEYS[3], KEYS[4], waiting)
-for i = 1, #scores, 1000 do rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores))) end
+for i = 1, #scores, 1000 do
+  local last = math.min(i + 999, #scores)
+  rcall('ZADD', KEYS[1], unpack(scores, i, last))
+  rcall('HSET', KEYS[8], unpack(written, i, last))
+end
 rcall('HINCRBY', KEYS[7], 'enqueued', total)
 rcall('HINCRBY', KEYS[7], 'scheduled', total)
 if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end

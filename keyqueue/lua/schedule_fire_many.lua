@@ -4,12 +4,13 @@
   (another firer fired or changed it), so each fire time gives one message whatever the
   number of firers. Its firer computed every fire (its messages and its next fire time).
   KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] timers  KEYS[6] signal
-  KEYS[7] config  KEYS[8] counters  KEYS[9..] schedule:<id> of each fire, in order
-  ARGV[3] bucket ms  ARGV[4] bytes per body field
-  ARGV[5..] per fire: version, next fire (ms), definition and anchor read (a schedule made
-  again may reach the same version and next fire), next fire ms ('' = no more), index score,
-  missed fire times, message count m, then m pairs of fire ms, due ms (due later than now: a
-  delayed message)
+  KEYS[7] config  KEYS[8] counters  KEYS[9] schedule_state  KEYS[10] schedule_defs
+  KEYS[11] schedule_bodies
+  ARGV[3] bytes per body field  ARGV[4] bucket ms
+  ARGV[5..] per fire: schedule id, version, next fire (ms), definition and anchor read (a
+  schedule made again may reach the same version and next fire), next fire ms ('' = no
+  more), index score, missed fire times, message count m, then m pairs of fire ms, due ms (due later
+  than now: a delayed message)
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, first id of each fire (0: the schedule changed, nothing done)}:
   a fire's ids are its first id and the ones after it, one per message.
@@ -17,48 +18,56 @@
 local bad = {}
 local seq = checked(bad, 'GET', KEYS[2])
 local tokens = checked(bad, 'LLEN', KEYS[6])
-checked(bad, 'ZSCORE', KEYS[1], 'x')
-local n = #KEYS - 8
-local reads = {}
-for i = 1, n do reads[i] = checked(bad, 'HMGET', KEYS[8 + i], 'v', 'n', 'f', 'm', 'b', 'd', 'a') end
+-- Where each fire's arguments start, and its schedule id.
+local at, ids = {}, {}
+local a = 5
+while a <= #ARGV do
+  at[#at + 1] = a
+  ids[#ids + 1] = ARGV[a]
+  a = a + 9 + 2 * tonumber(ARGV[a + 8])
+end
+local n = #ids
+local states = checked(bad, 'HMGET', KEYS[9], unpack(ids))
+local defs = checked(bad, 'HMGET', KEYS[10], unpack(ids))
+local bodies = checked(bad, 'HMGET', KEYS[11], unpack(ids))
 if #bad > 0 then return corrupt(bad[1]) end
 local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[5], 'zset', KEYS[8], 'hash'})
 if wrong then return corrupt(wrong) end
 if not_integer(seq) then return corrupt(KEYS[2]) end
 
--- Which fires still hold (the schedule is the one read), and where each one's ARGV start.
-local at, go, total = {}, {}, 0
-local a = 5
+-- Which fires still hold (the schedule is the one read).
+local go, total = {}, 0
 for i = 1, n do
-  at[i] = a
-  local m = tonumber(ARGV[a + 7])
-  local f = reads[i]
-  go[i] = f[1] and f[1] == ARGV[a] and f[2] == ARGV[a + 1] and f[6] == ARGV[a + 2] and f[7] == ARGV[a + 3]
-  if go[i] then total = total + m end
-  a = a + 8 + 2 * m
+  local b = at[i]
+  local s = states[i]
+  go[i] = false
+  if s and defs[i] == ARGV[b + 3] then
+    local v, an, nx = string.match(s, '^(%d+):%d+:%d*:%d+:(%d+):[01]:(%d*)$')
+    go[i] = v == ARGV[b + 1] and nx == ARGV[b + 2] and an == ARGV[b + 4]
+  end
+  if go[i] then total = total + tonumber(ARGV[b + 8]) end
 end
 
 local now = now_ms()
 local now_s = fmt(now)
-local bucket_ms = tonumber(ARGV[3])
-local chunk = tonumber(ARGV[4])
-local sub = string.sub
+local chunk = tonumber(ARGV[3])
+local bucket_ms = tonumber(ARGV[4])
 local next_id = (tonumber(seq) or 0) + 1
 if total > 0 then rcall('INCRBY', KEYS[2], total) end
 local out = {rcall('EXISTS', KEYS[7]) == 0 and 1 or 0}
-local waiting, scores = {}, {}
+local waiting, scored, written = {}, {}, {}
 for i = 1, n do
   out[i + 1] = 0
   if go[i] then
-    local key, j0, f = KEYS[8 + i], at[i] + 2, reads[i]  -- (j0: where the fire's own arguments start, less 2)
-    local m = tonumber(ARGV[j0 + 5])
-    local body = f[5] or ''
+    local b = at[i]
+    local m = tonumber(ARGV[b + 8])
+    local body = bodies[i] or ''
     out[i + 1] = fmt(next_id)
     for j = 1, m do
       local id = fmt(next_id)
       next_id = next_id + 1
       local ik = BASE .. 'item:' .. id
-      local fire, due = ARGV[j0 + 4 + 2 * j], tonumber(ARGV[j0 + 5 + 2 * j])
+      local fire, due = ARGV[b + 7 + 2 * j], tonumber(ARGV[b + 8 + 2 * j])
       if due > now then
         write_item(ik, body, chunk, 't', now_s, 's', fire, 'n', '0', 'd', fmt(due))
         timer_add(KEYS[5], id, due, bucket_ms)
@@ -67,23 +76,17 @@ for i = 1, n do
         waiting[#waiting + 1] = id
       end
     end
-    -- The counts are written whole (read above): one HSET per schedule.
-    local v, fired, nxt = fmt(tonumber(ARGV[at[i]]) + 1), fmt((tonumber(f[3]) or 0) + m), ARGV[j0 + 2]
-    local missed = tonumber(ARGV[j0 + 4])
-    if m == 1 and missed == 0 and nxt ~= '' then
-      rcall('HSET', key, 'v', v, 'f', fired, 'l', ARGV[j0 + 6], 'n', nxt)
-    else
-      local set = {'v', v, 'f', fired}
-      if m > 0 then set[5] = 'l'; set[6] = ARGV[j0 + 4 + 2 * m] end
-      if missed > 0 then set[#set + 1] = 'm'; set[#set + 1] = fmt((tonumber(f[4]) or 0) + missed) end
-      if nxt == '' then rcall('HDEL', key, 'n') else set[#set + 1] = 'n'; set[#set + 1] = nxt end
-      rcall('HSET', key, unpack(set))
-    end
-    scores[#scores + 1] = ARGV[j0 + 3]; scores[#scores + 1] = sub(key, #BASE + 10)
+    written[#written + 1] = ids[i]
+    written[#written + 1] = state_fired(states[i], m, ARGV[b + 7 + 2 * m], tonumber(ARGV[b + 7]), ARGV[b + 5])
+    scored[#scored + 1] = ARGV[b + 6]; scored[#scored + 1] = ids[i]
   end
 end
 make_waiting_all(KEYS[3], KEYS[4], waiting)
-for i = 1, #scores, 1000 do rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores))) end
+for i = 1, #scored, 1000 do
+  local last = math.min(i + 999, #scored)
+  rcall('ZADD', KEYS[1], unpack(scored, i, last))
+  rcall('HSET', KEYS[9], unpack(written, i, last))
+end
 if total > 0 then
   rcall('HINCRBY', KEYS[8], 'enqueued', total)
   rcall('HINCRBY', KEYS[8], 'scheduled', total)

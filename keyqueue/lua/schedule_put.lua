@@ -1,18 +1,24 @@
 --[[
-  Write a schedule's fields if it is still the version its writer read (a compare-and-set:
-  an upsert, pause or resume computed in the client from what it read).
-  KEYS[1] schedule:<id>  KEYS[2] schedules (index: id scored by its next fire ms, inf when none)
-  ARGV[3] version read ('' = no schedule)  ARGV[4] index score  ARGV[5] how many fields to delete
-  ARGV[6..] the fields to delete, then field/value pairs to set
+  Write a schedule if it is still the version its writer read (a compare-and-set: an upsert,
+  pause or resume computed in the client from what it read).
+  KEYS[1] schedule_state  KEYS[2] schedules (index: id scored by its next fire ms, inf when
+  none)  KEYS[3] schedule_defs  KEYS[4] schedule_bodies
+  ARGV[3] schedule id  ARGV[4] version read ('' = no schedule)  ARGV[5] index score
+  ARGV[6] state (v:f:l:m:a:p:n)  ARGV[7] '1' when the definition and body follow (an upsert)
+  ARGV[8] definition  ARGV[9] body
   Returns 1 when written, 0 when the schedule changed since it was read (nothing written).
 ]]
 local bad = {}
-local v = checked(bad, 'HGET', KEYS[1], 'v')
+local state = checked(bad, 'HGET', KEYS[1], ARGV[3])
 checked(bad, 'ZSCORE', KEYS[2], 'x')
+checked(bad, 'HLEN', KEYS[3])
+checked(bad, 'HLEN', KEYS[4])
 if #bad > 0 then return corrupt(bad[1]) end
-if (v or '') ~= ARGV[3] then return 0 end
-local drop = tonumber(ARGV[5])
-if drop > 0 then rcall('HDEL', KEYS[1], unpack(ARGV, 6, 5 + drop)) end
-if #ARGV > 5 + drop then rcall('HSET', KEYS[1], unpack(ARGV, 6 + drop)) end
-rcall('ZADD', KEYS[2], ARGV[4], string.sub(KEYS[1], #BASE + 10))
+if (state and string.match(state, '^(%d+):') or '') ~= ARGV[4] then return 0 end
+rcall('HSET', KEYS[1], ARGV[3], ARGV[6])
+if ARGV[7] == '1' then
+  rcall('HSET', KEYS[3], ARGV[3], ARGV[8])
+  rcall('HSET', KEYS[4], ARGV[3], ARGV[9])
+end
+rcall('ZADD', KEYS[2], ARGV[5], ARGV[3])
 return 1

@@ -15,13 +15,9 @@ from keyqueue import InvalidSchedule, KeyQueueError, Queue
 from keyqueue.core import queue_core
 from keyqueue.core.schedules import jitter_ms
 
-from ..support.helpers import FakeClock, run_threads, wait_until
+from ..support.helpers import FakeClock, run_threads, stored_schedule, wait_until, write_schedule
 
 MakeQueue = Callable[..., Queue]
-
-
-def key(r: redis.Redis, sid: str, q: str = "q") -> str:
-    return f"kq:{{{q}}}:schedule:{sid}"
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, Any]:
@@ -100,7 +96,7 @@ def test_unschedule(q: Queue, r: redis.Redis) -> None:
     q.schedule("s", every=60)
     assert q.unschedule("s") is True
     assert q.schedules() == []
-    assert not r.exists(key(r, "s"), "kq:{q}:schedules")
+    assert not r.exists("kq:{q}:schedule_state", "kq:{q}:schedule_defs", "kq:{q}:schedule_bodies", "kq:{q}:schedules")
 
 
 def test_nothing_fires_while_paused(q: Queue) -> None:
@@ -124,8 +120,7 @@ def set_behind(r: redis.Redis, sid: str, every_ms: int, late_ms: int, behind: in
     now = t[0] * 1000 + t[1] // 1000
     latest = now - late_ms
     first = latest - (behind - 1) * every_ms
-    r.hset(key(r, sid), mapping={"a": first, "n": first})
-    r.zadd("kq:{q}:schedules", {sid: first})
+    write_schedule(r, sid, {**stored_schedule(r, sid), b"a": b"%d" % first, b"n": b"%d" % first})
     return latest
 
 
@@ -264,23 +259,43 @@ def test_many_queues_upserting_and_firing_give_one_message_per_fire_time(make_qu
 
 
 def test_check_finds_and_repairs_the_schedule_index(q: Queue, r: redis.Redis) -> None:
-    q.schedule("a", every=60)
+    made = q.schedule("a", every=60)
     q.schedule("b", every=60)
+    q.schedule("c", every=60)
     assert q.pause_schedule("b")
     sound = q.check(settle=0)
     assert sound.consistent and sound.problems == []
     r.zadd("kq:{q}:schedules", {"a": 5, "b": 7, "gone": 9})
+    r.zrem("kq:{q}:schedules", "c")
     found = q.check(settle=0)
-    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "gone"])]
+    assert [(p.kind, p.ids) for p in found.problems] == [("schedule-index", ["a", "b", "c", "gone"])]
     assert q.check(repair=True, settle=0).consistent
     assert q.check(settle=0).problems == []
     assert r.zscore("kq:{q}:schedules", "b") == float("inf") and r.zscore("kq:{q}:schedules", "gone") is None
-    assert r.zscore("kq:{q}:schedules", "a") == int(r.hget(key(r, "a"), "n"))
+    assert made.next_fire is not None and r.zscore("kq:{q}:schedules", "a") == made.next_fire * 1000
+    assert r.zscore("kq:{q}:schedules", "c") == int(stored_schedule(r, "c")[b"n"])
+
+
+def test_check_finds_and_repairs_schedule_parts_without_a_schedule(q: Queue, r: redis.Redis) -> None:
+    """A definition or body whose schedule (its state) is gone is deleted; a state whose
+    definition is gone cannot be read: reported, left for an upsert."""
+    q.schedule("a", every=60)
+    q.schedule("b", every=60)
+    r.hset("kq:{q}:schedule_defs", "gone", '[null,60000,"UTC",null,null,0,"one",null]')
+    r.hset("kq:{q}:schedule_bodies", "gone2", "x")
+    r.hdel("kq:{q}:schedule_defs", "b")
+    found = q.check(settle=0)
+    assert [(p.kind, p.ids) for p in found.problems] == [("bad-schedule", ["b"]), ("schedule-stray", ["gone", "gone2"])]
+    q.check(repair=True, settle=0)
+    assert [(p.kind, p.ids) for p in q.check(settle=0).problems] == [("bad-schedule", ["b"])]
+    assert r.hkeys("kq:{q}:schedule_defs") == [b"a"] and sorted(r.hkeys("kq:{q}:schedule_bodies")) == [b"a", b"b"]
+    q.schedule("b", every=60)  # written whole again
+    assert q.check(settle=0).problems == []
 
 
 def test_check_reports_an_unreadable_schedule(q: Queue, r: redis.Redis) -> None:
     q.schedule("a", every=60)
-    r.hset(key(r, "a"), "d", "not json")
+    r.hset("kq:{q}:schedule_defs", "a", "not json")
     found = q.check(settle=0)
     assert [(p.kind, p.ids) for p in found.problems] == [("bad-schedule", ["a"])]
     with pytest.raises(KeyQueueError):
@@ -334,14 +349,13 @@ def many_due(q: Queue, r: redis.Redis, n: int, name: str = "q", now: float | Non
     """``n`` schedules (every hour, each with its id as body), all due a second before ``now``
     (default: the server's time): one made by ``q``, the others written as copies of it."""
     q.schedule("s0", every=3600, body="s0")
-    made = r.hgetall(key(r, "s0", name))
+    made = stored_schedule(r, "s0", name)
     sids = [f"s{i}" for i in range(n)]
     t = r.time()
     due = round((t[0] + t[1] / 1e6 if now is None else now) * 1000) - 1000
     p = r.pipeline(transaction=False)
     for sid in sids:
-        p.hset(key(r, sid, name), mapping={**made, b"b": sid, b"a": due, b"n": due})
-        p.zadd(f"kq:{{{name}}}:schedules", {sid: due})
+        write_schedule(p, sid, {**made, b"b": sid.encode(), b"a": b"%d" % due, b"n": b"%d" % due}, name)
     p.execute()
     return sids
 
@@ -431,6 +445,32 @@ def test_a_schedule_made_again_is_fired_by_its_new_definition(make_queue: MakeQu
     (after,) = q.schedules()
     assert (after.fired, after.next_fire) == (1, None)  # the new one's end: no fire after this one
     assert [m.body for m in q.peek(5)] == [b"old", b"new"]
+
+
+def test_a_stale_firer_reads_a_schedule_made_again_with_the_same_definition(r: redis.Redis, scripting: bool) -> None:
+    """Made again with the same definition (its state is new: a new anchor), a schedule can
+    reach the version and next fire a firer recorded of the one before: the fire compares the
+    anchor too, so the firer reads the new schedule, and the fire time gives one message."""
+    clock = FakeClock(float(int(time.time())))
+    q, other = (Queue("q", client=r, scripting=scripting, clock=clock) for _ in range(2))
+    start = clock() - 1800
+    q.schedule("s", every=3600, start=start, jitter=1, body="old")  # (jitter: the planned path)
+    clock.advance(1801)
+    q.reap()
+    assert drained_bodies(q) == Counter({b"old": 1})
+    stale = q._core.known["s"]
+    assert other.unschedule("s")
+    clock.advance(5)
+    other.schedule("s", every=3600, start=start, jitter=1, body="new?")
+    other.schedule("s", every=3600, start=start, jitter=1, body="new")
+    again = stored_schedule(r, "s")
+    assert (again[b"v"], int(again[b"n"])) == (stale.version.encode(), stale.next_ms)
+    assert int(again[b"a"]) != stale.anchor_ms
+    clock.advance(3600)
+    q.reap()
+    assert drained_bodies(q) == Counter({b"new": 1})
+    assert q._core.known["s"].anchor_ms == int(again[b"a"])  # read again, not fired as recorded
+    assert (q.schedules()[0].fired, q.schedules()[0].last_fire) == (1, start + 7200)
 
 
 def test_the_scripted_fire_without_planning_agrees_with_the_planner(

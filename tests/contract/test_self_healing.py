@@ -87,14 +87,15 @@ def test_a_restore_reads_only_the_schedules_that_are_gone(r: redis.Redis, script
     q = Queue("q", client=r, scripting=scripting)
     for i in range(20):
         q.schedule(f"s{i}", every=3600, body=f"b{i}")
-    r.delete("kq:{q}:schedule:s7")  # gone, as after a loss
+    for part in ("state", "defs", "bodies"):  # gone, as after a loss
+        r.hdel(f"kq:{{q}}:schedule_{part}", "s7")
     r.zrem("kq:{q}:schedules", "s7")
     r.config_resetstat()
     q._core.restored_at = -1e9  # tests only: skip the once-a-second limit
     q.enqueue_many(["x", "y"])  # its reply reports the config hash missing
-    assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # s7's read before it is written
+    assert r.info("commandstats")["cmdstat_hmget"]["calls"] == 3  # s7's read before it is written (its three parts)
     assert sorted(s.id for s in q.schedules()) == sorted(f"s{i}" for i in range(20))
-    assert r.hget("kq:{q}:schedule:s7", "b") == b"b7"
+    assert r.hget("kq:{q}:schedule_bodies", "s7") == b"b7"
 
 
 def test_a_restore_never_overwrites_newer_settings(r: redis.Redis, scripting: bool) -> None:

@@ -1,6 +1,6 @@
 """Helpers every folder uses: the repository's root, polling with a deadline, calls in
-threads at once, a snapshot of the keyspace, a clock the test moves by hand, and the WATCH
-commands a server ran."""
+threads at once, a snapshot of the keyspace, a clock the test moves by hand, the WATCH
+commands a server ran, and a schedule's stored fields read and written as a firer sees them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import redis
+
+from keyqueue.core.schedules import pack_state, score, unpack
+from keyqueue.keys import QueueKeys
 
 #: The repository's root (the working directory of the processes the tests start).
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +108,21 @@ def watches(port: int, prefix: str) -> Iterator[list[list[str]]]:
                     seen.append(words[1:])
     finally:
         client.close()
+
+
+def stored_schedule(r: redis.Redis, sid: str, name: str = "q") -> dict[bytes, bytes]:
+    """A schedule's fields as stored (schedules.unpack: d, b, v, f, l, m, a, p, n; {} when absent)."""
+    k = QueueKeys("kq", name)
+    p = r.pipeline(transaction=False)
+    p.hget(k.schedule_state, sid).hget(k.schedule_defs, sid).hget(k.schedule_bodies, sid)
+    return unpack(*p.execute())
+
+
+def write_schedule(p: Any, sid: str, raw: dict[bytes, bytes], name: str = "q") -> None:
+    """Queue on ``p`` (a pipeline or client) the writes that store ``raw`` as schedule ``sid``."""
+    k = QueueKeys("kq", name)
+    p.hset(k.schedule_state, sid, pack_state(raw))
+    p.hset(k.schedule_defs, sid, raw[b"d"])
+    p.hset(k.schedule_bodies, sid, raw.get(b"b", b""))
+    n = raw.get(b"n")
+    p.zadd(k.schedules, {sid: score(None if n is None else int(n), raw.get(b"p") == b"1")})

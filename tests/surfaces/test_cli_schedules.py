@@ -8,7 +8,7 @@ import redis
 
 from keyqueue import Queue
 
-from ..support.helpers import snapshot
+from ..support.helpers import snapshot, stored_schedule
 from .test_cli import _both_modes, kq, kq_all, one_error_line
 
 __all__ = ["_both_modes"]  # both modes here too (an autouse fixture)
@@ -91,5 +91,5 @@ def test_ten_processes_adding_one_schedule_at_once_write_it_once(redis_server, r
     results = kq_all(*([*add] for _ in range(10)), url=redis_server.url)
     assert [res.returncode for res in results] == [0] * 10, [res.stderr for res in results]
     assert len({res.stdout for res in results}) == 1  # one next fire, whoever wrote it
-    stored = r.hgetall("kq:{jobs}:schedule:tick")
+    stored = stored_schedule(r, "tick", "jobs")
     assert stored[b"v"] == b"1" and stored[b"b"] == b"hello"  # written once

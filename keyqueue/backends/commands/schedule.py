@@ -1,4 +1,5 @@
-"""Schedules: a WATCHed read, then one MULTI/EXEC (nothing applied when the schedule changed)."""
+"""Schedules: a WATCHed read, then one MULTI/EXEC (nothing applied when a schedule changed:
+their keys are shared by the queue's schedules, so a change to any of them undoes it)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Sequence
 from redis.exceptions import ResponseError
 
 from ...core.backend import FireCall
-from ...core.replies import body_fields, hash_reply, text
+from ...core.replies import body_fields, text
 from ...core.results import Fired, Looked
 from ...core.roundtrip import Command, Op, one
+from ...core.schedules import fired_state, schedule_raws, schedule_reads
 from ...errors import CorruptQueue
 from .base import CommandBase, _signal
 
@@ -18,10 +20,14 @@ class Schedules(CommandBase):
     #: A fire holds only if its schedule is still as read: the read WATCHes it.
     watched_fires = True
 
+    def _watched(self) -> list[str]:
+        k = self.keys
+        return [k.schedules, k.schedule_state, k.schedule_defs, k.schedule_bodies]
+
     def schedule_get_many(self, schedule_ids: Sequence[str]) -> Op[list[dict[bytes, bytes]]]:
-        keys = [self.keys.schedule(i) for i in schedule_ids]
-        _, raws = yield from self._open([self.keys.schedules], [("HGETALL", key) for key in keys], watch=keys)
-        return [hash_reply(raw) for raw in raws]
+        keys = self._watched()
+        _, replies = yield from self._open(keys, schedule_reads(self.keys, schedule_ids), watch=keys)
+        return schedule_raws(replies)
 
     def schedule_fire_due(self, limit: int) -> Op[Looked | None]:
         """None: every fire reads its schedule under WATCH first (the core's look, fire_many)."""
@@ -37,19 +43,21 @@ class Schedules(CommandBase):
         return [done is not None] * len(fires), missing
 
     def schedule_get(self, schedule_id: str) -> Op[tuple[int, dict[bytes, bytes]]]:
-        key = self.keys.schedule(schedule_id)
-        now, (raw,) = yield from self._open([self.keys.schedules, key], [("HGETALL", key)], watch=[key])
-        return now, hash_reply(raw)
+        keys = self._watched()
+        now, replies = yield from self._open(keys, schedule_reads(self.keys, [schedule_id]), watch=keys)
+        return now, schedule_raws(replies)[0]
 
     def schedule_done(self) -> Op[None]:
         yield from one(("UNWATCH",))
 
     def schedule_put(
-        self, schedule_id: str, version: str, score: str, drop: Sequence[str], fields: Sequence[str | bytes]
+        self, schedule_id: str, version: str, score: str, state: bytes, made: tuple[bytes, bytes] | None
     ) -> Op[bool]:
-        key = self.keys.schedule(schedule_id)
-        tx: list[Command] = [("HDEL", key, *drop)] if drop else []
-        tx += [("HSET", key, *fields), ("ZADD", self.keys.schedules, score, schedule_id)]
+        k = self.keys
+        tx: list[Command] = [("HSET", k.schedule_state, schedule_id, state)]
+        if made is not None:
+            tx += [("HSET", k.schedule_defs, schedule_id, made[0]), ("HSET", k.schedule_bodies, schedule_id, made[1])]
+        tx.append(("ZADD", k.schedules, score, schedule_id))
         return (yield from self._commit(tx)) is not None
 
     def schedule_fire(
@@ -73,7 +81,7 @@ class Schedules(CommandBase):
             score,
             missed,
             messages,
-            read.get(b"b", b""),
+            read,
         )
         ids, missing = yield from self._fire([call], bucket_ms)
         return Fired(False, []) if ids is None else Fired(True, ids, missing)
@@ -94,9 +102,10 @@ class Schedules(CommandBase):
             ids = [str(int(last) - total + 1 + i) for i in range(total)]
         tx: list[Command] = []
         waiting: list[str] = []
+        states: list[str | bytes] = []
         at = 0
         for f in fires:
-            key = k.schedule(f.schedule_id)
+            body = f.read.get(b"b", b"")
             mine = ids[at : at + len(f.messages)]
             at += len(f.messages)
             for mid, (fire, due) in zip(mine, f.messages):
@@ -105,19 +114,18 @@ class Schedules(CommandBase):
                     tk, b = self._tk(due, bucket_ms)
                     yield from self._types([tk])
                     tx += [
-                        ("HSET", k.item(mid), *head, "d", due, *body_fields(f.body, self.field_bytes)),
+                        ("HSET", k.item(mid), *head, "d", due, *body_fields(body, self.field_bytes)),
                         ("SADD", tk, mid),
                         ("ZADD", k.timers, "LT", due, b),
                     ]
                 else:
-                    tx.append(("HSET", k.item(mid), *head, *body_fields(f.body, self.field_bytes)))
+                    tx.append(("HSET", k.item(mid), *head, *body_fields(body, self.field_bytes)))
                     waiting.append(mid)
-            if mine:
-                tx += [("HINCRBY", key, "f", len(mine)), ("HSET", key, "l", f.messages[-1][0])]
-            if f.missed:
-                tx.append(("HINCRBY", key, "m", f.missed))
-            tx.append(("HDEL", key, "n") if f.next_ms is None else ("HSET", key, "n", f.next_ms))
-            tx += [("HSET", key, "v", int(f.version) + 1), ("ZADD", k.schedules, f.score, f.schedule_id)]
+            last = f.messages[-1][0] if f.messages else None
+            states += [f.schedule_id, fired_state(f.read, len(mine), last, f.missed, f.next_ms)]
+            tx.append(("ZADD", k.schedules, f.score, f.schedule_id))
+        if states:
+            tx.append(("HSET", k.schedule_state, *states))
         if waiting:
             tx += [("RPUSH", k.queue, *waiting), ("SADD", k.items, *waiting), *_signal(k.signal)]
         if ids:

@@ -34,7 +34,6 @@ SCRIPT_NAMES = (
     "stats",
     "group_refill",
     "schedule_put",
-    "schedule_fire",
     "schedule_fire_many",
     "schedule_fire_due",
 )
