@@ -33,13 +33,11 @@ def claim_any(
     looked = False
     while True:
         failed: list[Exception] = []
-        tried = 0
         for i, (target, core) in enumerate(targets):
             # A queue its limits held back is claimed once a call (as a single queue's claim
             # is: a slot may have freed elsewhere), then not until they may let one through.
             if looked and core.limited_until > time.monotonic():
                 continue
-            tried += 1
             try:
                 # The queue the last wait just claimed is claimed again only if a reap due
                 # since (its timers) moved messages back.
@@ -62,8 +60,8 @@ def claim_any(
                 core.out_of_reach = False
             if got:
                 return i, got
-        if failed and len(failed) == tried:
-            raise failed[0]  # (every queue it tried is out of reach: the caller's outage)
+        if len(failed) == len(targets):
+            raise failed[0]  # (every queue is out of reach: the caller's outage)
         looked = True
         now = time.monotonic()
         remaining = deadline - now
