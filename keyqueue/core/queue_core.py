@@ -110,6 +110,11 @@ SCHEDULE_ATTEMPTS = 10
 #: Attempts at making a queue (its first writes, or its shard count) while another process
 #: makes it differently.
 MAKE_ATTEMPTS = 10
+#: Tries of a look's fires in the script-free mode, whose WATCH covers the hashes every
+#: schedule of the queue shares: a burst of other schedules' writes (a deploy upserting
+#: thousands) undoes its MULTI again and again, and a fire left to the next look would come
+#: late, or count missed.
+FIRE_ATTEMPTS_WATCHED = 50
 #: Groups one call of a group_concurrency raise's refill looks at (at most).
 GROUP_REFILL_CHUNK = 200
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
@@ -1235,11 +1240,12 @@ class QueueCore:
         unless this Queue's last read or fire of it matches the index and the backend's
         compare-and-set needs no WATCH; a fire lost to another firer or a change is read and
         tried again once, then left to the next look (the index says whether it is still
-        due): (0, now) stands for it."""
+        due): (0, now) stands for it. With a WATCH, which any change of any schedule of the
+        queue undoes, they are tried again up to FIRE_ATTEMPTS_WATCHED times."""
         out: dict[str, tuple[int, int | None]] = {}
         todo = [(sid, sc) for sid, sc in due]
         watched = self.ops.watched_fires
-        for _ in range(2):
+        for _ in range(FIRE_ATTEMPTS_WATCHED if watched else 2):
             unread = [sid for sid, sc in todo if watched or not self.fresh(sid, sc)]
             read: dict[str, dict[bytes, bytes]] = {}
             if unread:

@@ -49,3 +49,44 @@ def test_reapers_and_workers_fire_each_fire_time_once(
     assert len(times) == len(set(times)) == fired >= 8
     assert times[0] == made.next_fire
     assert [round(b - a, 3) for a, b in zip(times, times[1:])] == [1.0] * (len(times) - 1)  # none missed
+
+
+def test_script_free_fires_go_on_through_a_burst_of_other_schedules_writes(redis_server, r: redis.Redis) -> None:
+    """In the script-free mode every fire WATCHes the hashes all the queue's schedules share,
+    so each write of another schedule undoes it: a look tries again rather than leave its
+    fires to the next look, and fires go on while a deploy upserts schedules back to back."""
+    import threading
+
+    q = Queue("burst", client=r, scripting=False)
+    start = time.time() + 1
+    for i in range(20):
+        q.schedule(f"tick{i}", every=1, body="t", start=start)
+    writing = threading.Event()
+    done = threading.Event()
+
+    def deploy() -> None:
+        writer = Queue("burst", url=redis_server.url, scripting=False)
+        writing.set()
+        n = 0
+        while not done.is_set() or n < 500:
+            writer.schedule(f"hourly{n}", every=3600, body="h")
+            n += 1
+        writer.client.close()
+
+    t = threading.Thread(target=deploy)
+    t.start()
+    writing.wait()
+    while time.time() < start + 0.5:
+        time.sleep(0.05)
+    firer = Queue("burst", url=redis_server.url, scripting=False)
+    try:
+        before = q.stats().waiting
+        deadline = time.monotonic() + 30
+        while q.stats().waiting == before and time.monotonic() < deadline:
+            firer.reap()  # (each look's MULTI meets the deploy's writes)
+            time.sleep(0.05)
+        assert t.is_alive() and q.stats().waiting > before  # fired while the deploy went on
+    finally:
+        done.set()
+        t.join()
+        firer.client.close()
