@@ -1034,7 +1034,8 @@ class QueueCore:
             if raw and absent_only:
                 yield from self.ops.schedule_done()
                 return None
-            if raw and raw.get(b"d") == dump.encode() and raw.get(b"b", b"") == data:
+            readable = b"a" in raw and b"v" in raw  # (a state the fsck calls bad is written again)
+            if readable and raw.get(b"d") == dump.encode() and raw.get(b"b", b"") == data:
                 yield from self.ops.schedule_done()
                 made = self.decoded(sid, raw)
                 self.upserted[sid] = (d, data, int(raw[b"a"]))

@@ -529,3 +529,14 @@ def test_the_scripted_fire_without_planning_agrees_with_the_planner(
     schedules, fired = state(queues[0])
     assert {text for text, _ in fired} == set(definitions)  # every one fired
     assert len(fired) == len(set(fired)) > 60  # no fire time twice
+
+
+def test_an_upsert_writes_an_unreadable_state_whole_again(make_queue: MakeQueue, r: redis.Redis) -> None:
+    """A state the fsck reports as bad (not the packed fields) is no identical schedule: the
+    same upsert writes it whole again, instead of failing on what it cannot read."""
+    q = make_queue("q")
+    q.schedule("s", every=60, body="x")
+    r.hset("kq:{q}:schedule_state", "s", "garbage")
+    again = q.schedule("s", every=60, body="x")
+    assert again.every == 60 and again.next_fire is not None
+    assert [s.id for s in make_queue("q").schedules()] == ["s"]
