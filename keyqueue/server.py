@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -15,8 +16,21 @@ import redis
 
 from .errors import KeyQueueError
 
+#: Ports a server is started on: below Linux's ephemeral range (32768 on), which the kernel
+#: hands out to outgoing connections, so none takes a port chosen and not yet listened on.
+PORTS = range(20000, 32768)
+
 
 def free_port() -> int:
+    """A loopback port nothing listens on now, chosen at random among ``PORTS``."""
+    for _ in range(100):
+        port = random.choice(PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

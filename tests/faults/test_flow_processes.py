@@ -81,8 +81,11 @@ def test_a_killed_workers_slots_come_back_after_its_visibility_timeout(redis_ser
     q = Queue("q", client=r, scripting=procs.mode == [], max_in_flight=2, visibility_timeout=2, bucket_seconds=1)
     q.enqueue_many(["60", "60", "0", "0"])  # the victim hangs on the first two
     victim = procs.worker(redis_server.url, "slow", "-c", "2")
-    # (both claims over: the script-free mode counts a claim half-way in processing already)
-    wait_until(lambda: r.llen(STARTED) >= 1 and len(q.peek(source="processing")) == 2)
+    # (both claims over: the script-free mode counts a claim half-way in processing already,
+    # before it writes the deadline)
+    wait_until(
+        lambda: r.llen(STARTED) >= 1 and [m.deadline is not None for m in q.peek(source="processing")] == [True, True]
+    )
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     held = q.peek(source="processing")
