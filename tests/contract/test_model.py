@@ -680,7 +680,9 @@ def make_machine(
     return QueueMachine
 
 
-@pytest.mark.timeout(420)  # passes in ~20 s; a failure needs time to shrink (at most 300 s)
+# Passes in ~10 s on an idle machine, several minutes beside the rest of the suite on a slow
+# one (its examples are the suite's largest share of CPU); a failure needs time to shrink.
+@pytest.mark.timeout(600)
 def test_queue_agrees_with_model(
     redis_server: RedisServer, scripting: bool, face: str, make_queue: Callable[..., Queue]
 ) -> None:
@@ -689,7 +691,7 @@ def test_queue_agrees_with_model(
         run_state_machine_as_test(
             make_machine(client, scripting, make_queue),
             settings=settings(
-                max_examples=100 if scripting else 60,
+                max_examples=50 if scripting else 30,
                 stateful_step_count=40,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
