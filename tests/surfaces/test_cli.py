@@ -71,16 +71,55 @@ def finish(
 PIPES = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def kq(
-    *args: str, url: str | None = None, stdin: str | bytes = "", env: dict | None = None, timeout: float = 60
+#: Commands that run for a while, start processes or serve: always run as a process.
+PROCESS_COMMANDS = {"worker", "reaper", "serve", "demo"}
+
+
+def in_process(
+    args: Sequence[str], url: str | None = None, stdin: str | bytes = "", env: dict | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """A command that runs and exits at once, in this process: the CLI's own ``main()``
+    under click's stand-ins for stdin, stdout, stderr and the environment, as a pipe would
+    see them. Saves an interpreter start a call (a second or more on a busy machine); what
+    only a process shows (signals, terminals, the entry point, logging set-up) is tested
+    with real processes."""
+    from click.testing import CliRunner
+
+    from keyqueue.cli import main
+
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    environ: dict[str, str | None] = {"KEYQUEUE_URL": url, **(env or {})}
+    with CliRunner().isolation(input=data, env=environ) as (out, err, _):
+        try:
+            main([*MODE, *args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        stdout, stderr = out.getvalue(), err.getvalue()
+    return subprocess.CompletedProcess(
+        ["keyqueue", *MODE, *args], code, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
+    )
+
+
+def kq(
+    *args: str,
+    url: str | None = None,
+    stdin: str | bytes = "",
+    env: dict | None = None,
+    timeout: float = 60,
+    process: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """The CLI with these arguments: in this process unless ``process`` or the command is
+    one of PROCESS_COMMANDS."""
+    if not process and not PROCESS_COMMANDS & set(args):
+        return in_process(args, url, stdin, env)
     return finish(start(*args, url=url, env=env, **PIPES), stdin, timeout)
 
 
 def kq_all(*commands: Sequence[str], url: str | None = None) -> list[subprocess.CompletedProcess[str]]:
-    """Several commands at once (they only read, or touch different things): saves time."""
-    procs = [start(*args, url=url, **PIPES) for args in commands]
-    return [finish(p) for p in procs]
+    """Several commands, one after another in this process (they only read, or touch
+    different things)."""
+    return [kq(*args, url=url) for args in commands]
 
 
 def one_error_line(res: subprocess.CompletedProcess[str], code: int, start: str) -> bool:
@@ -254,11 +293,12 @@ def test_too_large_body_exits_2_and_enqueues_nothing(redis_server, r: redis.Redi
 
 @BEFORE_ANY_MODE
 def test_bad_urls(redis_server) -> None:
-    res = kq("len", "q", url="http://admin:hunter2@localhost:6379/0")
+    # (real processes: a password must reach neither the output nor a log line)
+    res = kq("len", "q", url="http://admin:hunter2@localhost:6379/0", process=True)
     assert res.returncode == 2 and res.stderr.startswith("Error: invalid Redis URL")
     assert "hunter2" not in res.stderr + res.stdout
     port = free_port()
-    res = kq("--url", f"redis://:sekret@127.0.0.1:{port}/0", "len", "q")
+    res = kq("--url", f"redis://:sekret@127.0.0.1:{port}/0", "len", "q", process=True)
     assert res.returncode == 1 and res.stderr.startswith("Error: cannot reach Redis")
     assert "sekret" not in res.stderr + res.stdout and res.stderr.count("\n") == 1
     flag, env = kq("--url", "", "len", "q", url=redis_server.url), kq("len", "q", url="")
@@ -649,7 +689,7 @@ def test_check_bad_input_and_passwords(redis_server, no_scripting_url: str, r: r
     assert kq("--url", redis_server.url, "check", "q", "--settle", "-1").returncode == 2
     q.enqueue("a")
     r.set(item("9"), "x")
-    res = kq("--url", no_scripting_url, "check", "q", "--repair", "--json")
+    res = kq("--url", no_scripting_url, "check", "q", "--repair", "--json", process=True)
     assert res.returncode == 1 and json.loads(res.stdout)["problems"][0]["kind"] == "wrong-type"
     assert "s3cret-pw" not in res.stdout + res.stderr
 
