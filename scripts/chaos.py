@@ -10,8 +10,8 @@ crash a SIGKILL of the primary that the sentinels fail over; ``--cut-replication
 first cuts its replication link for S seconds, as a partition would), producer threads that enqueue ``--messages`` unique JSON payloads in small
 batches, ``--workers`` ``keyqueue worker`` processes (``-c 2``, handler
 ``scripts/chaos_handler.py``) and a ``keyqueue reaper``. About every
-``--seconds-between-kills`` a random worker (now and then the reaper) is SIGKILLed and
-restarted; the redis-server itself is SIGKILLed and restarted twice, at about 1/3 and 2/3
+``--seconds-between-kills`` a random worker (now and then the reaper) that has run 3 s at
+least is SIGKILLed and restarted; the redis-server itself is SIGKILLed and restarted twice, at about 1/3 and 2/3
 of production. When every payload acknowledged by an enqueue call has been processed (or
 the deadline passes), everything is stopped with SIGTERM and audited:
 
@@ -62,6 +62,9 @@ VISIBILITY = 3.0
 CONCURRENCY = 2
 GRACE = 5.0
 REAPER_EVERY = 4  # every 4th kill hits the reaper instead of a worker
+#: A process is killed only once it has run this long: on a slow machine a worker takes
+#: seconds to start, and kills of workers still starting would leave nobody working.
+MIN_AGE = 3.0
 REDIS_EXTRA = ["--appendonly", "yes", "--appendfsync", "always"]
 
 
@@ -166,6 +169,7 @@ class Fleet:
         )
         self.spawned = 0
         self.all: list[subprocess.Popen[bytes]] = []
+        self.born: dict[int, float] = {}  # pid: when it was started (monotonic)
         self.workers: list[subprocess.Popen[bytes]] = [self._spawn("worker") for _ in range(workers)]
         self.reaper = self._spawn("reaper")
         self.kills: list[Event] = []
@@ -203,6 +207,7 @@ class Fleet:
                 start_new_session=True,
             )
         self.all.append(p)
+        self.born[p.pid] = time.monotonic()
         return p
 
     @staticmethod
@@ -212,12 +217,19 @@ class Fleet:
         except ProcessLookupError:
             pass
 
-    def kill_one(self, rng: random.Random, tick: int) -> Event:
-        """SIGKILL a random worker (every REAPER_EVERY-th time the reaper) and restart it."""
+    def kill_one(self, rng: random.Random, tick: int) -> Event | None:
+        """SIGKILL a random worker (every REAPER_EVERY-th time the reaper) that has run
+        MIN_AGE at least, and restart it; None when none has."""
+        now = time.monotonic()
         if tick % REAPER_EVERY == REAPER_EVERY - 1:
+            if now - self.born[self.reaper.pid] < MIN_AGE:
+                return None
             victim, kind = self.reaper, "reaper"
         else:
-            i = rng.randrange(len(self.workers))
+            old = [i for i, w in enumerate(self.workers) if now - self.born[w.pid] >= MIN_AGE]
+            if not old:
+                return None
+            i = rng.choice(old)
             victim, kind = self.workers[i], "worker"
         event = Event(kind, victim.pid, time.time())
         self._signal(victim, signal.SIGKILL)
@@ -484,9 +496,10 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
                 continue
             if now >= next_kill:
                 ev = fleet.kill_one(rng, tick)
-                tick += 1
-                next_kill = now + args.seconds_between_kills * rng.uniform(0.7, 1.3)
-                if args.verbose:
+                if ev is not None:
+                    tick += 1
+                    next_kill = now + args.seconds_between_kills * rng.uniform(0.7, 1.3)
+                if ev is not None and args.verbose:
                     out(f"t={now - t0:6.1f}s  SIGKILLed {ev.kind} pid {ev.pid}, restarted")
             fleet.respawn_dead()
             if produced_at is None and ledger.finished == len(producers):

@@ -132,7 +132,7 @@ class Workers:
 
         return Run(worker, done, future.result)
 
-    def run(self, worker: Any, *, burst: bool = True, timeout: float = 60) -> Any:
+    def run(self, worker: Any, *, burst: bool = True, timeout: float = 120) -> Any:
         """``worker.run(burst=burst)`` to its end; the worker (raises what run() raised)."""
         self.start(worker, burst=burst).result(timeout)
         return worker
