@@ -47,15 +47,21 @@ def make_queue(
     r: redis.Redis, scripting: bool, face: str, redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> Callable[..., Queue]:
     made: list[Any] = []
+    own: list[redis.Redis] = []  # sync clients made here
 
     def make(name: str = "q", **kw: Any) -> Queue:
-        """Queue ``name`` on the face, on the session's server (or at ``url=``)."""
+        """Queue ``name`` on the face, on the session's server (or at ``url=``);
+        ``reply_timeout``: a client of its own that waits that long for a reply."""
         kw.setdefault("scripting", scripting)
+        reply_timeout = kw.pop("reply_timeout", None)
         if face == "sync" or "client" in kw:
+            if "url" not in kw and reply_timeout is not None:
+                kw["client"] = redis.Redis(port=redis_server.port, socket_timeout=reply_timeout)
+                own.append(kw["client"])
             if "url" not in kw:
                 kw.setdefault("client", r)
             return Queue(name, **kw)
-        import redis.asyncio
+        from redis.asyncio import Redis as AsyncRedis
 
         from keyqueue.aio import Queue as AioQueue
 
@@ -63,7 +69,8 @@ def make_queue(
 
         lt = request.getfixturevalue("loop_thread")
         if "url" not in kw:
-            kw["client"] = redis.asyncio.Redis(port=redis_server.port)
+            timeout = {} if reply_timeout is None else {"socket_timeout": reply_timeout}
+            kw["client"] = AsyncRedis(port=redis_server.port, **timeout)
         aq = AioQueue(name, **kw)
         made.append((lt, aq))
         # Constructing an async queue does no I/O; the sync Queue loads its settings when
@@ -77,6 +84,8 @@ def make_queue(
     yield make  # type: ignore[misc]
     for lt, aq in made:
         lt.run(aq.client.aclose())
+    for client in own:
+        client.close()
 
 
 @pytest.fixture

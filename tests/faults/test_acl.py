@@ -69,6 +69,7 @@ def test_every_operation_works_without_scripts(no_scripts_url: str, r: redis.Red
     assert not any(k in scripts for k in ("cmdstat_eval", "cmdstat_evalsha"))
 
 
+@pytest.mark.timeout(300)  # worker and CLI processes: 60 s on a busy host, past 120 s on a starved one
 def test_worker_and_cli_without_scripts(no_scripts_url: str) -> None:
     q = Queue("jobs", url=no_scripts_url, scripting=False)
     q.enqueue_many([str(i) for i in range(200)])
