@@ -499,8 +499,8 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
                 if ev is not None:
                     tick += 1
                     next_kill = now + args.seconds_between_kills * rng.uniform(0.7, 1.3)
-                if ev is not None and args.verbose:
-                    out(f"t={now - t0:6.1f}s  SIGKILLed {ev.kind} pid {ev.pid}, restarted")
+                    if args.verbose:
+                        out(f"t={now - t0:6.1f}s  SIGKILLed {ev.kind} pid {ev.pid}, restarted")
             fleet.respawn_dead()
             if produced_at is None and ledger.finished == len(producers):
                 produced_at = now
