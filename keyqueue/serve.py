@@ -13,6 +13,13 @@ from .worker.signals import on_stop_signals
 
 log = logging.getLogger("keyqueue.serve")
 
+#: Seconds an idle keep-alive connection stays open. An SDK's pool (botocore, aiohttp) reuses
+#: an idle connection without knowing the server is closing it: a request sent as the server
+#: closes fails with "connection closed". uvicorn's 5 s puts that race in the pauses of every
+#: client that polls every few seconds; 75 s is longer than those and than common load
+#: balancers' idle timeouts (60 s), which then close first.
+KEEP_ALIVE = 75
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -92,7 +99,10 @@ def serve_app(
     # handlers it found: let those be no-ops, so a stopped server exits 0 as workers do.
     restore = on_stop_signals(lambda sig: None)
     try:
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False))
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, server_header=False, timeout_keep_alive=KEEP_ALIVE
+        )
+        server = uvicorn.Server(config)
         server.run(sockets=[sock])
     finally:
         sock.close()

@@ -10,8 +10,8 @@ crash a SIGKILL of the primary that the sentinels fail over; ``--cut-replication
 first cuts its replication link for S seconds, as a partition would), producer threads that enqueue ``--messages`` unique JSON payloads in small
 batches, ``--workers`` ``keyqueue worker`` processes (``-c 2``, handler
 ``scripts/chaos_handler.py``) and a ``keyqueue reaper``. About every
-``--seconds-between-kills`` a random worker (now and then the reaper) that has run 3 s at
-least is SIGKILLed and restarted; the redis-server itself is SIGKILLed and restarted twice, at about 1/3 and 2/3
+``--seconds-between-kills`` a random worker that has been handling messages for 3 s at least
+(now and then the reaper, once it has run 3 s) is SIGKILLed and restarted; the redis-server itself is SIGKILLed and restarted twice, at about 1/3 and 2/3
 of production. When every payload acknowledged by an enqueue call has been processed (or
 the deadline passes), everything is stopped with SIGTERM and audited:
 
@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # keyqueue from the checkout even when it is not installed
 
-from chaos_handler import DELIVERIES, DONE, LOG  # noqa: E402  (scripts/ is sys.path[0])
+from chaos_handler import DELIVERIES, DONE, LOG, WORKING  # noqa: E402  (scripts/ is sys.path[0])
 from keyqueue import Queue  # noqa: E402
 from keyqueue.connection import TRANSIENT, from_url  # noqa: E402
 from keyqueue.errors import KeyQueueError, NotReplicated  # noqa: E402
@@ -62,8 +62,9 @@ VISIBILITY = 3.0
 CONCURRENCY = 2
 GRACE = 5.0
 REAPER_EVERY = 4  # every 4th kill hits the reaper instead of a worker
-#: A process is killed only once it has run this long: on a slow machine a worker takes
-#: seconds to start, and kills of workers still starting would leave nobody working.
+#: A worker is killed only once it has been seen handling messages this long (the reaper
+#: once it has run this long): on a slow machine a worker takes seconds to start, and kills
+#: of workers still starting, or just started, would leave nobody working.
 MIN_AGE = 3.0
 REDIS_EXTRA = ["--appendonly", "yes", "--appendfsync", "always"]
 
@@ -170,6 +171,7 @@ class Fleet:
         self.spawned = 0
         self.all: list[subprocess.Popen[bytes]] = []
         self.born: dict[int, float] = {}  # pid: when it was started (monotonic)
+        self.working: dict[int, float] = {}  # pid: when it was first seen handling a message
         self.workers: list[subprocess.Popen[bytes]] = [self._spawn("worker") for _ in range(workers)]
         self.reaper = self._spawn("reaper")
         self.kills: list[Event] = []
@@ -217,16 +219,24 @@ class Fleet:
         except ProcessLookupError:
             pass
 
+    def seen_working(self, pids: set[int]) -> None:
+        """Note when each worker was first seen to have handled a message."""
+        now = time.monotonic()
+        for w in self.workers:
+            if w.pid in pids:
+                self.working.setdefault(w.pid, now)
+
     def kill_one(self, rng: random.Random, tick: int) -> Event | None:
-        """SIGKILL a random worker (every REAPER_EVERY-th time the reaper) that has run
-        MIN_AGE at least, and restart it; None when none has."""
+        """SIGKILL a random worker that has been working for MIN_AGE at least (every
+        REAPER_EVERY-th time the reaper, once it has run MIN_AGE), and restart it; None when
+        none has."""
         now = time.monotonic()
         if tick % REAPER_EVERY == REAPER_EVERY - 1:
             if now - self.born[self.reaper.pid] < MIN_AGE:
                 return None
             victim, kind = self.reaper, "reaper"
         else:
-            old = [i for i, w in enumerate(self.workers) if now - self.born[w.pid] >= MIN_AGE]
+            old = [i for i, w in enumerate(self.workers) if now - self.working.get(w.pid, now) >= MIN_AGE]
             if not old:
                 return None
             i = rng.choice(old)
@@ -505,6 +515,7 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
             if produced_at is None and ledger.finished == len(producers):
                 produced_at = now
             try:
+                fleet.seen_working({int(pid) for pid in mon.smembers(WORKING)})
                 done = int(mon.scard(DONE))
                 s = setup.stats()
                 last = {"done": done, **dataclasses.asdict(s)}

@@ -7,6 +7,8 @@ is as durable as the queue (AOF, ``appendfsync always``) and lands whole or not 
 - ``chaos:done``        set of payload numbers processed at least once (idempotent SADD)
 - ``chaos:deliveries``  hash payload number -> completed deliveries
 - ``chaos:log``         list, one entry per delivery: ``<message id> <n> <pid> <receives> <epoch s>``
+- ``chaos:working``     set of the worker pids that have handled a message (the soak kills
+  a worker only once it has been seen working)
 
 If the record fails (Redis is down), the handler raises: the worker releases the message or
 it comes back after its visibility timeout, so it is recorded later.
@@ -22,6 +24,7 @@ from keyqueue import Message
 DONE = "chaos:done"
 DELIVERIES = "chaos:deliveries"
 LOG = "chaos:log"
+WORKING = "chaos:working"
 
 #: Simulated work per message, so that a SIGKILLed worker dies holding messages.
 WORK_SECONDS = float(os.environ.get("CHAOS_WORK_MS", "5")) / 1000.0
@@ -36,4 +39,5 @@ def handle(message: Message) -> None:
     pipe.sadd(DONE, n)
     pipe.hincrby(DELIVERIES, str(n), 1)
     pipe.rpush(LOG, f"{message.id} {n} {os.getpid()} {message.receives} {time.time():.6f}")
+    pipe.sadd(WORKING, os.getpid())
     pipe.execute()

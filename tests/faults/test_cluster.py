@@ -4,9 +4,7 @@ runs on one node, and queues spread over the nodes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,8 +19,8 @@ from keyqueue.queue import claim_any
 from keyqueue.server import free_port
 
 from ..support.cluster import Cluster, spread_name
-from ..support.helpers import ROOT, wait_until
-from ..support.processes import Procs
+from ..support.helpers import wait_until
+from ..support.processes import Procs, in_process
 
 
 @pytest.fixture(scope="module")
@@ -270,10 +268,7 @@ def test_an_unreachable_cluster_fails_at_its_first_operation(tmp_path: Path) -> 
 
 
 def cli(url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, KEYQUEUE_URL=url, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "keyqueue", *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
-    )
+    return in_process(args, url, stdin)
 
 
 def test_the_cli_on_a_cluster_url(cluster_set: Cluster) -> None:

@@ -15,6 +15,7 @@ from keyqueue import InvalidArgument, NotReplicated, Queue, Worker
 from keyqueue.server import RedisServer
 
 from ..support.helpers import wait_until
+from ..support.processes import in_process
 from ..support.workers import Running
 
 
@@ -138,27 +139,19 @@ def test_bad_replication_options_fail_before_any_io(kw: dict[str, Any]) -> None:
 
 
 def test_the_cli_reaper_and_spark_options_carry_min_replicas(clients: Any, pair: Any) -> None:
-    import subprocess
-    import sys
-
     from keyqueue import Reaper
     from keyqueue.spark.options import Options
 
     p, replica = clients
     url = f"redis://127.0.0.1:{pair[0].port}/0"
-    run = [sys.executable, "-m", "keyqueue", "--url", url]
-    ok = subprocess.run([*run, "--min-replicas", "1", "enqueue", "c", "x"], capture_output=True, text=True, timeout=60)
+    run = ["--url", url]
+    ok = in_process([*run, "--min-replicas", "1", "enqueue", "c", "x"])
     assert ok.returncode == 0, ok.stderr
     assert replica.scard("kq:{c}:items") == 1
-    refused = subprocess.run(
-        [*run, "--min-replicas", "2", "--replica-timeout", "0.2", "enqueue", "c", "y"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = in_process([*run, "--min-replicas", "2", "--replica-timeout", "0.2", "enqueue", "c", "y"])
     assert refused.returncode == 1 and "1 of 2 replicas" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    bad = subprocess.run([*run, "--min-replicas", "-1", "stats", "c"], capture_output=True, text=True, timeout=60)
+    bad = in_process([*run, "--min-replicas", "-1", "stats", "c"])
     assert bad.returncode == 2 and "--min-replicas" in bad.stderr
 
     reaper = Reaper(["c"], url=url, min_replicas=2, replica_timeout=0.2)

@@ -22,6 +22,7 @@ from keyqueue.server import free_port
 
 from ..support.ha_servers import SentinelSet
 from ..support.helpers import wait_until
+from ..support.processes import in_process
 from ..support.workers import Running
 
 
@@ -91,10 +92,10 @@ def test_many_connections_discovering_the_master_at_once_keep_every_sentinel(ha:
 
 
 def test_the_cli_takes_a_sentinel_url(ha: SentinelSet) -> None:
-    run = [sys.executable, "-m", "keyqueue", "--url", ha.url]
-    subprocess.run([*run, "enqueue", "cli", "hello"], check=True, capture_output=True, timeout=60)
-    out = subprocess.run([*run, "stats", "cli", "--json"], check=True, capture_output=True, text=True, timeout=60)
-    assert '"waiting": 1' in out.stdout
+    sent = in_process(["--url", ha.url, "enqueue", "cli", "hello"])
+    assert sent.returncode == 0, sent.stderr
+    out = in_process(["--url", ha.url, "stats", "cli", "--json"])
+    assert out.returncode == 0 and '"waiting": 1' in out.stdout, out.stderr
 
 
 def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:

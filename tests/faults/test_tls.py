@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from typing import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ import redis
 from keyqueue import ConfigurationError, Queue, aio
 
 from ..support.ha_servers import TLSServer
+from ..support.processes import in_process
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +42,10 @@ def test_queue_and_async_queue_over_tls(tls: TLSServer) -> None:
 
 
 def test_the_cli_over_tls(tls: TLSServer) -> None:
-    run = [sys.executable, "-m", "keyqueue", "--url", tls.url]
-    subprocess.run([*run, "enqueue", "t2", "x"], check=True, capture_output=True, timeout=60)
-    out = subprocess.run([*run, "stats", "t2", "--json"], check=True, capture_output=True, text=True, timeout=60)
-    assert '"waiting": 1' in out.stdout
+    sent = in_process(["--url", tls.url, "enqueue", "t2", "x"])
+    assert sent.returncode == 0, sent.stderr
+    out = in_process(["--url", tls.url, "stats", "t2", "--json"])
+    assert out.returncode == 0 and '"waiting": 1' in out.stdout, out.stderr
 
 
 def test_a_wrong_ca_fails_to_connect_and_plain_redis_is_refused(tls: TLSServer, tmp_path) -> None:

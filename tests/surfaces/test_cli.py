@@ -1,4 +1,6 @@
-"""The keyqueue command line, run as a real subprocess for every command."""
+"""The keyqueue command line: commands that run and exit at once in the test's process (the
+CLI's own ``main()``), those that run for a while, and all that only a process shows, as real
+processes."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from keyqueue.server import free_port
 
 from ..support.check_support import PROCESSING, item
 from ..support.helpers import ROOT, snapshot
+from ..support.processes import in_process as run_in_process
 
 MODE: list[str] = []  # ["--no-scripting"] while a test runs in the script-free mode
 
@@ -78,27 +81,8 @@ PROCESS_COMMANDS = {"worker", "reaper", "serve", "demo"}
 def in_process(
     args: Sequence[str], url: str | None = None, stdin: str | bytes = "", env: dict | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """A command that runs and exits at once, in this process: the CLI's own ``main()``
-    under click's stand-ins for stdin, stdout, stderr and the environment, as a pipe would
-    see them. Saves an interpreter start a call (a second or more on a busy machine); what
-    only a process shows (signals, terminals, the entry point, logging set-up) is tested
-    with real processes."""
-    from click.testing import CliRunner
-
-    from keyqueue.cli import main
-
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    environ: dict[str, str | None] = {"KEYQUEUE_URL": url, **(env or {})}
-    with CliRunner().isolation(input=data, env=environ) as (out, err, _):
-        try:
-            main([*MODE, *args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        stdout, stderr = out.getvalue(), err.getvalue()
-    return subprocess.CompletedProcess(
-        ["keyqueue", *MODE, *args], code, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
-    )
+    """The command in this process, in the mode of the test."""
+    return run_in_process([*MODE, *args], url, stdin, env)
 
 
 def kq(
