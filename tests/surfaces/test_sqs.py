@@ -1161,6 +1161,27 @@ def test_two_hundred_concurrent_long_poll_receives(kq: Server) -> None:
     assert sorted(got) == sorted(f"m{i}" for i in range(200))
 
 
+def test_an_idle_connection_outlives_a_pause_of_several_seconds(kq: Server) -> None:
+    """A client that pauses between calls finds its pooled connection still open (a server
+    that closes idle connections after a few seconds races every such client's next
+    request: "connection closed")."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    address = urlsplit(kq.endpoint)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() is not None
+        sock = conn.sock
+        time.sleep(6)  # the pause itself: longer than uvicorn's default keep-alive (5 s)
+        conn.request("GET", "/healthz")
+        reply = conn.getresponse()
+        assert reply.status == 200 and conn.sock is sock  # the same connection, still open
+    finally:
+        conn.close()
+
+
 def test_a_move_task_waits_out_a_rate_limit_on_its_source(kq: Server, rc: redis.Redis) -> None:
     """A dead-letter queue whose claims a keyqueue rate limit holds back: the task waits for
     the next window instead of ending with messages left behind."""
