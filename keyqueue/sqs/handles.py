@@ -1,5 +1,8 @@
 """Receipt handles: the queue name, the message id and keyqueue's per-delivery receipt,
-authenticated with an HMAC whose key is derived from the secret access key, base64url.
+authenticated with an HMAC whose key is derived from the secret access key, in base64
+without padding. The standard alphabet, as SQS's own handles: a handle never starts with
+``-``, which command lines (the aws CLI's ``--receipt-handle -...``) take for an option.
+Handles in the URL-safe alphabet, which earlier servers made, are read too.
 
 A handle cannot be forged (the MAC), used on another queue (the name is in it and checked
 against the URL), or act on a later delivery of the same message (keyqueue's receipt fences
@@ -16,6 +19,8 @@ from typing import NamedTuple
 from .errors import SqsError
 
 MAC_BYTES = 16
+#: The URL-safe alphabet's two letters, as the standard alphabet has them.
+URL_SAFE = str.maketrans("-_", "+/")
 
 
 class Handle(NamedTuple):
@@ -37,14 +42,14 @@ class Handles:
 
     def make(self, queue: str, msg_id: str, receipt: str) -> str:
         payload = f"{queue}\n{msg_id}\n{receipt}".encode()
-        return base64.urlsafe_b64encode(self._mac(payload) + payload).rstrip(b"=").decode()
+        return base64.b64encode(self._mac(payload) + payload).rstrip(b"=").decode()
 
     def read(self, handle: object, queue: str) -> Handle:
         """The handle's parts, or ReceiptHandleIsInvalid when it was not made here for ``queue``."""
         if not isinstance(handle, str) or not handle:
             raise SqsError("MissingParameter", "The request must contain the parameter ReceiptHandle.")
         try:
-            raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
+            raw = base64.b64decode(handle.translate(URL_SAFE) + "=" * (-len(handle) % 4), validate=True)
         except (binascii.Error, ValueError):
             raw = b""
         mac, payload = raw[:MAC_BYTES], raw[MAC_BYTES:]

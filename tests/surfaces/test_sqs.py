@@ -936,9 +936,9 @@ def test_receipt_handles_cannot_be_forged_moved_or_replayed(kq: Server) -> None:
     c.send_message(QueueUrl=url, MessageBody="m")
     c.send_message(QueueUrl=other, MessageBody="o")
     first = c.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]["ReceiptHandle"]
-    raw = bytearray(base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)))
+    raw = bytearray(base64.b64decode(first + "=" * (-len(first) % 4)))
     raw[-1] ^= 1  # the receipt of another delivery, the MAC left as it was
-    tampered = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    tampered = base64.b64encode(bytes(raw)).rstrip(b"=").decode()
     for handle, queue in ((tampered, url), (first, other), (first[:-4], url)):
         err = error_of(lambda: c.delete_message(QueueUrl=queue, ReceiptHandle=handle))
         assert err["Error"]["Code"] == "ReceiptHandleIsInvalid"
