@@ -10,7 +10,7 @@ bash scripts/setup.sh
 # suite takes whatever CPU they leave (most tests wait on Redis, processes and sockets; 6
 # measured fastest on 2 cores). --dist loadgroup keeps the browser tests on one worker; a -n
 # given as an argument comes last and wins. Exit 5 (nothing selected, e.g. a path given) is
-# no failure.
+# no failure. The 15 slowest tests are listed at the end: where a slow host's time went.
 spark_log=$(mktemp)
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 0 -m spark "$@" >"$spark_log" 2>&1 &
 spark_pid=$!
@@ -39,7 +39,7 @@ lint_log=$(mktemp)
 lint_pid=$!
 trap 'kill "$spark_pid" "$lint_pid" 2>/dev/null || true' EXIT
 status=0
-nice -n 15 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup -m "not spark" "$@" || status=$?
+nice -n 15 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup --durations=15 -m "not spark" "$@" || status=$?
 [ "$status" = 5 ] && status=0
 spark=0
 wait "$spark_pid" || spark=$?
