@@ -125,6 +125,7 @@ def drain(q: Queue, clock: FakeClock) -> Counter[str]:
     return got
 
 
+@pytest.mark.timeout(300)  # a client killed at every step: 40 s on one starved core
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_a_client_dying_in_a_sharded_step_loses_nothing(server: RedisServer, scripting: bool, op: str) -> None:
     r = redis.Redis(port=server.port)

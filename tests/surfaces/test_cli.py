@@ -217,6 +217,7 @@ def test_requeue_by_id(redis_server, r: redis.Redis) -> None:
     assert [m.text for m in q.peek()] == ["c", "a"] and [m.id for m in q.peek(source="dead")] == ["2"]
 
 
+@pytest.mark.timeout(300)  # 27 s on one starved core
 def test_long_purge_runs_in_batches_with_progress(redis_server, r: redis.Redis, scripting: bool) -> None:
     q = Queue("big", client=r)
     for _ in range(100):

@@ -1073,6 +1073,7 @@ def aws_cli(endpoint: str, tmp_path: Path) -> Callable[..., Any]:
     return aws
 
 
+@pytest.mark.timeout(300)  # aws CLI processes: 31 s on one starved core
 def test_the_aws_cli_works_against_it(kq: Server, tmp_path: Path) -> None:
     aws = aws_cli(kq.endpoint, tmp_path)
 

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from keyqueue import Queue
@@ -339,6 +340,7 @@ def test_the_library_sees_a_fifo_queue_as_a_grouped_queue(kq: Server, rc: redis.
     assert got == [("two", "g"), ("three", "g")]
 
 
+@pytest.mark.timeout(300)  # aws CLI processes
 def test_the_aws_cli_sends_and_receives_in_order(kq: Server, tmp_path: Path) -> None:
     aws = aws_cli(kq.endpoint, tmp_path)
     name = f"cli-{uuid.uuid4().hex[:8]}.fifo"
