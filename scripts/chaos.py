@@ -171,7 +171,8 @@ class Fleet:
         self.spawned = 0
         self.all: list[subprocess.Popen[bytes]] = []
         self.born: dict[int, float] = {}  # pid: when it was started (monotonic)
-        self.working: dict[int, float] = {}  # pid: when it was first seen handling a message
+        self.spawn_of: dict[int, str] = {}  # pid: the number of its spawn (CHAOS_SPAWN)
+        self.working: dict[str, float] = {}  # spawn: when it was first seen handling a message
         self.workers: list[subprocess.Popen[bytes]] = [self._spawn("worker") for _ in range(workers)]
         self.reaper = self._spawn("reaper")
         self.kills: list[Event] = []
@@ -202,7 +203,7 @@ class Fleet:
             p = subprocess.Popen(
                 args,
                 cwd=ROOT,
-                env=self.env,
+                env=dict(self.env, CHAOS_SPAWN=str(self.spawned)),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -210,6 +211,7 @@ class Fleet:
             )
         self.all.append(p)
         self.born[p.pid] = time.monotonic()
+        self.spawn_of[p.pid] = str(self.spawned)
         return p
 
     @staticmethod
@@ -219,12 +221,14 @@ class Fleet:
         except ProcessLookupError:
             pass
 
-    def seen_working(self, pids: set[int]) -> None:
-        """Note when each worker was first seen to have handled a message."""
+    def seen_working(self, spawns: set[str]) -> None:
+        """Note when each worker was first seen to have handled a message (by its spawn's
+        number, not its pid, which a later worker may be given again)."""
         now = time.monotonic()
         for w in self.workers:
-            if w.pid in pids:
-                self.working.setdefault(w.pid, now)
+            spawn = self.spawn_of[w.pid]
+            if spawn in spawns:
+                self.working.setdefault(spawn, now)
 
     def kill_one(self, rng: random.Random, tick: int) -> Event | None:
         """SIGKILL a random worker that has been working for MIN_AGE at least (every
@@ -236,7 +240,9 @@ class Fleet:
                 return None
             victim, kind = self.reaper, "reaper"
         else:
-            old = [i for i, w in enumerate(self.workers) if now - self.working.get(w.pid, now) >= MIN_AGE]
+            old = [
+                i for i, w in enumerate(self.workers) if now - self.working.get(self.spawn_of[w.pid], now) >= MIN_AGE
+            ]
             if not old:
                 return None
             i = rng.choice(old)
@@ -515,7 +521,7 @@ def soak(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]
             if produced_at is None and ledger.finished == len(producers):
                 produced_at = now
             try:
-                fleet.seen_working({int(pid) for pid in mon.smembers(WORKING)})
+                fleet.seen_working({text(spawn) for spawn in mon.smembers(WORKING)})
                 done = int(mon.scard(DONE))
                 s = setup.stats()
                 last = {"done": done, **dataclasses.asdict(s)}

@@ -7,8 +7,8 @@ is as durable as the queue (AOF, ``appendfsync always``) and lands whole or not 
 - ``chaos:done``        set of payload numbers processed at least once (idempotent SADD)
 - ``chaos:deliveries``  hash payload number -> completed deliveries
 - ``chaos:log``         list, one entry per delivery: ``<message id> <n> <pid> <receives> <epoch s>``
-- ``chaos:working``     set of the worker pids that have handled a message (the soak kills
-  a worker only once it has been seen working)
+- ``chaos:working``     set of the workers (the number of their spawn, CHAOS_SPAWN) that have
+  handled a message: the soak kills a worker only once it has been seen working
 
 If the record fails (Redis is down), the handler raises: the worker releases the message or
 it comes back after its visibility timeout, so it is recorded later.
@@ -39,5 +39,5 @@ def handle(message: Message) -> None:
     pipe.sadd(DONE, n)
     pipe.hincrby(DELIVERIES, str(n), 1)
     pipe.rpush(LOG, f"{message.id} {n} {os.getpid()} {message.receives} {time.time():.6f}")
-    pipe.sadd(WORKING, os.getpid())
+    pipe.sadd(WORKING, os.environ.get("CHAOS_SPAWN", ""))
     pipe.execute()

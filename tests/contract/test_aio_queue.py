@@ -22,24 +22,34 @@ MODULE_LEVEL = aio.Queue("module-level", url="redis://127.0.0.1:1/0")
 
 
 def test_a_long_poll_never_blocks_the_loop(redis_server, r: redis.Redis, scripting: bool) -> None:
-    """Another task runs while the claim waits in Redis: it sees the BLPOP blocked and sends
-    the message the claim then takes (a blocked loop never runs it: the claim ends empty)."""
+    """Another task runs while the claim waits in Redis: it sees this claim's connection
+    blocked (by its client name: the server is shared) and sends the message the claim then
+    takes. A blocked loop never runs it: the claim ends empty after its wait."""
     sync = Queue("q", client=r, scripting=scripting)
+    name = f"long-poll-{time.monotonic_ns()}"
     ran: list[str] = []
 
+    def blocked() -> bool:
+        return any(c["name"] == name and "b" in c["flags"] for c in r.client_list())
+
     async def main() -> object:
-        async with aio.Queue("q", url=redis_server.url, scripting=scripting) as q:
+        url = f"{redis_server.url}?client_name={name}"
+        async with aio.Queue("q", url=url, scripting=scripting) as q:
 
             async def feeder() -> None:
-                blocked = lambda: int(r.info("clients")["blocked_clients"])  # noqa: E731
-                while await asyncio.to_thread(blocked) < 1:
+                end = time.monotonic() + 30
+                while not await asyncio.to_thread(blocked):
+                    if time.monotonic() > end:
+                        return
                     await asyncio.sleep(0.01)
                 ran.append("while it waited")
                 await asyncio.to_thread(sync.enqueue, "sent meanwhile")
 
             t = asyncio.create_task(feeder())
             got = await q.claim(wait=30)  # nothing to claim yet: it waits in Redis
-            await t
+            if got is None:
+                t.cancel()
+            await asyncio.gather(t, return_exceptions=True)
             return got
 
     got = asyncio.run(main())

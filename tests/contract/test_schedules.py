@@ -531,6 +531,43 @@ def test_the_scripted_fire_without_planning_agrees_with_the_planner(
     assert len(fired) == len(set(fired)) > 60  # no fire time twice
 
 
+def test_a_fired_message_stores_its_body_as_an_enqueued_one_does(r: redis.Redis) -> None:
+    """Bodies at the edges of the item's field size (the server's hash-max-listpack-value):
+    one field, two, many, and one field again past a hundred. A fire by the scripted look
+    (which writes the item itself), and by the script-free mode, store the same item hash,
+    the body in the fields an enqueue uses, and deliver the body whole."""
+    chunk = int(r.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
+    sizes = [0, 1, chunk, chunk + 1, 2 * chunk, 2 * chunk + 1, 100 * chunk, 100 * chunk + 1]
+    bodies = {f"s{n}": bytes(range(256)) * (n // 256) + b"x" * (n % 256) for n in sizes}
+    clock = FakeClock(1_800_000_000.0)
+    modes = {m: Queue(f"sized{m}", client=r, scripting=m == "scripted", clock=clock) for m in ("scripted", "commands")}
+    for q in modes.values():
+        for sid, body in bodies.items():
+            q.schedule(sid, every=10, body=body, start=clock() + 5)
+    clock.advance(5.5)
+    items: dict[str, dict[str, dict[bytes, bytes]]] = {}
+    for mode, q in modes.items():
+        q.reap()
+        fired = q.peek(100)
+        assert len(fired) == len(bodies)
+        items[mode] = {}
+        for m in fired:
+            fields = r.hgetall(f"kq:{{{q.name}}}:item:{m.id}")
+            sid = next(sid for sid, body in bodies.items() if m.body == body)
+            items[mode][sid] = fields
+    assert items["scripted"] == items["commands"]  # (one fake time: the same t and s)
+    plain = Queue("sizedplain", client=r)
+    for sid, body in bodies.items():
+        fields = items["scripted"][sid]
+        enqueued = r.hgetall(f"kq:{{sizedplain}}:item:{plain.enqueue(body)}")
+        assert {k: v for k, v in fields.items() if k.startswith(b"b")} == {
+            k: v for k, v in enqueued.items() if k.startswith(b"b")
+        }, sid
+    for q in modes.values():
+        got = sorted(m.body for m in q.claim_many(100))
+        assert got == sorted(bodies.values())
+
+
 def test_an_upsert_writes_an_unreadable_state_whole_again(make_queue: MakeQueue, r: redis.Redis) -> None:
     """A state the fsck reports as bad (not the packed fields) is no identical schedule: the
     same upsert writes it whole again, instead of failing on what it cannot read."""

@@ -1173,7 +1173,9 @@ def test_an_idle_connection_outlives_a_pause_of_several_seconds(kq: Server) -> N
     conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
     try:
         conn.request("GET", "/healthz")
-        assert conn.getresponse().read() is not None
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200
         sock = conn.sock
         time.sleep(6)  # the pause itself: longer than uvicorn's default keep-alive (5 s)
         conn.request("GET", "/healthz")
@@ -1181,6 +1183,37 @@ def test_an_idle_connection_outlives_a_pause_of_several_seconds(kq: Server) -> N
         assert reply.status == 200 and conn.sock is sock  # the same connection, still open
     finally:
         conn.close()
+
+
+def test_serve_gives_uvicorn_a_keep_alive_longer_than_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test above shows by a pause, without depending on when uvicorn's timer runs."""
+    import uvicorn
+
+    from keyqueue.serve import serve_app
+
+    class Stop(Exception):
+        pass
+
+    given: dict[str, Any] = {}
+
+    def config(*args: Any, **kw: Any) -> None:
+        given.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(uvicorn, "Config", config)
+    with pytest.raises(Stop):
+        serve_app(
+            url="redis://127.0.0.1:1/0",
+            shown_url="redis://127.0.0.1:1/0",
+            prefix="kq",
+            host="127.0.0.1",
+            port=0,
+            read_only=True,
+            token=None,
+            sqs=None,
+            queue_options={},
+        )
+    assert given["timeout_keep_alive"] >= 60
 
 
 def test_a_move_task_waits_out_a_rate_limit_on_its_source(kq: Server, rc: redis.Redis) -> None:
