@@ -39,6 +39,35 @@ def test_rate_limit_caps_each_window_of_the_server_clock(make_queue: MakeQueue, 
     assert [m.text for m in q.claim_many(10)] == ["m3", "m4", "m5"]
 
 
+def test_a_window_that_ends_between_the_script_free_claims_round_trips_counts_no_more(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script-free claim reads the time, then reserves its place in that time's window a
+    round trip later. Should the window end and its counter expire in between (a stalled
+    client, a starved host), the reservation would count from zero again: a second full
+    share in one window. Such a claim takes nothing; the next claim counts in the next window."""
+    from keyqueue.backends.commands import flow
+
+    clock = FakeClock(1_700_000_000.990)  # 10 ms before the end of a 1 s window
+    q = Queue("late", client=r, scripting=False, clock=clock, rate_limit="10/1", visibility_timeout=60)
+    q.enqueue_many([f"m{i}" for i in range(30)])
+    first = q.claim_many(10)
+    assert len(first) == 10  # the window's share; its counter expires with the window (10 ms)
+    made = flow.Flow.__init__
+
+    def then_stall(self: Any, *args: Any, **kw: Any) -> None:
+        made(self, *args, **kw)
+        clock.advance(0.02)  # the window ends before the reservation ...
+        time.sleep(0.05)  # ... and its counter expires (its PTTL was 10 ms)
+
+    monkeypatch.setattr(flow.Flow, "__init__", then_stall)
+    late = q.claim_many(10)
+    monkeypatch.undo()
+    in_window = [m for m in first + late if m.deadline is not None and m.deadline - 60 < 1_700_000_001]
+    assert len(in_window) == 10 and late == []
+    assert [m.text for m in q.claim_many(10)] == [f"m{i}" for i in range(10, 20)]  # the next window's
+
+
 def test_claim_many_gets_what_is_left_of_the_window(make_queue: MakeQueue, clock: FakeClock) -> None:
     clock.now = 1_700_000_000.0
     q = make_queue(rate_limit=(5, 10), clock=clock)

@@ -113,21 +113,27 @@ class Consume(CommandBase):
         # not become waiting again (every way back to waiting writes the hash). The rate
         # limit's window counter is reserved for every id here (the reservation is the
         # intent: one that is not used is given back at the commit, or lost with its window).
+        # The server's time comes with the reservation: one made after its window ended
+        # (this claim read the time a round trip before) counts for nothing, as the window's
+        # counter may have expired and started again from zero.
+        reserve = flow.reserve(len(ids))
+        clock = self._time() if reserve else []
         got = (
             yield [
                 ("WATCH", *(k.item(i) for i in ids)),
                 *(("TYPE", key) for key in typed),
                 *(("HGETALL", k.item(i)) for i in ids),
-                *flow.reserve(len(ids)),
+                *reserve,
+                *clock,
             ]
         )[1:]
         self._check_kinds(typed, got)
         if flow.rate_key:
-            reserved = got[-2]
+            reserved = got[len(typed) + len(ids)]
             if isinstance(reserved, ResponseError):
                 yield from one(("UNWATCH",))
                 raise CorruptQueue(flow.rate_key)
-            allowed = flow.reserved(int(reserved), len(ids))
+            allowed = flow.reserved(int(reserved), len(ids), self._now(got[len(got) - len(clock) :]))
             if allowed < len(ids):
                 ids = ids[:allowed]
                 out.limited_ms = flow.limited_ms

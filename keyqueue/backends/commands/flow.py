@@ -93,8 +93,13 @@ class Flow:
         self.reserved_count = n
         return [("INCRBY", self.rate_key, n), ("PEXPIRE", self.rate_key, self.window_end - self.now)]
 
-    def reserved(self, total: int, n: int) -> int:
-        """How many of the ``n`` ids just reserved fit in the window (``total``: its count now)."""
+    def reserved(self, total: int, n: int, at: int) -> int:
+        """How many of the ``n`` ids just reserved fit in the window (``total``: its count at
+        server time ``at``). None of them once the window has ended: its counter may have expired
+        and started again from zero (the claim is tried again at once, in the next window)."""
+        if at >= self.window_end:
+            self.limited_ms = 0
+            return 0
         allowed = max(0, min(n, self.limit - (total - n)))
         if allowed < n:
             self.limited_ms = self.window_end - self.now
