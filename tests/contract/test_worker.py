@@ -163,7 +163,7 @@ def test_without_heartbeat_the_message_is_redelivered(make_queue: Callable[..., 
     with workers.running(workers.make(q, slow, concurrency=1, heartbeat=False)):
         assert started.wait(10)
         with workers.running(workers.make(q, lambda m: other.append(m.receives))):
-            wait_until(lambda: other, timeout=10)
+            wait_until(lambda: other)
     assert other == [2]
 
 
@@ -381,7 +381,7 @@ def test_a_handler_past_its_timeout_is_failed_and_its_late_ack_changes_nothing(
         failed_after = m.deadline - 30 - started[0]
         assert 1 - 0.1 <= failed_after < 1 + 6
         late.set()
-        wait_until(lambda: acked, timeout=10)
+        wait_until(lambda: acked)
     assert acked == [False]  # the late handler's ack: its delivery was over
     assert q.stats().delayed == 1 and q.peek(source="delayed")[0].receives == 1
     assert w.processed == 0 and w.failed == 1
@@ -422,7 +422,7 @@ def test_an_idle_worker_on_queues_of_two_clients_takes_from_either(
         for i in range(10):
             time.sleep(0.05)  # (idle or not: either way the message is taken)
             (second if i % 2 else first).enqueue(f"m{i}")
-            wait_until(lambda: len(seen) == i + 1, timeout=10)
+            wait_until(lambda: len(seen) == i + 1)
         clients = len(r.client_list())
     assert seen == [f"m{i}" for i in range(10)]
     assert clients < 20

@@ -206,8 +206,8 @@ def test_processes_replaces_a_killed_child_and_drains_on_sigterm(
     victim = int(r.hget(PIDS, r.lindex(STARTED, 0)))  # a child holding a message
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
-    wait_until(lambda: len(children(procs, p)) == 3, timeout=10)
-    assert time.monotonic() - killed < 4 + 4  # (about 4 s, with a margin for a busy machine)
+    wait_until(lambda: len(children(procs, p)) == 3)
+    assert time.monotonic() - killed < 4 + 16  # (about 4 s, with a margin for a starved machine)
     assert f"worker process {victim} was killed by SIGKILL: starting another" in procs.log(p)
     now = up(procs, p, gone=(victim,))
     # what the victim held comes back after its visibility timeout; the others drain

@@ -98,7 +98,7 @@ def test_workers_sigkilled_every_second_lose_nothing_younger_than_retention(
         threads[0].join(10)
         # what the victims held comes back or expires at its deadline; the rest is handled
         wait_until(lambda: (s := q.stats()).waiting + s.processing + s.delayed == 0, timeout=40)
-        wait_until(lambda: set(enqueued) <= set(gone), timeout=10)
+        wait_until(lambda: set(enqueued) <= set(gone))
     finally:
         producing.clear()
         watching.clear()

@@ -55,7 +55,7 @@ class Sentinel:
             stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        wait_until(lambda: _pings(client), timeout=10)
+        wait_until(lambda: _pings(client))
         client.close()
 
     def master(self) -> tuple[str, int] | None:
@@ -141,7 +141,7 @@ class SentinelSet:
         try:
             c.acl_setuser(REPL_USER, enabled=False)
             c.client_kill_filter(_type="replica")
-            wait_until(lambda: c.info("replication")["connected_slaves"] == 0, timeout=10)
+            wait_until(lambda: c.info("replication")["connected_slaves"] == 0)
         finally:
             c.close()
 
@@ -240,7 +240,7 @@ class TLSServer:
             stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port, ssl=True, ssl_ca_certs=self.ca, socket_connect_timeout=0.5)
-        wait_until(lambda: _pings(client), timeout=10)
+        wait_until(lambda: _pings(client))
         client.close()
 
     @property

@@ -315,7 +315,7 @@ def test_expired_messages_are_counted(web: httpx.Client, r: redis.Redis) -> None
     q = Queue("short", client=r, retention=0.05)
     assert scrape(web)[("keyqueue_expired_total", (("queue", "short"),))] == 0
     q.enqueue_many(["a", "b"])
-    wait_until(lambda: q.reap() and q.counters()["expired"] == 2, timeout=10)
+    wait_until(lambda: q.reap() and q.counters()["expired"] == 2)
     assert scrape(web)[("keyqueue_expired_total", (("queue", "short"),))] == 2
     assert '<span data-k="expired">2</span> expired' in web.get("/queues/short").text
 
