@@ -116,22 +116,13 @@ local chunk = tonumber(ARGV[3])
 local id = (tonumber(seq) or 0)
 rcall('INCRBY', KEYS[2], total)
 local waiting, scores = {}, {}
-local item, sub = BASE .. 'item:', string.sub
+local item = BASE .. 'item:'
 for i = 1, n do
   local ts = nexts[i]
   if ts then
     id = id + 1
     local ids = fmt(id)
-    local ik, body = item .. ids, bodies[i] or ''
-    -- (write_item's two usual cases inline: a fire's own Redis time is mostly this write)
-    local len = #body
-    if len <= chunk then
-      rcall('HSET', ik, 'b', body, 't', now_s, 's', fires[i], 'n', '0')
-    elseif len <= 2 * chunk then
-      rcall('HSET', ik, 'b', sub(body, 1, chunk), 'b1', sub(body, chunk + 1), 't', now_s, 's', fires[i], 'n', '0')
-    else
-      write_item(ik, body, chunk, 't', now_s, 's', fires[i], 'n', '0')
-    end
+    write_item(item .. ids, bodies[i] or '', chunk, 't', now_s, 's', fires[i], 'n', '0')
     waiting[#waiting + 1] = ids
     scores[#scores + 1] = ts; scores[#scores + 1] = due[i]
   end
