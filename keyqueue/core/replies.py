@@ -7,6 +7,7 @@ from typing import Any, Sequence, TypeVar, overload
 from redis.exceptions import NoPermissionError, ResponseError, TryAgainError
 
 from ..errors import CorruptQueue
+from .first_delivery import implied
 from .results import Fields
 
 #: The error a script gets, on a cluster, for a key of a slot that is migrating away.
@@ -74,11 +75,14 @@ def hash_reply(raw: Sequence[Any] | dict[Any, Any] | None) -> dict[bytes, bytes]
 
 
 def item_fields(raw: Sequence[Any] | dict[Any, Any] | None) -> dict[bytes, bytes]:
-    """An item hash with its body reassembled under b"b"."""
+    """An item hash with its body reassembled under b"b", and the fields a lean first
+    delivery leaves out filled in."""
     f = hash_reply(raw)
     parts = sorted((int(k[1:]), k) for k in f if len(k) > 1 and k[:1] == b"b" and k[1:].isdigit())
     if parts:
         f[b"b"] = f.get(b"b", b"") + b"".join(f.pop(k) for _, k in parts)
+    for k, v in implied(f.get(b"r"), f.get(b"c")).items():
+        f.setdefault(k, v)
     return f
 
 

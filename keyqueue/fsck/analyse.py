@@ -162,6 +162,7 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
 
     # Complete the state. Fixes that are part of a move found above are not reported again.
     stray = None if p.kinds else STRAY_FIELDS
+    written: list[Command] = [("HSET", ik, *v.first)] if v.first else []  # before the receipt goes
     if p.state == "waiting":
         if not v.waiting:
             p.add(None, ("SADD", k.items, i))
@@ -172,14 +173,14 @@ def plan(v: IdView, k: QueueKeys, bucket_ms: int) -> Plan:
             # stale WATCHes it, and so keeps the entry added here (see backends/commands/consume.py)
             p.add(None, ("HINCRBY", ik, "n", 0))
         if v.receipt or v.timer is not None:
-            p.add(stray, ("HDEL", ik, "c", "d"))
+            p.add(stray, *written, ("HDEL", ik, "c", "d"))
     elif p.state == "delayed":
         if not v.timed:
             p.add(None, *timer_add)
         if v.receipt:
-            p.add(stray, ("HDEL", ik, "c"))
+            p.add(stray, *written, ("HDEL", ik, "c"))
     elif p.state == "dead" and (v.receipt or v.timer is not None):
-        p.add(stray, ("HDEL", ik, "c", "d"))
+        p.add(stray, *written, ("HDEL", ik, "c", "d"))
     if v.lettered and p.state != "dead":
         # x would make dead_retention count from a dead-lettering this message has not had
         p.add(stray, ("HDEL", ik, "x"))
@@ -218,7 +219,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int, group_limit: int = 1) ->
     # ids in a timer set whose bucket has not passed: a claim's intent, if they are owned
     passing = {i for b, members in s.timers.items() if _ends_after(b, bucket_ms, s.now) for i in members}
     for i in sorted(ids, key=_natural):
-        receipt, timer, lettered = s.hashes.get(i, (False, None, False))
+        receipt, timer, lettered, first = s.hashes.get(i, (False, None, False, ()))
         own = None if timer is None else str(timer // bucket_ms)
         if own is not None and k.timer(own) in s.broken:
             continue  # its timer set is corrupt: leave it to the wrong-type finding
@@ -235,6 +236,7 @@ def findings(s: Snapshot, k: QueueKeys, bucket_ms: int, group_limit: int = 1) ->
             i in passing,
             lettered,
             *_grouping(s, i),
+            first=first,
         )
         p = plan(v, k, bucket_ms)
         views[i] = (v, p)

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..core.first_delivery import implied
 from ..core.replies import hash_reply, int_or, name, ok, scored, text
 from ..core.roundtrip import Command, Op
 from ..core.schedules import unpack
@@ -38,6 +39,9 @@ class IdView:
     group: str | None = None  # g: its message group
     released: bool = False  # j is set: it counts among its group's released messages
     held: bool = False  # listed in its group's list of held messages
+    #: a lean first delivery's implied fields (first_delivery.implied), flattened: written out
+    #: before a repair deletes its receipt
+    first: tuple[bytes, ...] = ()
 
 
 @dataclass
@@ -51,7 +55,8 @@ class Snapshot:
     dead: Counter[str] = field(default_factory=Counter)
     index: dict[str, float] = field(default_factory=dict)
     timers: dict[str, set[str]] = field(default_factory=dict)  # bucket -> ids
-    hashes: dict[str, tuple[bool, int | None, bool]] = field(default_factory=dict)  # id -> (c?, d, x?)
+    #: id -> (c?, d, x?, a lean first delivery's implied fields)
+    hashes: dict[str, tuple[bool, int | None, bool, tuple[bytes, ...]]] = field(default_factory=dict)
     broken: set[str] = field(default_factory=set)  # keys of the wrong type
     now: int = 0  # server time, ms
     schedule_index: dict[str, float] = field(default_factory=dict)  # id -> score
@@ -129,17 +134,22 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     ids = ids.union(*s.timers.values(), *s.group_lists.values())
     looked = sorted(ids - s.broken_ids(k))
     out = yield from batched(
-        [cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d", "x", "g", "j"))]
+        [cmd for i in looked for cmd in (("EXISTS", k.item(i)), ("HMGET", k.item(i), "c", "d", "x", "g", "j", "r"))]
     )
     for j, i in enumerate(looked):
         exists, fields = out[2 * j], out[2 * j + 1]
         if isinstance(fields, Exception):  # became something else since the SCAN
             s.broken.add(k.item(i))
         elif exists:
-            s.hashes[i] = (fields[0] is not None, int_or(fields[1], None), fields[2] is not None)
+            s.hashes[i] = (fields[0] is not None, int_or(fields[1], None), fields[2] is not None, _first(fields))
             if fields[3] is not None:
                 s.grouped[i] = (text(fields[3]), fields[4] is not None)
     return s
+
+
+def _first(fields: Sequence[Any]) -> tuple[bytes, ...]:
+    """From an HMGET of c, d, x, g, j, r: the fields a lean first delivery leaves out."""
+    return tuple(x for pair in implied(fields[5], fields[0]).items() for x in pair)
 
 
 def _read_groups(k: QueueKeys, s: Snapshot) -> Op[None]:
@@ -163,7 +173,7 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
     ik = k.item(i)
     reads: list[Command] = [
         ("TYPE", ik),
-        ("HMGET", ik, "c", "d", "x", "g", "j"),
+        ("HMGET", ik, "c", "d", "x", "g", "j", "r"),
         ("SISMEMBER", k.items, i),
         ("SISMEMBER", k.processing, i),
         ("LPOS", k.dead, i, "COUNT", 0),
@@ -198,6 +208,7 @@ def read_view(k: QueueKeys, bucket_ms: int, i: str, *, lists: bool = True) -> Op
         len(out[4]),
         timed,
         lettered=out[1][2] is not None,
+        first=_first(out[1]),
         group=group,
         released=out[1][4] is not None,
         held=held,

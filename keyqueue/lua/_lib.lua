@@ -4,12 +4,15 @@
     ARGV[1]  key base "P:{NAME}:"; scripts append only "item:<id>" and "timer:<bucket>"
     ARGV[2]  clock override in epoch ms ('' = the server's TIME); tests use it to control time
   Item hash fields: b body, t enqueued ms, r receives, n deliveries (never reset),
-    c current receipt, d timer ms (visibility deadline while processing, visible-at while
-    delayed; absent while waiting or dead), e last error, a attributes (opaque bytes a
-    surface such as the SQS API writes at enqueue), f first delivery ms (set by the first claim),
+    c current receipt ('<n>-<claim ms>'), d timer ms (visibility deadline while processing,
+    visible-at while delayed; absent while waiting or dead), e last error, a attributes
+    (opaque bytes a surface such as the SQS API writes at enqueue), f first delivery ms,
     s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it),
     g the message's group (written with n = 0 too), j '1' while it counts among its group's
     released messages (waiting, in flight, or released with a delay).
+  A first delivery is stored lean: its claim writes only c ('1-<ms>') and d; while r is absent
+    beside c, r and n are 1 and f is the receipt's time (read_item), and first_written writes
+    them out before anything deletes the receipt.
   Groups: hash `groups` maps a group with released messages to their count; list `group:<g>`
     holds the group's other messages in order (held), counted together in string `held`.
   Errors: redis.error_reply('KQCORRUPT <key>') when a key holds the wrong type; raised before
@@ -211,7 +214,18 @@ local function read_item(ik)
     for j = 1, #parts do whole[j + 1] = parts[j] end
     f.b = table.concat(whole)
   end
+  if f.c and not f.r then  -- a lean first delivery (see the header)
+    f.r, f.n, f.f = '1', f.n or '1', f.f or string.match(f.c, '^1%-(%d+)$')
+  end
   return f
+end
+
+-- Before the receipt of item ik is deleted: a lean first delivery's r, n and f written out
+-- (see the header). r, c: the fields as read.
+local function first_written(ik, r, c)
+  if r or not c then return end
+  local t = string.match(c, '^1%-(%d+)$')
+  if t then rcall('HSET', ik, 'r', '1', 'n', '1', 'f', t) else rcall('HSET', ik, 'r', '1', 'n', '1') end
 end
 
 -- Append the reply shape of one message: id, b, t, r, d, c, e, a, f, s, g.
@@ -229,19 +243,22 @@ local function push_message(out, id, f)
   out[#out + 1] = f.g or false
 end
 
--- The current timer of `id` when `receipt` is its current delivery and it is still owned, else nil.
+-- The current timer of `id` when `receipt` is its current delivery and it is still owned, else
+-- nil; and its receives as read (r: false when absent).
 local function owned(processing, ik, id, receipt)
-  local f = rcall('HMGET', ik, 'c', 'd')
+  local f = rcall('HMGET', ik, 'c', 'd', 'r')
   if f[1] and f[1] == receipt and rcall('SISMEMBER', processing, id) == 1 then
-    return tonumber(f[2]) or 0
+    return tonumber(f[2]) or 0, f[3]
   end
   return nil
 end
 
--- Take an owned id out of processing and its timer bucket, forgetting its receipt.
-local function disown(processing, timers, ik, id, d, bucket_ms)
+-- Take an owned id out of processing and its timer bucket, forgetting its receipt (r: its
+-- receives as owned() read them).
+local function disown(processing, timers, ik, id, d, bucket_ms, receipt, r)
   rcall('SREM', processing, id)
   if d > 0 then timer_del(timers, id, d, bucket_ms) end
+  first_written(ik, r, receipt)
   rcall('HDEL', ik, 'c', 'd')
 end
 

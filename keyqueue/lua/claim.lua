@@ -107,8 +107,10 @@ local deadline_s, now_s = fmt(deadline), fmt(now)
 local bucket = bucket_of(deadline, bucket_ms)
 local tk = timer_key(bucket)
 local item = BASE .. 'item:'
--- The receipt of a first delivery (deliveries 1): most deliveries, made without a number.
+-- The receipt of a first delivery (deliveries 1): most deliveries, made without a number. A
+-- grouped message's receipt ends in 'g', so an ack reads the group of those messages only.
 local first_receipt = '1-' .. now_s
+local first_grouped = first_receipt .. 'g'
 
 local out = {0, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, false, now_s, deadline_s, first_receipt, limited}
 local n_out = #out
@@ -234,11 +236,18 @@ while claimed < count and dropped < LAPSED_LIMIT do
     local v = fields[j]
     -- receives and deliveries + 1, as text (a message never delivered has neither field)
     local r, n, e, a, f = v[6], v[5], v[7], v[4], v[8]
-    if not (r or e or a or f) and (not n or n == '0') then
-      -- a first delivery with neither error nor attributes: the client knows the rest (of a
-      -- schedule's or a group's message, written with n = 0, its fire time and group)
-      rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)
-      out[n_out + 1] = n and {taken[j], v[9] or false, v[10] or false} or taken[j]
+    if not (n or a) then
+      -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
+      -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the
+      -- client knows the rest
+      rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
+      out[n_out + 1] = taken[j]
+    elseif n == '0' and not (r or e or a or f) then
+      -- the same of a schedule's or a group's message (written with n = 0): its fire time and
+      -- group go to the client
+      rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
+            'f', now_s)
+      out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
     else
       local receipt = first_receipt
       r = r and fmt(tonumber(r) + 1) or '1'
@@ -248,6 +257,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
       else
         n = '1'
       end
+      if v[10] then receipt = receipt .. 'g' end
       if f then rcall('HSET', tkeys[j], 'r', r, 'n', n, 'c', receipt, 'd', deadline_s)
       else  -- the first delivery also records when it was made (SQS's ApproximateFirstReceiveTimestamp)
         f = now_s

@@ -10,7 +10,7 @@ local bucket_ms = tonumber(ARGV[3])
 local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'list'})
 if bad then return corrupt(bad) end
 local id = ARGV[4]
-local d = owned(KEYS[1], KEYS[3], id, ARGV[5])
+local d, r = owned(KEYS[1], KEYS[3], id, ARGV[5])
 if not d then return 0 end
 local tk = timer_key(bucket_of(d, bucket_ms))
 if wrong_type({tk, 'set'}) then return corrupt(tk) end
@@ -21,7 +21,7 @@ if g then
 end
 local counted = redis.pcall('HINCRBY', KEYS[5], 'dead_lettered', 1)
 if type(counted) == 'table' then return write_error(counted, KEYS[5]) end
-disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms)
+disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms, ARGV[5], r)
 local now_s = fmt(now_ms())
 if ARGV[6] ~= '' then rcall('HSET', KEYS[3], 'e', ARGV[6], 'x', now_s) else rcall('HSET', KEYS[3], 'x', now_s) end
 rcall('RPUSH', KEYS[4], id)

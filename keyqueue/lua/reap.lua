@@ -53,10 +53,13 @@ local function group_ended(g)
   group_end(g)
 end
 
--- g, j: the item's group and whether it counts among its group's released messages.
-local function to_waiting(tk, ik, id, d, g, j)
+-- f: the item's fields as examine() read them (r, c; g, j: its group and whether it counts
+-- among its group's released messages).
+local function to_waiting(tk, ik, id, d, f)
+  local g, j = f[6], f[7]
   if g and not j and group_bad({g}) then broken[#broken + 1] = group_key(g); return now end
   untime(tk, id, d)
+  first_written(ik, f[2], f[4])
   -- A write even when there is no c or d to delete: a script-free claimer WATCHes the hash
   -- before it drops a list entry it found stale.
   if rcall('HDEL', ik, 'c', 'd') == 0 then rcall('HINCRBY', ik, 'n', 0) end
@@ -100,8 +103,9 @@ local function examine(tk, id, bucket_end)
     if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     untime(tk, id, d)
     rcall('SREM', KEYS[3], id)
+    first_written(ik, f[2], f[4])
     rcall('HDEL', ik, 'c', 'd')
-    local r = tonumber(f[2] or '0')
+    local r = tonumber(f[2] or '1')  -- (no r beside a receipt: a lean first delivery)
     if max_receives and r >= max_receives then
       if not f[3] then
         rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])
@@ -125,16 +129,19 @@ local function examine(tk, id, bucket_end)
     if d then
       if d > now then return d end
       res[1] = res[1] + 1
-      return to_waiting(tk, ik, id, d, g, j)
+      return to_waiting(tk, ik, id, d, f)
     end
     if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     res[1] = res[1] + 1
-    return to_waiting(tk, ik, id, d, g, j)
+    return to_waiting(tk, ik, id, d, f)
   end
   if waiting then
     if not settled then return bucket_end end
     rcall('SREM', tk, id)
-    if d or f[4] then rcall('HDEL', ik, 'c', 'd') end
+    if d or f[4] then
+      first_written(ik, f[2], f[4])
+      rcall('HDEL', ik, 'c', 'd')
+    end
     return nil
   end
   if d then  -- delayed (found in another bucket than its own, and dead: a stale entry)
@@ -145,12 +152,12 @@ local function examine(tk, id, bucket_end)
     if d > now then return d end
     if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     res[3] = res[3] + 1
-    return to_waiting(tk, ik, id, d, g, j)
+    return to_waiting(tk, ik, id, d, f)
   end
   if not settled then return bucket_end end
   if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
   res[1] = res[1] + 1  -- a message nothing referred to: adopted
-  return to_waiting(tk, ik, id, d, g, j)
+  return to_waiting(tk, ik, id, d, f)
 end
 
 -- Examine `ids` of timer set tk: the common case, a delivery whose visibility timeout passed
@@ -172,7 +179,7 @@ local function examine_many(tk, ids, bucket_end)
       local ik = BASE .. 'item:' .. id
       -- (receives and last error only matter with a receive limit, t with a retention)
       local f = held[i] == 1 and ((max_receives or cutoff) and pcall_('HMGET', ik, 'd', 'c', 'r', 'e', 't', 'g')
-                                  or pcall_('HMGET', ik, 'd', 'c'))
+                                  or pcall_('HMGET', ik, 'd', 'c', 'r'))
       local d = f and not f.err and f[2] and tonumber(f[1])
       if d and d >= first and d < last then
         if d > now then keep(d) else
@@ -197,11 +204,13 @@ local function examine_many(tk, ids, bucket_end)
       res[4] = res[4] + 1
       group_ended(f[6])
     elseif not max_receives then
+      first_written(ik, f[3], f[2])
       rcall('HDEL', ik, 'c', 'd')
       if not all_back then back[#back + 1] = expired[i] end
     else
+      first_written(ik, f[3], f[2])
       rcall('HDEL', ik, 'c', 'd')
-      local r = tonumber(f[3] or '0')
+      local r = tonumber(f[3] or '1')  -- (no r beside a receipt: a lean first delivery)
       if r >= max_receives then
         if not f[4] then
           rcall('HSET', ik, 'e', 'visibility timeout expired on receive ' .. fmt(r) .. ' of ' .. ARGV[4])

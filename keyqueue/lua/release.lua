@@ -11,7 +11,7 @@ local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4
                         KEYS[5], 'set', KEYS[6], 'list'})
 if bad then return corrupt(bad) end
 local id = ARGV[4]
-local d = owned(KEYS[1], KEYS[3], id, ARGV[5])
+local d, r = owned(KEYS[1], KEYS[3], id, ARGV[5])
 if not d then return 0 end
 local delay = tonumber(ARGV[6])
 local now = now_ms()
@@ -20,7 +20,7 @@ if delay > 0 then checks[3] = timer_key(bucket_of(now + delay, bucket_ms)); chec
 bad = wrong_type(checks)
 if bad then return corrupt(bad) end
 
-disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms)
+disown(KEYS[1], KEYS[2], KEYS[3], id, d, bucket_ms, ARGV[5], r)
 if ARGV[8] == '1' then rcall('HSET', KEYS[3], 'e', ARGV[7]) end
 if ARGV[9] == '1' then rcall('HINCRBY', KEYS[3], 'r', -1) end
 if delay > 0 then

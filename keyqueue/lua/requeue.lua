@@ -29,7 +29,7 @@ if #ids == 0 then return {0, 0, cursor} end
 
 -- One read per id, which is also its type check, before any write.
 local broken, items = {}, {}
-for i, id in ipairs(ids) do items[i] = checked(broken, 'HMGET', item_key(id), 't', 'd', 'g') end
+for i, id in ipairs(ids) do items[i] = checked(broken, 'HMGET', item_key(id), 't', 'd', 'g', 'r', 'c') end
 if #broken > 0 then return corrupt(broken[1]) end
 local gs = {}
 if from_dead then
@@ -56,7 +56,7 @@ end
 local moved, timers, seen, joining = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   if present[i] and items[i][1] and not seen[id] then
-    seen[id] = true
+    seen[id] = items[i]
     if from_dead and items[i][3] then
       joining[#joining + 1] = {id, items[i][3]}
     else
@@ -78,6 +78,7 @@ end
 local now_s = fmt(now_ms())
 for _, id in ipairs(moved) do
   local ik = item_key(id)
+  first_written(ik, seen[id][4], seen[id][5])  -- (n and f: r is reset)
   rcall('HDEL', ik, 'r', 'c', 'd', 'x')
   rcall('HSET', ik, 't', now_s)
 end
@@ -88,6 +89,7 @@ if #moved > 0 then
 end
 for _, x in ipairs(joining) do
   local ik = item_key(x[1])
+  first_written(ik, seen[x[1]][4], seen[x[1]][5])
   rcall('HDEL', ik, 'r', 'c', 'd', 'x', 'j')
   rcall('HSET', ik, 't', now_s)
   if group_join(x[1], x[2]) then signal(KEYS[6]) end

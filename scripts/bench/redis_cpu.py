@@ -309,15 +309,6 @@ WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
         [("redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')", "redis.pcall('HMGET', ik, 'b', 'b1', 't')")],
         [],
     ),
-    "writing n and f (a first delivery's HSET of r, c, d only)": (
-        [
-            (
-                "'r', '1', 'n', '1', 'c', first_receipt, 'd', deadline_s, 'f', now_s)\n      out[n_out + 1] = n and",
-                "'r', '1', 'c', first_receipt, 'd', deadline_s)\n      out[n_out + 1] = n and",
-            )
-        ],
-        [],
-    ),
     "the counters (ack's HGET and HINCRBY)": (
         [],
         [

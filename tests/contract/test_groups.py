@@ -88,6 +88,21 @@ def test_the_next_is_not_visible_before_the_current_is_acked(
     assert [m.id for m in q.claim_many(10)] == [ids[1]]
 
 
+def test_an_ack_releases_the_next_though_the_group_counts_were_lost(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """The ack reads a message's group only while the queue has group counts or held
+    messages; held messages alone (the counts hash lost) are enough."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    (first,) = q.claim_many(10)
+    r.delete("kq:{q}:groups")
+    assert first.ack()
+    assert [m.id for m in q.claim_many(10)] == [ids[1]]
+
+
 def test_a_released_or_timed_out_delivery_comes_back_before_the_next(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:

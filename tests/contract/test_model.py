@@ -28,6 +28,7 @@ their old prefix and gain exactly the expected ids, then adopts the order Redis 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -610,6 +611,10 @@ def make_machine(
             for k, h in hashes.items():
                 m = self.msgs[k[len(BASE + "item:") :]]
                 fields = {f.decode(): v for f, v in h.items()}
+                if "c" in fields and "r" not in fields:  # a first delivery stored lean
+                    first = re.fullmatch(rb"1-(\d+)", fields["c"])
+                    assert first is not None and "n" not in fields and "f" not in fields, fields
+                    fields.update(r=b"1", n=b"1", f=first.group(1))
                 parts = sorted(int(f[1:]) for f in fields if f[0] == "b" and f != "b")
                 assert parts == list(range(1, len(parts) + 1)), fields.keys()  # b, b1, b2, ...
                 others = set(fields) - {f"b{i}" for i in parts}

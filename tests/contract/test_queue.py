@@ -490,11 +490,62 @@ def test_the_first_delivery_time_is_recorded_once(q: Queue, r: redis.Redis) -> N
     m = q.claim(visibility_timeout=5)
     assert m is not None and m.first_claimed_at is not None
     first = m.first_claimed_at
-    assert r.hget(f"kq:{{q}}:item:{mid}", "f") == str(round(first * 1000)).encode()
     assert m.release()
+    # stored by the release, if not by the claim (a first delivery stored lean implies it)
+    assert r.hget(f"kq:{{q}}:item:{mid}", "f") == str(round(first * 1000)).encode()
     again = q.claim()
     assert again is not None and again.receives == 2 and again.first_claimed_at == first
     assert q.get([mid])[0].first_claimed_at == first
+
+
+@pytest.mark.parametrize("scripted_end", [True, False], ids=["scripted", "script-free"])
+@pytest.mark.parametrize("end", ["release", "release_delayed", "dead_letter", "reap", "requeue", "repair"])
+def test_a_lean_first_delivery_keeps_its_counts_however_it_ends(r: redis.Redis, end: str, scripted_end: bool) -> None:
+    """A scripted claim stores a first delivery lean (receipt and deadline only); whatever
+    then ends the delivery, in either mode, writes out its receives, deliveries and first
+    delivery time before it deletes the receipt, so the next delivery counts on from them."""
+    clock = FakeClock()
+    claimer = Queue("mix", client=r, clock=clock, max_receives=5)
+    other = Queue("mix", client=r, clock=clock, max_receives=5, scripting=scripted_end)
+    mid = claimer.enqueue("x")
+    item = f"kq:{{mix}}:item:{mid}"
+    m = claimer.claim(visibility_timeout=10)
+    assert m is not None and m.receives == 1
+    first = round(m.first_claimed_at * 1000) if m.first_claimed_at else None
+    assert {b"c", b"d"} <= set(r.hkeys(item)) and not {b"r", b"n", b"f"} & set(r.hkeys(item))  # lean
+    (seen,) = other.get([mid])  # a reader fills in what the lean form implies
+    assert (seen.receives, seen.first_claimed_at) == (1, m.first_claimed_at)
+    clock.advance(1)
+    if end == "release":
+        assert other.release(m)
+    elif end == "release_delayed":
+        assert other.release(m, delay=1)
+        clock.advance(2)
+        other.reap()
+    elif end == "dead_letter":
+        assert other.dead_letter(m, "no")
+    elif end == "reap":
+        clock.advance(60)
+        assert other.reap().requeued == 1
+    elif end == "requeue":
+        assert other.requeue(source="processing") == 1
+    else:  # fsck: a stray receipt on a waiting message, deleted by the repair
+        r.srem("kq:{mix}:processing", mid)
+        r.srem(f"kq:{{mix}}:timer:{int(r.hget(item, 'd')) // 60_000}", mid)
+        r.rpush("kq:{mix}:queue", mid)
+        r.sadd("kq:{mix}:items", mid)
+        r.hdel(item, "d")
+        report = other.check(repair=True, settle=0)
+        assert [p.kind for p in report.problems] == ["stray-fields"] and report.consistent, report
+    stored = r.hgetall(item)
+    assert b"c" not in stored
+    assert stored[b"n"] == b"1" and stored[b"f"] == str(first).encode()
+    assert stored.get(b"r") == (None if end == "requeue" else b"1")  # (requeue resets receives)
+    if end == "dead_letter":
+        assert other.requeue() == 1
+    again = claimer.claim()
+    assert again is not None and again.receipt.startswith("2-") and again.first_claimed_at == m.first_claimed_at
+    assert again.receives == (1 if end in ("requeue", "dead_letter") else 2)
 
 
 def test_purge_by_id_deletes_only_those_dead_letters(q: Queue, r: redis.Redis) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from redis.exceptions import ResponseError
 
+from ...core.first_delivery import implied, written_out
 from ...core.replies import int_or as _int
 from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
@@ -159,8 +160,8 @@ class Maintain(Consume):
                     tx += [("SREM", k.processing, i), ("DEL", ik)]
                     counts[3] += 1
                 elif dec.act is Act.EXPIRE:
-                    tx += [("SREM", k.processing, i), ("HDEL", ik, "c", "d")]
-                    r = _int(h[2])
+                    tx += [("SREM", k.processing, i), *written_out(ik, h[2], h[0]), ("HDEL", ik, "c", "d")]
+                    r = _int(h[2] or implied(h[2], h[0]).get(b"r"))
                     if limit is not None and r >= limit:
                         error = (
                             () if h[3] is not None else ("e", f"visibility timeout expired on receive {r} of {limit}")
@@ -172,13 +173,18 @@ class Maintain(Consume):
                         counts[0] += 1
                         moved = True
                 elif dec.act is Act.RELEASE:
-                    tx += [("HDEL", ik, "c", "d"), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
+                    tx += [
+                        *written_out(ik, h[2], h[0]),
+                        ("HDEL", ik, "c", "d"),
+                        ("RPUSH", k.queue, i),
+                        ("SADD", k.items, i),
+                    ]
                     if not seen.receipt and seen.timer is None:
                         tx.append(("HINCRBY", ik, "n", 0))  # a write, so a claimer's WATCH sees it
                     counts[2 if seen.timer is not None and not dec.unclaim else 0] += 1
                     moved = True
                 elif dec.act is Act.DROP and seen.waiting and (seen.receipt or seen.timer is not None):
-                    tx.append(("HDEL", ik, "c", "d"))
+                    tx += [*written_out(ik, h[2], h[0]), ("HDEL", ik, "c", "d")]
             if moved:
                 tx += _signal(k.signal)
             tx += [
@@ -247,7 +253,7 @@ class Maintain(Consume):
                 (yield from one(("UNWATCH",)))
                 return Requeued(0, 0, next_cursor)
             item_keys = [k.item(i) for i in todo]
-            check: list[Command] = [("WATCH", *item_keys), *(("HMGET", key, "t", "d") for key in item_keys)]
+            check: list[Command] = [("WATCH", *item_keys), *(("HMGET", key, "t", "d", "r", "c") for key in item_keys)]
             if source == "dead" and ids:
                 check += [("LPOS", k.dead, i) for i in todo]
             elif source == "processing":
@@ -272,7 +278,11 @@ class Maintain(Consume):
                 if f[0] is not None and i not in moved:
                     moved.append(i)
                     # receives reset and the age restarted: retention counts from the requeue
-                    tx += [("HDEL", k.item(i), "r", "c", "d", "x"), ("HSET", k.item(i), "t", now)]
+                    tx += [
+                        *written_out(k.item(i), f[2], f[3]),  # (n and f: r is reset)
+                        ("HDEL", k.item(i), "r", "c", "d", "x"),
+                        ("HSET", k.item(i), "t", now),
+                    ]
             if source == "dead" and not ids:
                 tx.insert(0, ("LTRIM", k.dead, len(todo), -1))
             if moved:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ...core.first_delivery import written_out_owned
 from ...core.roundtrip import Command, Op, one
 from .base import ATTEMPTS, CommandBase, _signal
 
@@ -48,7 +49,7 @@ class Settle(CommandBase):
         ik = k.item(msg_id)
 
         def change(now: int, d: int) -> Op[list[Command]]:
-            tx: list[Command] = [("SREM", k.processing, msg_id)]
+            tx: list[Command] = [("SREM", k.processing, msg_id), *written_out_owned(ik, receipt)]
             if error is not None:
                 tx.append(("HSET", ik, "e", error))
             if unreceive:  # a current delivery has at least one receive
@@ -74,6 +75,7 @@ class Settle(CommandBase):
         def change(now: int, d: int) -> Op[list[Command]]:
             tx: list[Command] = [
                 ("SREM", k.processing, msg_id),
+                *written_out_owned(ik, receipt),
                 ("HDEL", ik, "c", "d"),
                 ("RPUSH", k.dead, msg_id),
                 ("HINCRBY", k.counters, "dead_lettered", 1),

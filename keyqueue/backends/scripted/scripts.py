@@ -117,7 +117,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     int_or(t),
                     1,
                     deadline,
-                    first,
+                    first if g is None else first + "g",  # (a grouped message's receipt: claim.lua)
                     None,
                     None,
                     now,
