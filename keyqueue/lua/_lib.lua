@@ -120,6 +120,15 @@ local function next_id()
   return id
 end
 
+-- A queue's first message (id 1) marks the queue's counters hash (field item_format, which
+-- no counter read lists): every message this version enqueues with attributes carries n (0
+-- until delivered), so a claim on a marked queue reads a only where n shows (claim.lua). A
+-- queue whose messages an older version may have written has no mark, and its claims read a
+-- in every first read. (A mark only: a hash of the wrong type is left to the counters' users.)
+local function mark_format(counters, id)
+  if id == '1' then redis.pcall('HSET', counters, 'item_format', '2') end
+end
+
 -- After the item's HSET: the FIFO and items entries when `waiting`, then the enqueued
 -- counter. Returns the counter's reply (1: the counters were absent, as when Redis lost its
 -- data), or nil and the error, every write undone.

@@ -32,10 +32,10 @@
   (Every value of the reply costs Redis time: most messages take 4 instead of 9.)
 ]]
 -- An item read whole (a body of more than two fields, or no t or b) as the fields a claim needs,
--- {b, b1, t, a, n, r, e, f, s, g} with the body whole in b; nil when the key is absent.
+-- {b, b1, t, n, a, r, e, f, s, g} with the body whole in b; nil when the key is absent.
 local function read_whole(ik)
   local f = read_item(ik)
-  return f and {f.b or '', false, f.t or false, f.a or false, f.n or false, f.r or false, f.e or false,
+  return f and {f.b or '', false, f.t or false, f.n or false, f.a or false, f.r or false, f.e or false,
                 f.f or false, f.s or false, f.g or false}
 end
 
@@ -159,23 +159,30 @@ local function sort_out(heads, keys, items, waiting, held)
   return leaving, taken, tkeys, fields, dead, gone
 end
 
+-- Whether every attributed message of this queue carries n (mark_format in _lib.lua): read
+-- once there is something to claim.
+local marked = nil
+
 while claimed < count and dropped < LAPSED_LIMIT do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
   local heads = checked(bad, 'LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
+  if marked == nil then marked = redis.pcall('HGET', KEYS[8], 'item_format') == '2' end
   -- Read every item of this round before the first write; a wrong type fails the read. The
-  -- fields a claim needs, {b, b1, t, a, n, r, e, f, s}: by one HMGET of b, b1, t, a and n for a
-  -- body of up to two fields (no table of every field, no concatenation of many), and only
-  -- when n is there, a second one of r, e, f and s. n (deliveries) is written by every delivery,
-  -- with r and f, and never deleted, and e is only ever written after a delivery; a schedule's
-  -- message is written with n = 0 beside its s: a message without n has none of them, and
-  -- most claims are first deliveries (every field looked up costs, more than the second call
-  -- for the few others).
+  -- fields a claim needs, {b, b1, t, n, a, r, e, f, s, g}: by one HMGET of b, b1, t and n for
+  -- a body of up to two fields (no table of every field, no concatenation of many), and only
+  -- when n is there, a second one of the others. n (deliveries) is written by every delivery,
+  -- with r and f, and never deleted, and e is only ever written after a delivery; a schedule's,
+  -- a group's and (on a queue of this version: marked) an attributed message are written with
+  -- n = 0: a message without n has none of them, and most claims are first deliveries. (Every
+  -- value an HMGET returns costs, a fifth one more than a fourth: its reply outgrows a
+  -- table of four.) An unmarked queue's first read takes a as well.
   local keys, items = {}, {}
   for i = 1, #heads do
     local ik = item .. heads[i]
-    local v = redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')
+    local v = marked and redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n')
+      or redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n', 'a')
     if v.err then
       if not written then return corrupt(ik) end
       heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
@@ -184,12 +191,12 @@ while claimed < count and dropped < LAPSED_LIMIT do
     end
     local b, b1 = v[1], v[2]
     if v[3] and b and not (b1 and #b1 == #b) then
-      if v[5] == '0' then  -- never delivered (a schedule's or a group's): no r, e or f yet
-        local more = rcall('HMGET', ik, 's', 'g')
-        v[9], v[10] = more[1], more[2]
-      elseif v[5] then
-        local more = rcall('HMGET', ik, 'r', 'e', 'f', 's', 'g')
-        v[6], v[7], v[8], v[9], v[10] = more[1], more[2], more[3], more[4], more[5]
+      if v[4] == '0' then  -- never delivered (a schedule's, a group's, attributed): no r, e or f yet
+        local more = rcall('HMGET', ik, 'a', 's', 'g')
+        v[5], v[9], v[10] = more[1], more[2], more[3]
+      elseif v[4] then
+        local more = rcall('HMGET', ik, 'r', 'e', 'f', 'a', 's', 'g')
+        v[6], v[7], v[8], v[5], v[9], v[10] = more[1], more[2], more[3], more[4], more[5], more[6]
       end
     else  -- maybe b2, b3, ...; or no t or b (not written by an enqueue, or no hash at all)
       v = read_whole(ik)
@@ -235,7 +242,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
   for j = 1, #taken do
     local v = fields[j]
     -- receives and deliveries + 1, as text (a message never delivered has neither field)
-    local r, n, e, a, f = v[6], v[5], v[7], v[4], v[8]
+    local r, n, e, a, f = v[6], v[4], v[7], v[5], v[8]
     if not (n or a) then
       -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
       -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the

@@ -4,7 +4,7 @@
   KEYS[7] counters  KEYS[8] dedup key (optional; single message only)
   ARGV[3] delay ms (0 = visible now)  ARGV[4] bucket ms  ARGV[5] dedup window ms
   ARGV[6] bytes per body field (body_fields)  ARGV[7] '1' when each body is followed by its
-  attributes (field a, opaque bytes; '' = none), '2' when by its attributes and its enqueue time
+  attributes (field a, opaque bytes, written with n = 0; '' = none), '2' when by its attributes and its enqueue time
   (t in ms, '' = now; a moved message keeps its first; never later than now), else ''
   ARGV[8..] bodies (or body, attributes pairs, or body, attributes, time triples)
   Returns {first_id, count, config_missing}: ids first_id .. first_id+count-1; {existing_id, 0,
@@ -50,7 +50,7 @@ if n == 1 and delay == 0 then
   if timed then now_s = since(1, now_s) end
   write_item(ik, body, chunk, 't', now_s)
   local a = attributes(1)
-  if a then rcall('HSET', ik, 'a', a) end
+  if a then rcall('HSET', ik, 'a', a, 'n', '0') end
   local r
   r, err = push_new(id, true)
   if not r then return err end
@@ -58,7 +58,9 @@ if n == 1 and delay == 0 then
   if tokens == 0 then rcall('RPUSH', KEYS[5], '1') end
   -- The config hash is looked for only when the counters were absent too: both go when
   -- Redis loses its data (a config deleted alone is found by the next claim or reap).
-  return {id, 1, r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0}
+  local missing = r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
+  mark_format(KEYS[7], id)
+  return {id, 1, missing}
 end
 
 -- Batches and delayed messages: every key is type-checked (by the reads below or TYPE)
@@ -84,13 +86,14 @@ if not iks then return corrupt(KEYS[1]) end
 local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
 rcall('HINCRBY', KEYS[7], 'enqueued', n)
+mark_format(KEYS[7], fmt(first))
 if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 if delay > 0 then
   local at = tonumber(now_s) + delay
   for i = 1, n do
     write_item(iks[i], ARGV[7 + (i - 1) * step + 1], chunk, 't', since(i, now_s), 'd', fmt(at))
     local a = attributes(i)
-    if a then rcall('HSET', iks[i], 'a', a) end
+    if a then rcall('HSET', iks[i], 'a', a, 'n', '0') end
     timer_add(KEYS[4], ids[i], at, bucket_ms)
   end
   return {fmt(first), n, lost}
@@ -99,7 +102,7 @@ for j = 1, n do
   write_item(iks[j], ARGV[7 + (j - 1) * step + 1], chunk, 't', timed and since(j, now_s) or now_s)
   if paired then
     local a = attributes(j)
-    if a then rcall('HSET', iks[j], 'a', a) end
+    if a then rcall('HSET', iks[j], 'a', a, 'n', '0') end
   end
 end
 make_waiting_all(KEYS[2], KEYS[3], ids)

@@ -59,7 +59,9 @@ if n == 1 and delay == 0 then
     rcall('INCRBY', BASE .. 'held', 1)
   end
   if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
-  return {id, 1, r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0}
+  local missing = r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
+  mark_format(KEYS[7], id)
+  return {id, 1, missing}
 end
 
 -- Batches and delayed messages: every key is type-checked before the first write.
@@ -84,6 +86,7 @@ if not iks then return corrupt(KEYS[1]) end
 local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
 rcall('HINCRBY', KEYS[7], 'enqueued', n)
+mark_format(KEYS[7], fmt(first))
 if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 local at = delay > 0 and tonumber(now_s) + delay
 -- As group_join, message by message, with the group read once: released while the group

@@ -305,8 +305,13 @@ WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
         ],
         [("rcall('SMISMEMBER', KEYS[1], unpack(ids))", _ONES % ("ids", 1))],
     ),
-    "reading a and n (a claim's HMGET of b, b1, t only)": (
-        [("redis.pcall('HMGET', ik, 'b', 'b1', 't', 'a', 'n')", "redis.pcall('HMGET', ik, 'b', 'b1', 't')")],
+    "reading n (a claim's HMGET of b, b1, t only)": (
+        [
+            (
+                "marked and redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n')",
+                "marked and redis.pcall('HMGET', ik, 'b', 'b1', 't')",
+            )
+        ],
         [],
     ),
     "the counters (ack's HGET and HINCRBY)": (

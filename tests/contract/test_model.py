@@ -657,6 +657,7 @@ def make_machine(
             # The counters moved by exactly what happened (a dedup hit, a delayed message
             # becoming visible, a stale ack count nothing).
             counters = {k.decode(): int(v) for k, v in self.r.hgetall(BASE + "counters").items()}
+            assert counters.pop("item_format", 2) == 2  # (the queue's mark, no counter)
             assert counters == {k: v for k, v in self.counts.items() if v}
             assert self.q is not None and self.q.counters() == {
                 **{

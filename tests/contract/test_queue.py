@@ -469,6 +469,7 @@ def test_attributes_are_kept_in_the_item_hash_and_returned(q: Queue, r: redis.Re
     late = q.enqueue("d", delay=30, attributes=b"A6")
     plain = q.enqueue("p")
     assert r.hget(f"kq:{{q}}:item:{one}", "a") == b"A1"
+    assert r.hget(f"kq:{{q}}:item:{one}", "n") == b"0"  # (so a claim finds a where n shows)
     assert not r.hexists(f"kq:{{q}}:item:{batch[1]}", "a") and not r.hexists(f"kq:{{q}}:item:{batch[2]}", "a")
     peeked = {m.id: m.attributes for m in q.peek(10)}
     assert peeked == {one: b"A1", batch[0]: big, batch[1]: None, batch[2]: None, each[0]: b"A5", plain: None}
@@ -480,6 +481,19 @@ def test_attributes_are_kept_in_the_item_hash_and_returned(q: Queue, r: redis.Re
         q.enqueue("x", attributes="text")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="attributes has 1 entries for 2 bodies"):
         q.enqueue_many(["x", "y"], attributes=[b"a"])
+
+
+def test_attributes_written_without_n_are_delivered_on_a_queue_without_the_mark(q: Queue, r: redis.Redis) -> None:
+    """The first message of a queue marks it (its counters hash: item_format); a claim on a
+    marked queue reads a message's attributes only where n shows. A queue an older version
+    may have written, with attributes and no n, has no mark, and its claims read them."""
+    first = q.enqueue("x")
+    assert r.hget("kq:{q}:counters", "item_format") == (b"2" if q.scripting else None)
+    assert "item_format" not in q.counters()
+    r.hdel("kq:{q}:counters", "item_format")  # a queue made by 0.1.0
+    old = q.enqueue("y", attributes=b"A")
+    r.hdel(f"kq:{{q}}:item:{old}", "n")  # as 0.1.0 wrote it
+    assert {m.id: m.attributes for m in q.claim_many(10)} == {first: None, old: b"A"}
 
 
 def test_the_first_delivery_time_is_recorded_once(q: Queue, r: redis.Redis) -> None:

@@ -121,8 +121,8 @@ class Produce(CommandBase):
             tx.append(("SET", dedup, ids[0], "PX", dedup_ms))
         for mid, body, a in zip(ids, bodies, per_message(attributes, len(bodies))):
             extra: list[str | bytes] = ["d", str(at)] if delay_ms else []
-            if a:
-                extra += ["a", a]
+            if a:  # (with n = 0, as enqueue.lua writes it: see mark_format in _lib.lua)
+                extra += ["a", a, "n", "0"]
             tx.append(("HSET", k.item(mid), "t", now_s, *extra, *body_fields(body, self.field_bytes)))
         if delay_ms:
             tx += [("SADD", tk, *ids), ("ZADD", k.timers, "LT", at, b)]
