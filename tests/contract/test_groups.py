@@ -91,15 +91,23 @@ def test_the_next_is_not_visible_before_the_current_is_acked(
 def test_an_ack_releases_the_next_though_the_group_counts_were_lost(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:
-    """The ack reads a message's group only while the queue has group counts or held
-    messages; held messages alone (the counts hash lost) are enough."""
+    """A grouped message's receipt ends in g, first delivery or not, and only such a
+    receipt has the ack read the message's group: an ack frees the group's next even with
+    the group counts lost, and an ungrouped receipt has no g."""
     q = grouped(make_queue, r, scripting)
     if q is None:
         return
     ids = q.enqueue_many(["1", "2"], group="g")
-    (first,) = q.claim_many(10)
+    plain = q.enqueue("p")
+    (first,) = q.claim_many(1)
+    assert first.receipt is not None and first.receipt.startswith("1-") and first.receipt.endswith("g")
+    assert first.release()
+    (p, first) = q.claim_many(10)  # (the released one went back to the tail)
+    assert (first.id, p.id) == (ids[0], plain)
+    assert first.receipt is not None and first.receipt.startswith("2-") and first.receipt.endswith("g")
+    assert p.receipt is not None and not p.receipt.endswith("g")
     r.delete("kq:{q}:groups")
-    assert first.ack()
+    assert q.ack_many([first, p]) == 2
     assert [m.id for m in q.claim_many(10)] == [ids[1]]
 
 
