@@ -1,11 +1,13 @@
 --[[
   Acknowledge deliveries: each message whose receipt is current is deleted.
   KEYS[1] processing  KEYS[2] timers  KEYS[3] counters
-  ARGV[3] bucket ms  ARGV[4..] id, receipt pairs (the item keys are made here: an argument
-  costs Redis more than the concatenation)
+  ARGV[3] bucket ms  ARGV[4] k  ARGV[5..] id, receipt pairs: first the k whose receipt does not
+  end in 'g', then those that do (the item keys are made here: an argument costs Redis more
+  than the concatenation)
   Returns the number acknowledged (a delivery listed twice counts once). An acknowledged
   grouped message (field g) frees its group's next: its receipt ends in 'g' (claim.lua), so
-  only such a receipt has g read.
+  only the pairs after the first k have g read (sorted by the client: a look at each receipt
+  here costs more than the field).
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local bad = wrong_type({KEYS[1], 'set', KEYS[2], 'zset'})
@@ -16,12 +18,12 @@ if bad then return corrupt(bad) end
 local item = BASE .. 'item:'
 local ids, keys, timers, gs = {}, {}, {}, nil
 local m = 0
-local byte = string.byte
-for i = 4, #ARGV, 2 do
+local plain_end = 5 + 2 * tonumber(ARGV[4])
+for i = 5, #ARGV, 2 do
   local ik = item .. ARGV[i]
   local f
-  if byte(ARGV[i + 1], -1) == 103 then f = redis.pcall('HMGET', ik, 'c', 'd', 'g')  -- 'g'
-  else f = redis.pcall('HMGET', ik, 'c', 'd') end
+  if i < plain_end then f = redis.pcall('HMGET', ik, 'c', 'd')
+  else f = redis.pcall('HMGET', ik, 'c', 'd', 'g') end
   if f.err then return corrupt(ik) end  -- (a read: nothing written yet)
   if f[1] == ARGV[i + 1] then
     m = m + 1

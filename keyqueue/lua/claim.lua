@@ -241,21 +241,22 @@ while claimed < count and dropped < LAPSED_LIMIT do
   rcall('LTRIM', KEYS[1], #heads, -1)
   for j = 1, #taken do
     local v = fields[j]
-    -- receives and deliveries + 1, as text (a message never delivered has neither field)
-    local r, n, e, a, f = v[6], v[4], v[7], v[5], v[8]
+    local n, a = v[4], v[5]
     if not (n or a) then
       -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
       -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the
       -- client knows the rest
       rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
       out[n_out + 1] = taken[j]
-    elseif n == '0' and not (r or e or a or f) then
+    elseif n == '0' and not (a or v[6] or v[7] or v[8]) then
       -- the same of a schedule's or a group's message (written with n = 0): its fire time and
       -- group go to the client
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
             'f', now_s)
       out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
     else
+      -- receives and deliveries + 1, as text (a message never delivered has neither field)
+      local r, e, f = v[6], v[7], v[8]
       local receipt = first_receipt
       r = r and fmt(tonumber(r) + 1) or '1'
       if n then

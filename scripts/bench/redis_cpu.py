@@ -353,6 +353,7 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
     in one client that claims BATCH and acks them, as the worker does, in interleaved rounds:
     how much of keyqueue's cost beyond the floor each thing it does takes."""
     from keyqueue.backends.scripted.scripts import claimed
+    from keyqueue.backends.scripted.settle import ack_args
 
     claim, ack = script_source("claim"), script_source("ack")
     variants = {"shipped": (claim, ack)}
@@ -391,8 +392,7 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
                 len(k.ack_keys),
                 *k.ack_keys,
                 *base,
-                BUCKET_MS,
-                *(x for m in got for x in (m.id, m.receipt)),
+                *ack_args([(m.id, m.receipt) for m in got], BUCKET_MS),
             )
         if done != n:
             raise RuntimeError(f"{name}: acked {done} of {n}")

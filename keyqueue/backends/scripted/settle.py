@@ -8,12 +8,17 @@ from ...core.roundtrip import Op
 from .scripts import CHUNK, ScriptBase
 
 
+def ack_args(pairs: Sequence[tuple[str, str]], bucket_ms: int) -> list[object]:
+    """ack.lua's arguments: the pairs whose receipt does not end in g (not grouped) first,
+    counted, then the grouped ones, whose group the script reads."""
+    plain = [p for p in pairs if not p[1].endswith("g")]
+    grouped = [p for p in pairs if p[1].endswith("g")]
+    return [bucket_ms, len(plain), *(x for pair in (*plain, *grouped) for x in pair)]
+
+
 class Settle(ScriptBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
-        calls = [
-            (self.ack_keys, [bucket_ms, *(x for pair in pairs[i : i + CHUNK] for x in pair)])
-            for i in range(0, len(pairs), CHUNK)
-        ]
+        calls = [(self.ack_keys, ack_args(pairs[i : i + CHUNK], bucket_ms)) for i in range(0, len(pairs), CHUNK)]
         return sum((yield from self.call_many("ack", calls)))
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
