@@ -178,11 +178,17 @@ while claimed < count and dropped < LAPSED_LIMIT do
   -- n = 0: a message without n has none of them, and most claims are first deliveries. (Every
   -- value an HMGET returns costs, a fifth one more than a fourth: its reply outgrows a
   -- table of four.) An unmarked queue's first read takes a as well.
-  local keys, items = {}, {}
+  -- The ownership rule's reads first, so that the loop over the items also finds whether
+  -- every head is owned and delivered (plain).
+  local waiting = redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))
+  if waiting.err then return corrupt(KEYS[2]) end  -- (only the first round can fail)
+  local held = redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))
+  if held.err then return corrupt(KEYS[3]) end
+  local keys, items, plain = {}, {}, true
+  local pcall_ = redis.pcall
   for i = 1, #heads do
     local ik = item .. heads[i]
-    local v = marked and redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n')
-      or redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n', 'a')
+    local v = marked and pcall_('HMGET', ik, 'b', 'b1', 't', 'n') or pcall_('HMGET', ik, 'b', 'b1', 't', 'n', 'a')
     if v.err then
       if not written then return corrupt(ik) end
       heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
@@ -202,23 +208,16 @@ while claimed < count and dropped < LAPSED_LIMIT do
       v = read_whole(ik)
     end
     keys[i], items[i] = ik, v
+    if plain and (waiting[i] ~= 1 or held[i] ~= 0 or not v or (max_receives and tonumber(v[6] or '0') >= max_receives)
+                  or (cutoff and expired(v))) then
+      plain = false
+    end
   end
   if #heads == 0 then break end
-  local waiting = redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))
-  if waiting.err then return corrupt(KEYS[2]) end  -- (only the first round can fail)
-  local held = redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))
-  if held.err then return corrupt(KEYS[3]) end
   -- Usually every head is owned and delivered: then heads, keys and items are the lists, and
   -- an id listed twice shows in the count of the timer set's SADD below.
   local leaving, taken, tkeys, fields, dead, gone = heads, heads, keys, items, {}, {}
-  for i = 1, #heads do
-    local v = items[i]
-    if waiting[i] ~= 1 or held[i] ~= 0 or not v or (max_receives and tonumber(v[6] or '0') >= max_receives)
-       or (cutoff and expired(v)) then
-      leaving, taken, tkeys, fields, dead, gone = sort_out(heads, keys, items, waiting, held)
-      break
-    end
-  end
+  if not plain then leaving, taken, tkeys, fields, dead, gone = sort_out(heads, keys, items, waiting, held) end
   -- The writes of this round; the timer set's SADD first, as its type check.
   if #taken > 0 then
     local added = redis.pcall('SADD', tk, unpack(taken))

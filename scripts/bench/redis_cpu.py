@@ -308,8 +308,8 @@ WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "reading n (a claim's HMGET of b, b1, t only)": (
         [
             (
-                "marked and redis.pcall('HMGET', ik, 'b', 'b1', 't', 'n')",
-                "marked and redis.pcall('HMGET', ik, 'b', 'b1', 't')",
+                "marked and pcall_('HMGET', ik, 'b', 'b1', 't', 'n')",
+                "marked and pcall_('HMGET', ik, 'b', 'b1', 't')",
             )
         ],
         [],
