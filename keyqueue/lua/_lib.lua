@@ -202,6 +202,13 @@ local function write_item(ik, body, chunk, ...)
   return rcall('HSET', ik, unpack(body_fields({...}, body, chunk)))
 end
 
+-- A lean first delivery (see the header), given its r and c as read: nil when it is not one,
+-- else the first delivery's time (false when c is not '1-<ms>').
+local function lean_first(r, c)
+  if r or not c then return nil end
+  return string.match(c, '^1%-(%d+)$') or false
+end
+
 -- The item hash as a table with the body reassembled in f.b: nil when the key is absent,
 -- false when it holds the wrong type (the read fails, nothing is written).
 local function read_item(ik)
@@ -223,18 +230,17 @@ local function read_item(ik)
     for j = 1, #parts do whole[j + 1] = parts[j] end
     f.b = table.concat(whole)
   end
-  if f.c and not f.r then  -- a lean first delivery (see the header)
-    f.r, f.n, f.f = '1', f.n or '1', f.f or string.match(f.c, '^1%-(%d+)$')
-  end
+  local first = lean_first(f.r, f.c)
+  if first ~= nil then f.r, f.n, f.f = '1', f.n or '1', f.f or first or nil end
   return f
 end
 
 -- Before the receipt of item ik is deleted: a lean first delivery's r, n and f written out
 -- (see the header). r, c: the fields as read.
 local function first_written(ik, r, c)
-  if r or not c then return end
-  local t = string.match(c, '^1%-(%d+)$')
-  if t then rcall('HSET', ik, 'r', '1', 'n', '1', 'f', t) else rcall('HSET', ik, 'r', '1', 'n', '1') end
+  local t = lean_first(r, c)
+  if t then rcall('HSET', ik, 'r', '1', 'n', '1', 'f', t)
+  elseif t == false then rcall('HSET', ik, 'r', '1', 'n', '1') end
 end
 
 -- Append the reply shape of one message: id, b, t, r, d, c, e, a, f, s, g.

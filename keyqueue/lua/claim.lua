@@ -169,6 +169,12 @@ while claimed < count and dropped < LAPSED_LIMIT do
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
   if marked == nil then marked = redis.pcall('HGET', KEYS[8], 'item_format') == '2' end
+  -- The ownership rule's reads first, so that the loop over the items also finds whether
+  -- every head is owned and delivered (plain).
+  local waiting = redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))
+  if waiting.err then return corrupt(KEYS[2]) end  -- (only the first round can fail)
+  local held = redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))
+  if held.err then return corrupt(KEYS[3]) end
   -- Read every item of this round before the first write; a wrong type fails the read. The
   -- fields a claim needs, {b, b1, t, n, a, r, e, f, s, g}: by one HMGET of b, b1, t and n for
   -- a body of up to two fields (no table of every field, no concatenation of many), and only
@@ -178,12 +184,6 @@ while claimed < count and dropped < LAPSED_LIMIT do
   -- n = 0: a message without n has none of them, and most claims are first deliveries. (Every
   -- value an HMGET returns costs, a fifth one more than a fourth: its reply outgrows a
   -- table of four.) An unmarked queue's first read takes a as well.
-  -- The ownership rule's reads first, so that the loop over the items also finds whether
-  -- every head is owned and delivered (plain).
-  local waiting = redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))
-  if waiting.err then return corrupt(KEYS[2]) end  -- (only the first round can fail)
-  local held = redis.pcall('SMISMEMBER', KEYS[3], unpack(heads))
-  if held.err then return corrupt(KEYS[3]) end
   local keys, items, plain = {}, {}, true
   local pcall_ = redis.pcall
   for i = 1, #heads do
