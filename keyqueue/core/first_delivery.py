@@ -1,7 +1,7 @@
 """A first delivery stored lean, in both modes.
 
 A claim writes most messages' first delivery as two fields, the receipt ``c`` (``1-<claim
-ms>``) and the deadline ``d``: every field a claim writes costs Redis time on every message.
+ms>``, a grouped message's with ``g`` after it) and the deadline ``d``: every field a claim writes costs Redis time on every message.
 While ``r`` is absent beside ``c``, the receives and deliveries (``r``, ``n``) are 1 and the
 first delivery's time (``f``) is the receipt's. Readers fill them in (:func:`implied`); whatever
 deletes the receipt writes them out first (:func:`written_out`, :func:`written_out_owned`),
@@ -15,7 +15,7 @@ from typing import Any
 
 Commands = list[tuple[Any, ...]]  # (roundtrip's Command, which imports this module's readers)
 
-_FIRST = re.compile(rb"1-(\d+)")
+_FIRST = re.compile(rb"1-(\d+)g?")  # (a grouped message's receipt ends in g)
 
 
 def implied(r: bytes | None, c: bytes | None) -> dict[bytes, bytes]:

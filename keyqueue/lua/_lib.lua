@@ -8,11 +8,12 @@
     visible-at while delayed; absent while waiting or dead), e last error, a attributes
     (opaque bytes a surface such as the SQS API writes at enqueue), f first delivery ms,
     s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it),
-    g the message's group (written with n = 0 too), j '1' while it counts among its group's
-    released messages (waiting, in flight, or released with a delay).
-  A first delivery is stored lean: its claim writes only c ('1-<ms>') and d; while r is absent
-    beside c, r and n are 1 and f is the receipt's time (read_item), and first_written writes
-    them out before anything deletes the receipt.
+    g the message's group (read by a claim's first read while the queue holds groups), j '1'
+    while it counts among its group's released messages (waiting, in flight, or released with
+    a delay).
+  A first delivery is stored lean: its claim writes only c ('1-<ms>', and 'g' after it for a
+    grouped message) and d; while r is absent beside c, r and n are 1 and f is the receipt's
+    time (read_item), and first_written writes them out before anything deletes the receipt.
   Groups: hash `groups` maps a group with released messages to their count; list `group:<g>`
     holds the group's other messages in order (held), counted together in string `held`.
   Errors: redis.error_reply('KQCORRUPT <key>') when a key holds the wrong type; raised before
@@ -206,7 +207,7 @@ end
 -- else the first delivery's time (false when c is not '1-<ms>').
 local function lean_first(r, c)
   if r or not c then return nil end
-  return string.match(c, '^1%-(%d+)$') or false
+  return string.match(c, '^1%-(%d+)g?$') or false
 end
 
 -- The item hash as a table with the body reassembled in f.b: nil when the key is absent,

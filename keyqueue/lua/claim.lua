@@ -159,16 +159,20 @@ local function sort_out(heads, keys, items, waiting, held)
   return leaving, taken, tkeys, fields, dead, gone
 end
 
--- Whether every attributed message of this queue carries n (mark_format in _lib.lua): read
--- once there is something to claim.
-local marked = nil
+-- Whether every attributed message of this queue carries n (mark_format in _lib.lua), and
+-- whether it holds groups (their released messages are counted in the groups hash, so a
+-- grouped message can be waiting only while it exists): read once there is something to claim.
+local marked, grouped = nil, false
 
 while claimed < count and dropped < LAPSED_LIMIT do
   -- at most 1,000 per round: unpack() takes only about 8,000 values
   local heads = checked(bad, 'LRANGE', KEYS[1], 0, math.min(count - claimed, 1000) - 1)
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
-  if marked == nil then marked = redis.pcall('HGET', KEYS[8], 'item_format') == '2' end
+  if marked == nil then
+    marked = redis.pcall('HGET', KEYS[8], 'item_format') == '2'
+    grouped = rcall('EXISTS', BASE .. 'groups') == 1
+  end
   -- The ownership rule's reads first, so that the loop over the items also finds whether
   -- every head is owned and delivered (plain).
   local waiting = redis.pcall('SMISMEMBER', KEYS[2], unpack(heads))
@@ -183,12 +187,23 @@ while claimed < count and dropped < LAPSED_LIMIT do
   -- a group's and (on a queue of this version: marked) an attributed message are written with
   -- n = 0: a message without n has none of them, and most claims are first deliveries. (Every
   -- value an HMGET returns costs, a fifth one more than a fourth: its reply outgrows a
-  -- table of four.) An unmarked queue's first read takes a as well.
+  -- table of four.) An unmarked queue's first read takes a as well, and the first read of a
+  -- queue that holds groups takes g (a group's message is written without n unless it has
+  -- attributes).
   local keys, items, plain = {}, {}, true
   local pcall_ = redis.pcall
   for i = 1, #heads do
     local ik = item .. heads[i]
-    local v = marked and pcall_('HMGET', ik, 'b', 'b1', 't', 'n') or pcall_('HMGET', ik, 'b', 'b1', 't', 'n', 'a')
+    local v
+    if not grouped then
+      v = marked and pcall_('HMGET', ik, 'b', 'b1', 't', 'n') or pcall_('HMGET', ik, 'b', 'b1', 't', 'n', 'a')
+    elseif marked then
+      v = pcall_('HMGET', ik, 'b', 'b1', 't', 'n', 'g')
+      if not v.err then v[10], v[5] = v[5], nil end
+    else
+      v = pcall_('HMGET', ik, 'b', 'b1', 't', 'n', 'a', 'g')
+      if not v.err then v[10], v[6] = v[6], nil end
+    end
     if v.err then
       if not written then return corrupt(ik) end
       heads = {unpack(heads, 1, i - 1)}  -- deliver what this call took; the next reports it
@@ -244,9 +259,15 @@ while claimed < count and dropped < LAPSED_LIMIT do
     if not (n or a) then
       -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
       -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the
-      -- client knows the rest
-      rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
-      out[n_out + 1] = taken[j]
+      -- client knows the rest but a group
+      local g = v[10]
+      if g then
+        rcall('HSET', tkeys[j], 'c', first_grouped, 'd', deadline_s)
+        out[n_out + 1] = {taken[j], false, g}
+      else
+        rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
+        out[n_out + 1] = taken[j]
+      end
     elseif n == '0' and not (a or v[6] or v[7] or v[8]) then
       -- the same of a schedule's or a group's message (written with n = 0): its fire time and
       -- group go to the client
@@ -299,6 +320,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
   if #ended > 0 then
     for _, g in ipairs(ended) do group_end(g) end
     ended = {}
+    grouped = true  -- (their next messages may be released now)
   end
 end
 if rate_key and claimed > 0 then

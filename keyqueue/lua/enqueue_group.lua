@@ -44,10 +44,10 @@ if n == 1 and delay == 0 then
   local ik = item_key(id)
   local body = ARGV[9]
   local now_s = fmt(now_ms())
-  if release then write_item(ik, body, chunk, 't', now_s, 'n', '0', 'g', g, 'j', '1')
-  else write_item(ik, body, chunk, 't', now_s, 'n', '0', 'g', g) end
+  if release then write_item(ik, body, chunk, 't', now_s, 'g', g, 'j', '1')
+  else write_item(ik, body, chunk, 't', now_s, 'g', g) end
   local a = step == 2 and ARGV[10]
-  if a and a ~= '' then rcall('HSET', ik, 'a', a) end
+  if a and a ~= '' then rcall('HSET', ik, 'a', a, 'n', '0') end
   local r
   r, err = push_new(id, release)
   if not r then return err end
@@ -99,10 +99,10 @@ for j = 1, n do
   local body = ARGV[8 + step * (j - 1) + 1]
   local mark = at and 'd' or #released < room and 'j'
   if mark == 'j' then released[#released + 1] = id elseif not mark then kept[#kept + 1] = id end
-  if mark then write_item(iks[j], body, chunk, 't', now_s, 'n', '0', 'g', g, mark, at and fmt(at) or '1')
-  else write_item(iks[j], body, chunk, 't', now_s, 'n', '0', 'g', g) end
+  if mark then write_item(iks[j], body, chunk, 't', now_s, 'g', g, mark, at and fmt(at) or '1')
+  else write_item(iks[j], body, chunk, 't', now_s, 'g', g) end
   local a = step == 2 and ARGV[8 + step * j]
-  if a and a ~= '' then rcall('HSET', iks[j], 'a', a) end
+  if a and a ~= '' then rcall('HSET', iks[j], 'a', a, 'n', '0') end
   if at then timer_add(KEYS[4], id, at, bucket_ms) end
 end
 if #released > 0 then

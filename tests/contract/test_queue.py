@@ -512,22 +512,30 @@ def test_the_first_delivery_time_is_recorded_once(q: Queue, r: redis.Redis) -> N
     assert q.get([mid])[0].first_claimed_at == first
 
 
-@pytest.mark.parametrize("scripted_end", [True, False], ids=["scripted", "script-free"])
+@pytest.mark.parametrize(
+    ("scripted_end", "group"),
+    [(True, None), (False, None), (True, "g")],  # (the script-free mode refuses a queue with groups)
+    ids=["scripted", "script-free", "scripted-grouped"],
+)
 @pytest.mark.parametrize(
     "end", ["release", "release_delayed", "dead_letter", "reap", "reap_unlimited", "requeue", "repair"]
 )
-def test_a_lean_first_delivery_keeps_its_counts_however_it_ends(r: redis.Redis, end: str, scripted_end: bool) -> None:
-    """A scripted claim stores a first delivery lean (receipt and deadline only); whatever
-    then ends the delivery, in either mode, writes out its receives, deliveries and first
-    delivery time before it deletes the receipt, so the next delivery counts on from them."""
+def test_a_lean_first_delivery_keeps_its_counts_however_it_ends(
+    r: redis.Redis, end: str, scripted_end: bool, group: str | None
+) -> None:
+    """A scripted claim stores a first delivery lean (receipt and deadline only), a grouped
+    message's too (its receipt ends in g); whatever then ends the delivery, in either mode,
+    writes out its receives, deliveries and first delivery time before it deletes the
+    receipt, so the next delivery counts on from them."""
     clock = FakeClock()
     limit = None if end == "reap_unlimited" else 5  # (a reap reads fewer fields without a limit)
     claimer = Queue("mix", client=r, clock=clock, max_receives=limit)
     other = Queue("mix", client=r, clock=clock, max_receives=limit, scripting=scripted_end)
-    mid = claimer.enqueue("x")
+    mid = claimer.enqueue("x", group=group)
     item = f"kq:{{mix}}:item:{mid}"
     m = claimer.claim(visibility_timeout=10)
-    assert m is not None and m.receives == 1
+    assert m is not None and m.receives == 1 and m.group == group
+    assert m.receipt.endswith("g") == (group is not None)
     first = round(m.first_claimed_at * 1000) if m.first_claimed_at else None
     assert {b"c", b"d"} <= set(r.hkeys(item)) and not {b"r", b"n", b"f"} & set(r.hkeys(item))  # lean
     (seen,) = other.get([mid])  # a reader fills in what the lean form implies
@@ -563,6 +571,8 @@ def test_a_lean_first_delivery_keeps_its_counts_however_it_ends(r: redis.Redis, 
     again = claimer.claim()
     assert again is not None and again.receipt.startswith("2-") and again.first_claimed_at == m.first_claimed_at
     assert again.receives == (1 if end in ("requeue", "dead_letter") else 2)
+    assert again.group == group and again.receipt.endswith("g") == (group is not None)
+    assert again.ack() and claimer.check(settle=0).consistent
 
 
 def test_purge_by_id_deletes_only_those_dead_letters(q: Queue, r: redis.Redis) -> None:
