@@ -15,15 +15,17 @@ spark_log=$(mktemp)
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 0 -m spark "$@" >"$spark_log" 2>&1 &
 spark_pid=$!
 trap 'kill "$spark_pid" 2>/dev/null || true' EXIT
-# Debian's headless Chromium and its driver for the dashboard's browser tests
-if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1; }; then
+# Debian's headless Chromium and its driver for the dashboard's browser tests, and valgrind
+# for the instruction-count benchmark's smoke run
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 \
+    || ! command -v callgrind_control >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing chromium and chromium-driver with apt-get" >&2
+    echo "setup: installing chromium, chromium-driver and valgrind with apt-get" >&2
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver valgrind >/dev/null
   else
-    echo "setup: chromium/chromium-driver missing and apt-get is not available" >&2
+    echo "setup: chromium/chromium-driver/valgrind missing and apt-get is not available" >&2
     exit 1
   fi
 fi

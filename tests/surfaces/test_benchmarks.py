@@ -32,6 +32,7 @@ HEADERS = {
     "aio.py": "| measurement | messages | baseline | keyqueue msg/s (median) | baseline msg/s (median) |",
     "cli_enqueue.py": "1,000 lines (scripted): exit 0, 1,000 waiting,",
     "cluster.py": "| primary | shards on it | share of the queue's Redis time min / median / max |",
+    "instructions.py": "| instructions per delivered message | redis-server | vs Streams | vs floor |",
     "groups.py": "| grouped against ungrouped | grouped | ungrouped | ratio min / median / max | target |",
     "long_operations.py": "| long operation | messages | script calls | median ms per call | max ms per call |",
     "memory.py": "| memory per waiting message | hash-max-listpack-value | bytes | beyond the body |",
