@@ -14,13 +14,17 @@ user space (commands, Lua, replies, its event loop), not the kernel's. Sides:
 - **grouped**: the same over messages spread over G groups (``group_concurrency`` 1), as
   the batched row of ``groups.py``.
 
-Counts repeat to within about 2 % from run to run. Neither the kernel's share (the
+Counts repeat to within about 3 % from run to run. Neither the kernel's share (the
 sockets) is counted nor what an instruction costs in time: the scripts' Lua runs fewer
 instructions a microsecond than Streams' C, so the timed ratios of ``redis_cpu.py`` run
 higher than these. Under callgrind the server runs some 50x
 slower, so the counts are small (5,000 messages a side by default).
 
-    .venv/bin/python scripts/bench/instructions.py [--quick] [--json] [--messages N] [--groups G]
+    .venv/bin/python scripts/bench/instructions.py [--quick] [--json] [--messages N] [--groups G] [--variants]
+
+``--variants`` adds what keyqueue runs beyond the floor, one thing at a time: the shipped
+claim and ack scripts, called as ``claim_many`` and ``ack_many`` call them, against the
+variants of ``redis_cpu.py`` each without one thing (not correct queues).
 
 Needs valgrind on PATH (``apt-get install valgrind``).
 """
@@ -38,9 +42,11 @@ from typing import Callable
 
 import redis
 from harness import QUEUE_NAME, Options, about, about_line, bodies, markdown_table
-from redis_cpu import GROUP, STREAM, fill, floor_drain, streams_drain
+from redis_cpu import BUCKET_MS, GROUP, STREAM, VISIBILITY_MS, WITHOUT, edited, fill, floor_drain, streams_drain
 
 from keyqueue import Queue
+from keyqueue.backends.scripted.scripts import claimed, script_source
+from keyqueue.backends.scripted.settle import ack_args
 from keyqueue.server import RedisServer
 
 BATCH = 100
@@ -127,10 +133,34 @@ def measure(server: CallgrindServer, r: redis.Redis, side: str, n: int, groups: 
     return counted / n
 
 
+def variant(server: CallgrindServer, r: redis.Redis, scripts: tuple[str, str], n: int) -> float:
+    """Instructions per message of a drain by these claim and ack scripts (as redis_cpu.py's
+    one-client breakdown calls them)."""
+    r.flushall()
+    claim, ack = (r.script_load(s) for s in scripts)
+    filled(r, "keyqueue", n, 0)
+    k = Queue(QUEUE_NAME, client=r)._core.ops
+    base = (k.keys.base, "")
+    server.counted()
+    done = 0
+    while got := claimed(
+        r.execute_command(
+            "EVALSHA", claim, len(k.claim_keys), *k.claim_keys, *base, BATCH, VISIBILITY_MS, BUCKET_MS, ""
+        )
+    ).messages:
+        pairs = ack_args([(m.id, m.receipt) for m in got], BUCKET_MS)
+        done += r.execute_command("EVALSHA", ack, len(k.ack_keys), *k.ack_keys, *base, *pairs)
+    counted = server.counted()
+    if done != n:
+        raise RuntimeError(f"acked {done} of {n}")
+    return counted / n
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = Options(__doc__)
     opts.add_argument("--messages", type=int, help="messages a side (default 5,000; --quick 300)")
     opts.add_argument("--groups", type=int, help="groups of the grouped side (default 1,000; --quick 20)")
+    opts.add_argument("--variants", action="store_true", help="also keyqueue's scripts without one thing at a time")
     args = opts.parse(argv)
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("instructions.py needs valgrind on PATH (apt-get install valgrind)", file=sys.stderr)
@@ -144,11 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         line, info = about_line(r), about(r)
         measure(server, r, "keyqueue", min(n, 300), groups)  # (the scripts loaded and run once)
         counts = {side: measure(server, r, side, n, groups) for side in LABELS}
+        beyond: dict[str, float] = {}
+        if args.variants:
+            claim, ack = script_source("claim"), script_source("ack")
+            shipped = variant(server, r, (claim, ack), n)
+            for name, (claim_edits, ack_edits) in WITHOUT.items():
+                beyond[name] = variant(server, r, (edited(claim, claim_edits), edited(ack, ack_edits)), n) - shipped
         r.close()
     finally:
         server.cleanup()
     if args.json:
-        print(json.dumps({**info, "messages": n, "groups": groups, "instructions_per_message": counts}, indent=2))
+        result = {"instructions_per_message": counts, "without_vs_shipped": beyond}
+        print(json.dumps({**info, "messages": n, "groups": groups, **result}, indent=2))
         return 0
     print(line + f"; {n:,} messages a side, grouped over {groups:,} groups; redis-server under callgrind\n")
     rows = [
@@ -157,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     head = ("instructions per delivered message", "redis-server", "vs Streams", "vs floor", "vs keyqueue ungrouped")
     print("\n".join(markdown_table(head, "lrrrr", rows)))
+    if beyond:
+        print()
+        rows = [(f"without {name}", f"{round(d):+,}") for name, d in beyond.items()]
+        print("\n".join(markdown_table(("keyqueue's scripts", "instructions a message vs shipped"), "lr", rows)))
     return 0
 
 
