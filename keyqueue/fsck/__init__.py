@@ -30,6 +30,7 @@ from .analyse import (
     EMPTY_INDEX,
     GROUP_COUNT,
     GROUP_ENTRY,
+    GROUP_MARK,
     HELD_COUNT,
     KINDS,
     MISSING_HASH,
@@ -78,6 +79,7 @@ __all__ = [
     "GROUP_COUNT",
     "GROUP_ENTRY",
     "HELD_COUNT",
+    "GROUP_MARK",
     "CLAIMING",
 ]
 

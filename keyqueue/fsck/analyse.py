@@ -45,6 +45,7 @@ BAD_FLOW = "bad-flow-key"
 GROUP_COUNT = "group-count"
 GROUP_ENTRY = "group-entry"
 HELD_COUNT = "held-count"
+GROUP_MARK = "group-mark"
 # Notes: states claimers and the reaper settle on their own; harmless. Repair removes the
 # leftovers (the first three) and leaves claims in progress to their claimer.
 STALE_LIST = "stale-list-entry"
@@ -75,6 +76,8 @@ KINDS: dict[str, str] = {
     "have room and hold messages back (stuck)",
     GROUP_ENTRY: "group list entries of ids that are not held messages of that group",
     HELD_COUNT: "the held counter differs from the entries of the group lists",
+    GROUP_MARK: "queues with message groups whose counters hash lacks the mark that has claims read a "
+    "message's group (they would deliver grouped messages without it)",
     STALE_LIST: "queue list entries of ids not in items (claims drop them)",
     STALE_TIMER: "timer entries of ids with no timer in that bucket (the reaper drops them)",
     EMPTY_INDEX: "index entries of buckets without a timer set (the reaper drops them)",
@@ -293,6 +296,8 @@ def group_findings(s: Snapshot, states: dict[str, str], limit: int) -> list[Find
     total = sum(len(ids) for ids in s.group_lists.values())
     if (0 if s.held_count is None else int_or(s.held_count, -1)) != total:
         out.append(Finding(HELD_COUNT, "held"))
+    if (s.grouped or s.group_counts or s.group_lists) and s.group_mark is None:
+        out.append(Finding(GROUP_MARK, "counters"))
     return out
 
 

@@ -20,6 +20,7 @@ from .analyse import (
     EMPTY_INDEX,
     GROUP_COUNT,
     GROUP_ENTRY,
+    GROUP_MARK,
     HELD_COUNT,
     ID_KINDS,
     SCHEDULE_INDEX,
@@ -67,6 +68,7 @@ class Repairer:
             GROUP_ENTRY: self.drop_group_entry,
             GROUP_COUNT: self.recount_group,
             HELD_COUNT: self.recount_held,
+            GROUP_MARK: self.mark_groups,
         }
         for kind, fix in entry_fixes.items():
             for f in findings:
@@ -242,6 +244,11 @@ class Repairer:
             return out
 
         return (yield from _transact([k.groups, k.held, gk, k.seq], decide))
+
+    def mark_groups(self, f: Finding) -> Op[bool]:
+        """Mark the queue as one with message groups (a mark only: it is never removed)."""
+        yield [("HSET", self.k.counters, "grouped", "1")]
+        return True
 
     def recount_held(self, f: Finding) -> Op[bool]:
         """Set the held counter to the entries of the group lists (every change to a list

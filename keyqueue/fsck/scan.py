@@ -67,11 +67,13 @@ class Snapshot:
     #: Flow-control keys (rate-limit window counters, the throttle): name -> (value, PTTL ms)
     flow: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
     #: Message groups: id -> (g, j set?) of each grouped item, the groups hash, each group's
-    #: list of held ids, the held counter, and seq (ids above it were made after this look).
+    #: list of held ids, the held counter, the counters hash's mark of a queue with groups
+    #: (mark_groups in _lib.lua), and seq (ids above it were made after this look).
     grouped: dict[str, tuple[str, bool]] = field(default_factory=dict)
     group_counts: dict[str, bytes] = field(default_factory=dict)
     group_lists: dict[str, list[str]] = field(default_factory=dict)
     held_count: bytes | None = None
+    group_mark: bytes | None = None
     seq: int = 0
 
     def broken_ids(self, k: QueueKeys) -> set[str]:
@@ -155,9 +157,10 @@ def _first(fields: Sequence[Any]) -> tuple[bytes, ...]:
 def _read_groups(k: QueueKeys, s: Snapshot) -> Op[None]:
     """The message-group keys into ``s``: the groups hash, every group's list, the held
     counter and seq (read first: an id above it was made after the lists were read)."""
-    seq, held = yield [("GET", k.seq), ("GET", k.held)]
+    seq, held, mark = yield [("GET", k.seq), ("GET", k.held), ("HGET", k.counters, "grouped")]
     s.seq = 0 if isinstance(seq, Exception) else int_or(seq, 0) or 0
     s.held_count = None if isinstance(held, Exception) else held
+    s.group_mark = b"" if isinstance(mark, Exception) else mark  # (a wrong type is reported as that)
     if k.groups in s.types and k.groups not in s.broken:
         (raw,) = yield [("HGETALL", k.groups)]
         s.group_counts = {name(g): v for g, v in hash_reply(ok(raw)).items()}

@@ -130,6 +130,13 @@ local function mark_format(counters, id)
   if id == '1' then redis.pcall('HSET', counters, 'item_format', '2') end
 end
 
+-- A queue that has had a grouped message is marked so in its counters hash (field grouped,
+-- which no counter read lists, never removed): its claims read g in their first read (a
+-- grouped message is written without n), and the script-free mode refuses it.
+local function mark_groups(counters)
+  redis.pcall('HSET', counters, 'grouped', '1')
+end
+
 -- After the item's HSET: the FIFO and items entries when `waiting`, then the enqueued
 -- counter. Returns the counter's reply (1: the counters were absent, as when Redis lost its
 -- data), or nil and the error, every write undone.

@@ -159,9 +159,8 @@ local function sort_out(heads, keys, items, waiting, held)
   return leaving, taken, tkeys, fields, dead, gone
 end
 
--- Whether every attributed message of this queue carries n (mark_format in _lib.lua), and
--- whether it holds groups (their released messages are counted in the groups hash, so a
--- grouped message can be waiting only while it exists): read once there is something to claim.
+-- Whether every attributed message of this queue carries n, and whether it has had grouped
+-- messages (mark_format, mark_groups in _lib.lua): read once there is something to claim.
 local marked, grouped = nil, false
 
 while claimed < count and dropped < LAPSED_LIMIT do
@@ -170,8 +169,9 @@ while claimed < count and dropped < LAPSED_LIMIT do
   if not heads then return corrupt(KEYS[1]) end  -- (only the first round can fail)
   if #heads == 0 then break end
   if marked == nil then
-    marked = redis.pcall('HGET', KEYS[8], 'item_format') == '2'
-    grouped = rcall('EXISTS', BASE .. 'groups') == 1
+    local marks = redis.pcall('HMGET', KEYS[8], 'item_format', 'grouped')
+    if marks.err then marked, grouped = false, true  -- (the counters' users report it)
+    else marked, grouped = marks[1] == '2', marks[2] == '1' end
   end
   -- The ownership rule's reads first, so that the loop over the items also finds whether
   -- every head is owned and delivered (plain).
@@ -183,12 +183,12 @@ while claimed < count and dropped < LAPSED_LIMIT do
   -- fields a claim needs, {b, b1, t, n, a, r, e, f, s, g}: by one HMGET of b, b1, t and n for
   -- a body of up to two fields (no table of every field, no concatenation of many), and only
   -- when n is there, a second one of the others. n (deliveries) is written by every delivery,
-  -- with r and f, and never deleted, and e is only ever written after a delivery; a schedule's,
-  -- a group's and (on a queue of this version: marked) an attributed message are written with
-  -- n = 0: a message without n has none of them, and most claims are first deliveries. (Every
+  -- with r and f, and never deleted, and e is only ever written after a delivery; a schedule's
+  -- and (on a queue of this version: marked) an attributed message are written with n = 0: a
+  -- message without n has none of r, e, f, a or s, and most claims are first deliveries. (Every
   -- value an HMGET returns costs, a fifth one more than a fourth: its reply outgrows a
   -- table of four.) An unmarked queue's first read takes a as well, and the first read of a
-  -- queue that holds groups takes g (a group's message is written without n unless it has
+  -- queue that has had groups takes g (a group's message is written without n unless it has
   -- attributes).
   local keys, items, plain = {}, {}, true
   local pcall_ = redis.pcall
@@ -212,7 +212,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
     end
     local b, b1 = v[1], v[2]
     if v[3] and b and not (b1 and #b1 == #b) then
-      if v[4] == '0' then  -- never delivered (a schedule's, a group's, attributed): no r, e or f yet
+      if v[4] == '0' then  -- never delivered (a schedule's, an attributed one): no r, e or f yet
         local more = rcall('HMGET', ik, 'a', 's', 'g')
         v[5], v[9], v[10] = more[1], more[2], more[3]
       elseif v[4] then
@@ -269,8 +269,8 @@ while claimed < count and dropped < LAPSED_LIMIT do
         out[n_out + 1] = taken[j]
       end
     elseif n == '0' and not (a or v[6] or v[7] or v[8]) then
-      -- the same of a schedule's or a group's message (written with n = 0): its fire time and
-      -- group go to the client
+      -- the same of a schedule's message (written with n = 0): its fire time (and a group, of
+      -- a message written so before groups were read in the first read) go to the client
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
             'f', now_s)
       out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
@@ -320,7 +320,6 @@ while claimed < count and dropped < LAPSED_LIMIT do
   if #ended > 0 then
     for _, g in ipairs(ended) do group_end(g) end
     ended = {}
-    grouped = true  -- (their next messages may be released now)
   end
 end
 if rate_key and claimed > 0 then

@@ -61,6 +61,7 @@ if n == 1 and delay == 0 then
   if dedup then rcall('SET', dedup, id, 'PX', ARGV[5]) end
   local missing = r == 1 and rcall('EXISTS', KEYS[6]) == 0 and 1 or 0
   mark_format(KEYS[7], id)
+  mark_groups(KEYS[7])
   return {id, 1, missing}
 end
 
@@ -87,6 +88,7 @@ local now_s = fmt(now_ms())
 rcall('INCRBY', KEYS[1], n)
 rcall('HINCRBY', KEYS[7], 'enqueued', n)
 mark_format(KEYS[7], fmt(first))
+mark_groups(KEYS[7])
 if dedup then rcall('SET', dedup, fmt(first), 'PX', ARGV[5]) end
 local at = delay > 0 and tonumber(now_s) + delay
 -- As group_join, message by message, with the group read once: released while the group

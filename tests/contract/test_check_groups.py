@@ -1,7 +1,7 @@
 """The fsck of message groups, on both faces and modes (the check uses plain commands, so the
 script-free mode checks a grouped queue a scripted producer filled): a consistent grouped queue
-is left alone; a wrong count, a stuck group, a wrong held counter, a stray group list entry
-and a grouped message in no state are found and repaired, and every message is then
+is left alone; a wrong count, a stuck group, a wrong held counter, a lost group mark, a
+stray group list entry and a grouped message in no state are found and repaired, and every message is then
 delivered once, in its group's order."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from keyqueue import Queue
-from keyqueue.fsck import GROUP_COUNT, GROUP_ENTRY, HELD_COUNT, ORPHAN
+from keyqueue.fsck import GROUP_COUNT, GROUP_ENTRY, GROUP_MARK, HELD_COUNT, ORPHAN
 
 from ..support.check_support import ITEMS, QUEUE, claim_and_ack_all, item, problems
 from ..support.helpers import FakeClock, snapshot
@@ -99,6 +99,17 @@ def test_a_wrong_held_counter_is_set_right(cq: Queue, producer: Queue, clock: Fa
     repairs(cq, {HELD_COUNT: ["held"]})
     assert r.get(HELD) == b"2" and len(cq) == 3
     in_group_order(producer, clock, {"a": a})
+
+
+def test_a_lost_group_mark_is_written_again(cq: Queue, producer: Queue, clock: FakeClock, r: redis.Redis) -> None:
+    """Without the counters hash's mark a claim would not read a grouped message's group (it
+    is written without n): the ack would not free the group's next."""
+    a = producer.enqueue_many(["a0", "a1"], group="a")
+    r.hdel("kq:{q}:counters", "grouped")
+    repairs(cq, {GROUP_MARK: ["counters"]})
+    (m,) = producer.claim_many(10)
+    assert (m.id, m.group) == (a[0], "a") and m.ack()
+    in_group_order(producer, clock, {"a": a[1:]})
 
 
 def test_a_stray_group_entry_is_dropped(cq: Queue, producer: Queue, clock: FakeClock, r: redis.Redis) -> None:

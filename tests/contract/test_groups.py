@@ -575,3 +575,81 @@ def test_a_counter_that_is_no_integer_fails_grouped_writes_changing_nothing(
     with pytest.raises(CorruptQueue, match=full.replace("{", "\\{")):
         q.ack(m) if key == "counters" else q.enqueue("3", group="g")
     assert snapshot(r) == before
+
+
+def test_the_script_free_mode_does_not_serve_a_queue_whose_grouped_messages_are_all_delayed(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """No group has released a message yet (no groups hash): the mark a grouped enqueue
+    leaves in the counters hash still tells the script-free reaper and claim to stay out,
+    rather than release the message into the FIFO without its group."""
+    clock = FakeClock()
+    q = make_queue("q", clock=clock, bucket_seconds=1)
+    producer = Queue("q", client=r, clock=clock, bucket_seconds=1)
+    (mid,) = producer.enqueue_many(["1"], group="g", delay=2)
+    assert not r.exists("kq:{q}:groups") and r.hget("kq:{q}:counters", "grouped") == b"1"
+    assert "grouped" not in q.counters()
+    clock.advance(3)
+    if scripting:
+        assert q.reap().delayed_released == 1
+        m = q.claim()
+        assert m is not None and (m.id, m.group) == (mid, "g") and m.receipt.endswith("g")
+        return
+    before = snapshot(r)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.reap()
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.claim_many(5)
+    assert snapshot(r) == before
+
+
+def test_a_claim_reads_the_group_with_the_group_counts_lost_and_on_an_old_queue(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A grouped message is written without n; a claim on a queue marked as having groups
+    reads g in its first read whatever became of the group counts, on a queue of this
+    version and on one an older version made (no item_format mark: a six-field read)."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    attributed = q.enqueue("a", group="h", attributes=b"A")
+    assert r.hget(f"kq:{{q}}:item:{ids[0]}", "n") is None and r.hget(f"kq:{{q}}:item:{attributed}", "n") == b"0"
+    r.delete("kq:{q}:groups")
+    r.hdel("kq:{q}:counters", "item_format")
+    got = {m.id: m for m in q.claim_many(10)}
+    assert {i: (m.group, m.attributes, m.receipt.endswith("g")) for i, m in got.items()} == {
+        ids[0]: ("g", None, True),
+        attributed: ("h", b"A", True),
+    }
+    assert q.ack_many(list(got.values())) == 2
+    (nxt,) = q.claim_many(10)
+    assert (nxt.id, nxt.group) == (ids[1], "g")
+
+
+def test_the_script_free_mode_does_not_end_a_grouped_delivery(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A delivery a scripted claim made of a grouped message (its receipt ends in g): an ack
+    or a dead letter must free the group's next in the same step, which the script-free
+    mode does not do, so it refuses them and writes nothing; a release keeps the message's
+    place in its group and works in both modes."""
+    producer = Queue("q", client=r)
+    ids = producer.enqueue_many(["1", "2"], group="g")
+    m = producer.claim()
+    assert m is not None and m.receipt.endswith("g")
+    q = make_queue("q")
+    if scripting:
+        assert q.ack_many([m]) == 1
+        (nxt,) = q.claim_many(5)
+        assert (nxt.id, nxt.group) == (ids[1], "g")
+        return
+    before = snapshot(r)
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.ack_many([m])
+    with pytest.raises(ConfigurationError, match="holds message groups"):
+        q.dead_letter(m, "bad")
+    assert snapshot(r) == before
+    assert q.release(m)
+    again = producer.claim()
+    assert again is not None and (again.id, again.group, again.receives) == (ids[0], "g", 2)

@@ -52,10 +52,17 @@ class _Claim:
         self.limited_ms: int | None = None  # a limit cut the claim (as ``Claimed.limited_ms``)
 
 
-def refuse_groups(groups_exists: Any, name: str) -> None:
-    """Stop a claim or a reap of a queue that holds message groups (a scripted client's):
+def groups_reads(k: QueueKeys) -> list[Command]:
+    """The reads that show whether a queue has message groups: its groups hash (released
+    messages), and the mark a grouped enqueue leaves in its counters (mark_groups in
+    _lib.lua: a queue whose grouped messages are all delayed has no groups hash yet)."""
+    return [("EXISTS", k.groups), ("HGET", k.counters, "grouped")]
+
+
+def refuse_groups(exists: Any, mark: Any, name: str) -> None:
+    """Stop a claim or a reap of a queue that has message groups (a scripted client's):
     this mode would neither keep a group's order nor release its next message."""
-    if groups_exists:
+    if exists or mark is not None:
         raise ConfigurationError(
             f"queue {name!r} holds message groups: serve it in the scripted mode (the script-free "
             "mode does not keep a group's order)"

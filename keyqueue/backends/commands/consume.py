@@ -13,7 +13,7 @@ from ...core.replies import text as _text
 from ...core.results import Claimed
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
-from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal, refuse_groups
+from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal, groups_reads, refuse_groups
 from .flow import Flow, counted
 
 
@@ -77,18 +77,18 @@ class Consume(CommandBase):
             ("GET", k.throttle),
             *(("SCARD", key) for key in counted(k, self.flow)),
         ]
-        now, (heads, waiting_len, config, first, grouped, *flow_got) = yield from self._open(
+        now, (heads, waiting_len, config, first, grouped, group_mark, *flow_got) = yield from self._open(
             (),
             [
                 read,
                 ("LLEN", k.queue),
                 ("EXISTS", k.config),
                 ("ZRANGE", k.timers, 0, 0, "WITHSCORES"),
-                ("EXISTS", k.groups),
+                *groups_reads(k),
             ]
             + (flow_reads if limits else []),
         )
-        refuse_groups(grouped, k.name)
+        refuse_groups(grouped, group_mark, k.name)
         out.missing = config == 0
         score = zscore_pair(first)
         if score is not None:  # the earliest timer (ours, set below, is later than any due one)

@@ -13,7 +13,7 @@ from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
 from ...core.states import Act, Decision, Seen, decide
-from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal, refuse_groups
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal, groups_reads, refuse_groups
 from .consume import Consume
 
 
@@ -31,10 +31,10 @@ class Maintain(Consume):
         bucket, cursor, skip = position
         res = [0, 0, 0, 0]
         broken: list[str] = []
-        now, (config, grouped) = yield from self._open(
-            (*self.waking_keys, k.counters), [("EXISTS", k.config), ("EXISTS", k.groups)]
+        now, (config, grouped, group_mark) = yield from self._open(
+            (*self.waking_keys, k.counters), [("EXISTS", k.config), *groups_reads(k)]
         )
-        refuse_groups(grouped, k.name)
+        refuse_groups(grouped, group_mark, k.name)
         missing = config == 0
         if bucket == "":
             due = yield from one(
@@ -235,10 +235,12 @@ class Maintain(Consume):
                     if source == "dead"
                     else ("SSCAN", k.processing, cursor, "COUNT", limit)
                 )
-            now, (grouped, *got) = yield from self._open(self.waking_keys, [("EXISTS", k.groups), *reads], watch=watch)
-            if grouped:
+            now, (grouped, group_mark, *got) = yield from self._open(
+                self.waking_keys, [*groups_reads(k), *reads], watch=watch
+            )
+            if grouped or group_mark is not None:
                 (yield from one(("UNWATCH",)))
-            refuse_groups(grouped, k.name)
+            refuse_groups(grouped, group_mark, k.name)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))

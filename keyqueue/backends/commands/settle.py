@@ -6,12 +6,13 @@ from typing import Sequence
 
 from ...core.first_delivery import written_out_owned
 from ...core.roundtrip import Command, Op, one
-from .base import ATTEMPTS, CommandBase, _signal
+from .base import ATTEMPTS, CommandBase, _signal, refuse_groups
 
 
 class Settle(CommandBase):
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]:
         """Each id is acked on its own terms, so chunks of them commit independently."""
+        self._refuse_grouped([receipt for _, receipt in pairs])
         acked = 0
         for i in range(0, len(pairs), self.watch_chunk):
             acked += yield from self._ack(pairs[i : i + self.watch_chunk], bucket_ms)
@@ -31,6 +32,12 @@ class Settle(CommandBase):
             if (yield from self._commit(tx)) is not None:
                 return len(current)
         return 0
+
+    def _refuse_grouped(self, receipts: Sequence[str]) -> None:
+        """An ack or a dead letter of a grouped message (its receipt ends in g: claim.lua) must
+        release its group's next in the same step, which this mode does not do."""
+        if any(receipt.endswith("g") for receipt in receipts):
+            refuse_groups(True, None, self.keys.name)
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
         """The new deadline in ms, None when the delivery is not current."""
@@ -69,6 +76,7 @@ class Settle(CommandBase):
         return (yield from self._one(msg_id, receipt, typed, bucket_ms, change)) is not None
 
     def dead_letter(self, msg_id: str, receipt: str, reason: str, bucket_ms: int) -> Op[bool]:
+        self._refuse_grouped([receipt])
         k = self.keys
         ik = k.item(msg_id)
 
