@@ -653,3 +653,28 @@ def test_the_script_free_mode_does_not_end_a_grouped_delivery(
     assert q.release(m)
     again = producer.claim()
     assert again is not None and (again.id, again.group, again.receives) == (ids[0], "g", 2)
+
+
+def test_a_lean_grouped_delivery_a_reap_dead_letters_frees_its_group_and_keeps_its_counts(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A grouped first delivery is stored lean (receipt ending in g, and the deadline); a
+    reap that finds it out of receives writes out its receives, deliveries and first
+    delivery time, dead-letters it and releases its group's next."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=5, max_receives=1)
+    if q is None:
+        return
+    ids = q.enqueue_many(["1", "2"], group="g")
+    item = f"kq:{{q}}:item:{ids[0]}"
+    m = q.claim()
+    assert m is not None and m.id == ids[0] and m.receipt.endswith("g") and m.first_claimed_at is not None
+    assert set(r.hkeys(item)) == {b"b", b"t", b"g", b"j", b"c", b"d"}  # lean: no r, n or f
+    assert q.claim_many(10) == []  # (the group waits for it)
+    clock.advance(6)
+    assert q.reap().dead_lettered == 1
+    stored = r.hgetall(item)
+    assert (stored[b"r"], stored[b"n"], stored[b"f"]) == (b"1", b"1", str(round(m.first_claimed_at * 1000)).encode())
+    assert b"c" not in stored and b"j" not in stored
+    assert [x.id for x in q.claim_many(10)] == [ids[1]]
+    assert q.check(settle=0).consistent
