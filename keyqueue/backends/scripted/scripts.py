@@ -99,20 +99,26 @@ def claimed(reply: Sequence[Any]) -> Claimed:
     """claim.lua's reply: {dead_lettered, config_missing, next_timer, now, deadline, first
     receipt, limited, id, b, b1, t, id, ...}; an id is {id, r, c, e, a, f, s, g} unless the message is a
     first delivery without error or attributes (receives 1, the first receipt, first
-    delivered now): then it is the id, or {id, s, g} for a schedule's or a group's."""
+    delivered now): then it is the id, "id group" for a group's (ids are digits, groups have
+    no space), or {id, s, g} for a schedule's."""
     now, deadline, first = int(reply[3]), int(reply[4]), reply[5].decode()
     messages = []
     for i in range(7, len(reply), 4):
         mid, b, b1, t = reply[i : i + 4]
         body = (b or b"") + b1 if b1 else b or b""
         # ids, receipts and numbers are ASCII the script wrote: decoded inline (a claim reads 100 at once)
-        if type(mid) is not list or len(mid) == 3:  # a first delivery: the id, or {id, s, g}
+        if type(mid) is not list or len(mid) == 3:  # a first delivery: the id, "id group", or {id, s, g}
             s = g = None
             if type(mid) is list:
                 mid, s, g = mid
+                mid = text(mid)
+            else:
+                mid = mid.decode() if type(mid) is bytes else text(mid)
+                if " " in mid:
+                    mid, g = mid.split(" ", 1)
             messages.append(
                 Fields(
-                    mid.decode() if type(mid) is bytes else text(mid),
+                    mid,
                     body,
                     int_or(t),
                     1,
@@ -122,7 +128,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     None,
                     now,
                     None if s is None else int(s),
-                    None if g is None else text(g),
+                    g if g is None or type(g) is str else text(g),
                 )
             )
         else:
