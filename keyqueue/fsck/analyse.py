@@ -8,8 +8,9 @@ The states of a live id (one with an item hash):
   delayed     in neither set, with ``d`` (no ``c``), in its timer set, not dead
   dead        in ``dead`` once, in neither set, without ``c`` and ``d``; only a dead letter has ``x``
   held        in its group's list ``group:<g>`` only (a grouped message behind its group's
-              released ones, which have ``j``); ``groups`` counts each group's released
-              messages, ``held`` every group list's entries
+              released ones: those waiting, and the delivered ones, which have ``j``);
+              ``groups`` counts each group's released messages, ``held`` every group
+              list's entries
 
 An id owned without a receipt is a claim between its steps. The script-free mode puts a
 claim's *intent* in a timer set first and its reaper settles such an id once that bucket
@@ -278,8 +279,11 @@ RELEASED_STATES = frozenset({"waiting", "processing", "delayed"})
 
 
 def released_counts(s: Snapshot, states: dict[str, str]) -> Counter[str]:
-    """Each group's released messages, as the messages show them."""
-    return Counter(g for i, (g, j) in s.grouped.items() if j and states.get(i) in RELEASED_STATES)
+    """Each group's released messages, as the messages show them: the waiting ones, and the
+    delivered ones in flight or delayed (their j)."""
+    return Counter(
+        g for i, (g, j) in s.grouped.items() if states.get(i) == "waiting" or j and states.get(i) in RELEASED_STATES
+    )
 
 
 def group_findings(s: Snapshot, states: dict[str, str], limit: int) -> list[Finding]:

@@ -225,13 +225,18 @@ class Repairer:
             newer = range(self.snap.seq + 1, int_or(ok(seq), 0) + 1)
             ids = [i for i, (group, _) in self.snap.grouped.items() if group == g] + [str(n) for n in newer]
             got = yield from batched([("HMGET", k.item(i), "g", "j") for i in ids])
-            released = sum(1 for x in got if not isinstance(x, Exception) and x[0] == g.encode() and x[1] is not None)
+            waiting = ok((yield [("SMISMEMBER", k.items, *ids)])[0]) if ids else []
+            released = sum(  # (a waiting one counts without j: only a delivered one has it)
+                1
+                for x, w in zip(got, waiting)
+                if not isinstance(x, Exception) and x[0] == g.encode() and (x[1] is not None or w == 1)
+            )
             room = self.group_limit - released
             head = ok((yield [("LRANGE", gk, 0, room - 1)])[0]) if room > 0 else []
             out: list[Command] = []
             for raw in head:
                 i = text(raw)
-                out += [("HSET", k.item(i), "j", "1"), ("RPUSH", k.queue, i), ("SADD", k.items, i)]
+                out += [("RPUSH", k.queue, i), ("SADD", k.items, i)]
             n = len(head)
             if n:
                 out += [

@@ -9,8 +9,9 @@
     (opaque bytes a surface such as the SQS API writes at enqueue), f first delivery ms,
     s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it),
     g the message's group (read by a claim's first read while the queue holds groups), j '1'
-    while it counts among its group's released messages (waiting, in flight, or released with
-    a delay).
+    on a released grouped message once delivered: while it is in flight or released again (with
+    or without a delay), it counts among its group's released messages by j; while waiting in
+    the FIFO before its first claim, by being in items (held ones are not: released_groups).
   A first delivery is stored lean: its claim writes only c ('1-<ms>', and 'g' after it for a
     grouped message) and d; while r is absent beside c, r and n are 1 and f is the receipt's
     time (read_item), and first_written writes them out before anything deletes the receipt.
@@ -360,7 +361,6 @@ local function group_fill(g, active, stored)
     if not id then break end
     if rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
     if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
-      rcall('HSET', item_key(id), 'j', '1')
       make_waiting(BASE .. 'queue', BASE .. 'items', id)
       active, n = active + 1, n + 1
     end
@@ -435,7 +435,6 @@ local function group_give(take)
     end
   end
   local ids = take.ids
-  for _, id in ipairs(ids) do rcall('HSET', item_key(id), 'j', '1') end
   make_waiting_all(BASE .. 'queue', BASE .. 'items', ids)
   if #ids > 0 then signal(BASE .. 'signal') end
 end
@@ -446,7 +445,6 @@ local function group_join(id, g)
   local gk = group_key(g)
   local active = tonumber(rcall('HGET', BASE .. 'groups', g) or '') or 0
   if active < group_limit() and rcall('LLEN', gk) == 0 then
-    rcall('HSET', item_key(id), 'j', '1')
     make_waiting(BASE .. 'queue', BASE .. 'items', id)
     rcall('HSET', BASE .. 'groups', g, active + 1)
     return true
@@ -456,13 +454,14 @@ local function group_join(id, g)
   return false
 end
 
--- The groups of `ids` whose item counts among its group's released messages (fields g and j),
--- one entry per id, read before the items are deleted.
-local function released_groups(ids)
+-- The groups of `ids` whose item counts among its group's released messages, one entry per
+-- id, read before the items are deleted: every grouped one of ids that were `waiting` (in
+-- items: held ones are not), else those with j (see the header).
+local function released_groups(ids, waiting)
   local out = {}
   for _, id in ipairs(ids) do
     local f = rcall('HMGET', item_key(id), 'g', 'j')
-    if f[1] and f[2] then out[#out + 1] = f[1] end
+    if f[1] and (waiting or f[2]) then out[#out + 1] = f[1] end
   end
   return out
 end

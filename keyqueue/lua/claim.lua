@@ -260,10 +260,11 @@ while claimed < count and dropped < LAPSED_LIMIT do
     if not (n or a) then
       -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
       -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the
-      -- client knows the rest but a group
+      -- client knows the rest but a group. A grouped message's j from now on says that it
+      -- counts among its group's released messages (until now its place in items did).
       local g = v[10]
       if g then
-        rcall('HSET', tkeys[j], 'c', first_grouped, 'd', deadline_s)
+        rcall('HSET', tkeys[j], 'c', first_grouped, 'd', deadline_s, 'j', '1')
         out[n_out + 1] = taken[j] .. ' ' .. g  -- (a table a message would cost Redis far more)
       else
         rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
@@ -274,6 +275,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
       -- a message written so before groups were read in the first read) go to the client
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
             'f', now_s)
+      if v[10] then rcall('HSET', tkeys[j], 'j', '1') end
       out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
     else
       -- receives and deliveries + 1, as text (a message never delivered has neither field)
@@ -286,7 +288,10 @@ while claimed < count and dropped < LAPSED_LIMIT do
       else
         n = '1'
       end
-      if v[10] then receipt = receipt .. 'g' end
+      if v[10] then
+        receipt = receipt .. 'g'
+        rcall('HSET', tkeys[j], 'j', '1')  -- (see above: a message requeued waits without j)
+      end
       if f then rcall('HSET', tkeys[j], 'r', r, 'n', n, 'c', receipt, 'd', deadline_s)
       else  -- the first delivery also records when it was made (SQS's ApproximateFirstReceiveTimestamp)
         f = now_s

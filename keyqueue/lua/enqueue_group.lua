@@ -44,8 +44,7 @@ if n == 1 and delay == 0 then
   local ik = item_key(id)
   local body = ARGV[9]
   local now_s = fmt(now_ms())
-  if release then write_item(ik, body, chunk, 't', now_s, 'g', g, 'j', '1')
-  else write_item(ik, body, chunk, 't', now_s, 'g', g) end
+  write_item(ik, body, chunk, 't', now_s, 'g', g)
   local a = step == 2 and ARGV[10]
   if a and a ~= '' then rcall('HSET', ik, 'a', a, 'n', '0') end
   local r
@@ -99,10 +98,11 @@ local released, kept = {}, {}
 for j = 1, n do
   local id = ids[j]
   local body = ARGV[8 + step * (j - 1) + 1]
-  local mark = at and 'd' or #released < room and 'j'
-  if mark == 'j' then released[#released + 1] = id elseif not mark then kept[#kept + 1] = id end
-  if mark then write_item(iks[j], body, chunk, 't', now_s, 'g', g, mark, at and fmt(at) or '1')
-  else write_item(iks[j], body, chunk, 't', now_s, 'g', g) end
+  if at then write_item(iks[j], body, chunk, 't', now_s, 'g', g, 'd', fmt(at))
+  else
+    if #released < room then released[#released + 1] = id else kept[#kept + 1] = id end
+    write_item(iks[j], body, chunk, 't', now_s, 'g', g)
+  end
   local a = step == 2 and ARGV[8 + step * j]
   if a and a ~= '' then rcall('HSET', iks[j], 'a', a, 'n', '0') end
   if at then timer_add(KEYS[4], id, at, bucket_ms) end

@@ -74,7 +74,7 @@ if phase == 'head' then
       local ids = {}
       for id in pairs(gone) do ids[#ids + 1] = id end
       rcall('SREM', KEYS[2], unpack(ids))
-      local ended = released_groups(ids)
+      local ended = released_groups(ids, true)
       rcall('DEL', unpack(keys))
       for _, g in ipairs(ended) do group_end(g) end
       expired = #keys
@@ -97,7 +97,7 @@ elseif phase == 'waiting' then
         -- its entry goes when near the head; further down it stays, a stale entry that claims
         -- and the head of this sweep drop (an LREM there would walk the list for each)
         if rcall('LPOS', KEYS[1], id, 'MAXLEN', NEAR_HEAD) then rcall('LREM', KEYS[1], 1, id) end
-        local ended = released_groups({id})
+        local ended = released_groups({id}, true)
         rcall('DEL', item_key(id))
         if ended[1] then group_end(ended[1]) end
         expired = expired + 1
@@ -133,7 +133,7 @@ elseif phase == 'delayed' then
               rcall('SREM', tk, id)
               local own = timer_key(bucket_of(d, bucket_ms))
               if own ~= tk then rcall('SREM', own, id) end
-              local ended = released_groups({id})
+              local ended = released_groups({id}, false)
               rcall('DEL', item_key(id))
               if ended[1] then group_end(ended[1]) end
               expired = expired + 1

@@ -67,7 +67,7 @@ if source == 'waiting' or source == 'dead' then
     for i, id in ipairs(ids) do if waiting[i] == 1 then gone[#gone + 1] = id end end
     if #gone > 0 then rcall('SREM', KEYS[2], unpack(gone)) end
   end
-  local ended = source == 'waiting' and #all_groups > 0 and released_groups(gone) or {}
+  local ended = source == 'waiting' and #all_groups > 0 and released_groups(gone, true) or {}
   if #gone > 0 then rcall('DEL', unpack(item_keys(gone))) end
   for _, g in ipairs(ended) do group_end(g) end
   return {#gone, 0, '0', (#ids < limit) and 1 or 0}
@@ -81,7 +81,7 @@ elseif source == 'processing' then
   if bad then return corrupt(bad) end
   rcall('SREM', KEYS[3], unpack(ids))
   drop_timers(KEYS[4], groups, order)
-  local ended = #all_groups > 0 and released_groups(ids) or {}
+  local ended = #all_groups > 0 and released_groups(ids, false) or {}
   rcall('DEL', unpack(item_keys(ids)))
   for _, g in ipairs(ended) do group_end(g) end
   return {#ids, 0, '0', (#ids < limit) and 1 or 0}
@@ -109,7 +109,7 @@ while examined < limit do
     end
     if #gone > 0 then
       rcall('SREM', tk, unpack(gone))
-      local ended = #all_groups > 0 and released_groups(gone) or {}
+      local ended = #all_groups > 0 and released_groups(gone, false) or {}
       rcall('DEL', unpack(item_keys(gone)))
       for _, g in ipairs(ended) do group_end(g) end
       n = n + #gone
