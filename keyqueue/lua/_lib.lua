@@ -396,33 +396,29 @@ local function group_take(gs)
   local held = redis.pcall('GET', held_key)
   if type(held) == 'table' or not_integer(held) then return nil, corrupt(held_key) end
   local limit = group_limit()
-  local take = {order = order, stored = {}, active = {}, ids = {}, popped = 0}
-  local pops = {}  -- each group's popped ids, to undo
+  local ids, stored_of, active_of = {}, {}, {}
+  local popped, from = {}, {}  -- every popped id and its group's place in order, to undo
   for i, g in ipairs(order) do
     local have = tonumber(stored[i] or '')
     local active = math.max((have or ended[g]) - ended[g], 0)
-    local gk, p = group_key(g), {}
+    local gk = group_key(g)
     while active < limit do
       local id = redis.pcall('LPOP', gk)
       if type(id) == 'table' then
-        for k = i - 1, 1, -1 do
-          local q = pops[k]
-          for m = #q, 1, -1 do rcall('LPUSH', group_key(order[k]), q[m]) end
-        end
+        for m = #popped, 1, -1 do rcall('LPUSH', group_key(order[from[m]]), popped[m]) end
         return nil, corrupt(gk)
       end
       if not id then break end
-      p[#p + 1] = id
+      local m = #popped + 1
+      popped[m], from[m] = id, i
       if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
-        take.ids[#take.ids + 1] = id
+        ids[#ids + 1] = id
         active = active + 1
       end
     end
-    pops[i] = p
-    take.popped = take.popped + #p
-    take.stored[i], take.active[i] = have, active
+    stored_of[i], active_of[i] = have, active
   end
-  return take
+  return {order = order, stored = stored_of, active = active_of, ids = ids, popped = #popped}
 end
 
 local function group_give(take)
