@@ -385,10 +385,10 @@ end
 -- lists' types, undone if one fails): returns what group_give needs, or nil and the error,
 -- nothing changed. group_give, after them: the popped ids released, written together.
 local function group_take(gs)
-  local ended, order = {}, {}
+  local ended, order, n_order = {}, {}, 0
   for _, g in ipairs(gs) do
-    if not ended[g] then ended[g] = 0; order[#order + 1] = g end
-    ended[g] = ended[g] + 1
+    local e = ended[g]
+    if e then ended[g] = e + 1 else ended[g] = 1; n_order = n_order + 1; order[n_order] = g end
   end
   local hk, held_key = BASE .. 'groups', BASE .. 'held'
   local stored = redis.pcall('HMGET', hk, unpack(order))
@@ -396,29 +396,34 @@ local function group_take(gs)
   local held = redis.pcall('GET', held_key)
   if type(held) == 'table' or not_integer(held) then return nil, corrupt(held_key) end
   local limit = group_limit()
-  local ids, stored_of, active_of = {}, {}, {}
-  local popped, from = {}, {}  -- every popped id and its group's place in order, to undo
-  for i, g in ipairs(order) do
-    local have = tonumber(stored[i] or '')
-    local active = math.max((have or ended[g]) - ended[g], 0)
-    local gk = group_key(g)
+  -- (locals: this loop runs once a grouped message, and each global or field lookup costs)
+  local pcall_, item, group = redis.pcall, BASE .. 'item:', BASE .. 'group:'
+  local ids, stored_of, active_of, n_ids = {}, {}, {}, 0
+  local popped, from, n_pop = {}, {}, 0  -- every popped id and its group's place in order, to undo
+  for i = 1, n_order do
+    local g = order[i]
+    local have, e = tonumber(stored[i] or ''), ended[g]
+    local active = (have or e) - e
+    if active < 0 then active = 0 end
+    local gk = group .. g
     while active < limit do
-      local id = redis.pcall('LPOP', gk)
+      local id = pcall_('LPOP', gk)
+      if not id then break end
       if type(id) == 'table' then
-        for m = #popped, 1, -1 do rcall('LPUSH', group_key(order[from[m]]), popped[m]) end
+        for m = n_pop, 1, -1 do rcall('LPUSH', group_key(order[from[m]]), popped[m]) end
         return nil, corrupt(gk)
       end
-      if not id then break end
-      local m = #popped + 1
-      popped[m], from[m] = id, i
-      if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
-        ids[#ids + 1] = id
+      n_pop = n_pop + 1
+      popped[n_pop], from[n_pop] = id, i
+      if rcall('EXISTS', item .. id) == 1 then  -- (a held id without a message is dropped)
+        n_ids = n_ids + 1
+        ids[n_ids] = id
         active = active + 1
       end
     end
     stored_of[i], active_of[i] = have, active
   end
-  return {order = order, stored = stored_of, active = active_of, ids = ids, popped = #popped}
+  return {order = order, stored = stored_of, active = active_of, ids = ids, popped = n_pop}
 end
 
 local function group_give(take)
