@@ -153,8 +153,8 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
             "config|resetstat",
         }, sent
     else:  # an empty claim is TIME, LINDEX, LLEN, EXISTS config, ZRANGE timers, EXISTS groups
-        # (this mode serves no grouped queue) and the limits' HMGET config, GET throttle, SCARD
-        # processing in one round trip
+        # and HGET of the counters' groups mark (this mode serves no grouped queue), and the
+        # limits' HMGET config, GET throttle, SCARD processing in one round trip
         assert set(sent) <= {
             "blpop",
             "time",
@@ -163,11 +163,13 @@ def test_idle_long_poll_costs_only_a_few_commands(q: Queue, r: redis.Redis) -> N
             "exists",
             "zrange",
             "hmget",
+            "hget",
             "get",
             "scard",
             "config|resetstat",
         }, sent
         assert sent["time"] == sent["lindex"] == sent["llen"] == sent["exists"] // 2 == sent["hmget"] == claims
+        assert sent["hget"] == claims
 
 
 def test_wait_zero_returns_at_once(q: Queue) -> None:
