@@ -20,7 +20,12 @@ instructions a microsecond than Streams' C, so the timed ratios of ``redis_cpu.p
 higher than these. Under callgrind the server runs some 50x
 slower, so the counts are small (5,000 messages a side by default).
 
-    .venv/bin/python scripts/bench/instructions.py [--quick] [--json] [--messages N] [--groups G] [--variants]
+    .venv/bin/python scripts/bench/instructions.py [--quick] [--json] [--messages N] [--groups G] [--fires] [--variants]
+
+``--fires`` adds schedule fires against ``enqueue_many``: the instructions per message of one
+``enqueue_many`` of N messages, and of the looks of one reap that fire N due ``every``
+schedules (each with its own body, as ``schedules.py`` makes them; a fake clock moves past
+their fire time), the figure whose timed ratio ``schedules.py`` measures.
 
 ``--variants`` adds what keyqueue runs beyond the floor, one thing at a time: the shipped
 claim and ack scripts, called as ``claim_many`` and ``ack_many`` call them, against the
@@ -156,11 +161,38 @@ def variant(server: CallgrindServer, r: redis.Redis, scripts: tuple[str, str], n
     return counted / n
 
 
+def fires(server: CallgrindServer, r: redis.Redis, n: int) -> tuple[float, float]:
+    """Instructions per message of enqueue_many(n), and of firing n due schedules."""
+    now = [1_700_000_000.0]
+
+    def clock() -> float:
+        return now[0]
+
+    r.flushall()
+    data = bodies(n)
+    plain = Queue("plain", client=r, clock=clock)
+    plain.enqueue_many(data[:10])  # (the scripts loaded and run once)
+    server.counted()
+    plain.enqueue_many(data)
+    per_message = server.counted() / n
+    fired = Queue("fired", client=r, clock=clock)
+    for i, body in enumerate(data):
+        fired.schedule(f"s{i}", every=3600, body=body, start=now[0] + 1)
+    now[0] += 2
+    server.counted()
+    got = fired._run(lambda: fired._core.fire_due(3600.0))
+    per_fire = server.counted() / n
+    if got != n:
+        raise RuntimeError(f"fired {got} of {n}")
+    return per_message, per_fire
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = Options(__doc__)
     opts.add_argument("--messages", type=int, help="messages a side (default 5,000; --quick 300)")
     opts.add_argument("--groups", type=int, help="groups of the grouped side (default 1,000; --quick 20)")
     opts.add_argument("--variants", action="store_true", help="also keyqueue's scripts without one thing at a time")
+    opts.add_argument("--fires", action="store_true", help="also schedule fires against enqueue_many")
     args = opts.parse(argv)
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("instructions.py needs valgrind on PATH (apt-get install valgrind)", file=sys.stderr)
@@ -174,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         line, info = about_line(r), about(r)
         measure(server, r, "keyqueue", min(n, 300), groups)  # (the scripts loaded and run once)
         counts = {side: measure(server, r, side, n, groups) for side in LABELS}
+        enqueued_fired = fires(server, r, n) if args.fires else None
         beyond: dict[str, float] = {}
         if args.variants:
             claim, ack = script_source("claim"), script_source("ack")
@@ -184,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.cleanup()
     if args.json:
-        result = {"instructions_per_message": counts, "without_vs_shipped": beyond}
+        result = {
+            "instructions_per_message": counts,
+            "without_vs_shipped": beyond,
+            "enqueue_many_and_fire": enqueued_fired,
+        }
         print(json.dumps({**info, "messages": n, "groups": groups, **result}, indent=2))
         return 0
     print(line + f"; {n:,} messages a side, grouped over {groups:,} groups; redis-server under callgrind\n")
@@ -194,6 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     head = ("instructions per delivered message", "redis-server", "vs Streams", "vs floor", "vs keyqueue ungrouped")
     print("\n".join(markdown_table(head, "lrrrr", rows)))
+    if enqueued_fired:
+        e, f = enqueued_fired
+        print()
+        rows = [
+            (f"enqueue_many({n:,})", f"{round(e):,}", "1.000"),
+            (f"a reap firing {n:,} due schedules", f"{round(f):,}", f"{e / f:.3f}"),
+        ]
+        print(
+            "\n".join(markdown_table(("instructions per message", "redis-server", "enqueue_many / this"), "lrr", rows))
+        )
     if beyond:
         print()
         rows = [(f"without {name}", f"{round(d):+,}") for name, d in beyond.items()]
