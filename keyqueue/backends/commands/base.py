@@ -53,16 +53,22 @@ class _Claim:
 
 
 def groups_reads(k: QueueKeys) -> list[Command]:
-    """The reads that show whether a queue has message groups: its groups hash (released
-    messages), and the mark a grouped enqueue leaves in its counters (mark_groups in
-    _lib.lua: a queue whose grouped messages are all delayed has no groups hash yet)."""
+    """The reads that show whether a queue has message groups (``has_groups``): its groups
+    hash (released messages), and the mark a grouped enqueue leaves in its counters
+    (mark_groups in _lib.lua: a queue whose grouped messages are all delayed has no groups
+    hash yet)."""
     return [("EXISTS", k.groups), ("HGET", k.counters, "grouped")]
 
 
-def refuse_groups(exists: Any, mark: Any, name: str) -> None:
+def has_groups(exists: Any, mark: Any) -> bool:
+    """From the replies of ``groups_reads``."""
+    return bool(exists) or mark is not None
+
+
+def refuse_groups(grouped: bool, name: str) -> None:
     """Stop a claim or a reap of a queue that has message groups (a scripted client's):
     this mode would neither keep a group's order nor release its next message."""
-    if exists or mark is not None:
+    if grouped:
         raise ConfigurationError(
             f"queue {name!r} holds message groups: serve it in the scripted mode (the script-free "
             "mode does not keep a group's order)"

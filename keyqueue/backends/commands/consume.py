@@ -13,7 +13,7 @@ from ...core.replies import text as _text
 from ...core.results import Claimed
 from ...core.roundtrip import Command, Op, one
 from ...errors import CorruptQueue
-from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal, groups_reads, refuse_groups
+from .base import CLAIM_ATTEMPTS, CommandBase, _Claim, _signal, groups_reads, has_groups, refuse_groups
 from .flow import Flow, counted
 
 
@@ -88,7 +88,7 @@ class Consume(CommandBase):
             ]
             + (flow_reads if limits else []),
         )
-        refuse_groups(grouped, group_mark, k.name)
+        refuse_groups(has_groups(grouped, group_mark), k.name)
         out.missing = config == 0
         score = zscore_pair(first)
         if score is not None:  # the earliest timer (ours, set below, is later than any due one)

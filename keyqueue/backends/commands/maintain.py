@@ -13,7 +13,7 @@ from ...core.replies import text as _text
 from ...core.results import Purged, ReapPosition, ReapResult, ReapStep, Requeued
 from ...core.roundtrip import Command, Op, one
 from ...core.states import Act, Decision, Seen, decide
-from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal, groups_reads, refuse_groups
+from .base import ATTEMPTS, PURGE_VISIBILITY_MS, _Claim, _signal, groups_reads, has_groups, refuse_groups
 from .consume import Consume
 
 
@@ -34,7 +34,7 @@ class Maintain(Consume):
         now, (config, grouped, group_mark) = yield from self._open(
             (*self.waking_keys, k.counters), [("EXISTS", k.config), *groups_reads(k)]
         )
-        refuse_groups(grouped, group_mark, k.name)
+        refuse_groups(has_groups(grouped, group_mark), k.name)
         missing = config == 0
         if bucket == "":
             due = yield from one(
@@ -238,9 +238,9 @@ class Maintain(Consume):
             now, (grouped, group_mark, *got) = yield from self._open(
                 self.waking_keys, [*groups_reads(k), *reads], watch=watch
             )
-            if grouped or group_mark is not None:
+            if has_groups(grouped, group_mark):
                 (yield from one(("UNWATCH",)))
-            refuse_groups(grouped, group_mark, k.name)
+                refuse_groups(True, k.name)
             next_cursor = "0"
             if ids:
                 todo = list(dict.fromkeys(ids))

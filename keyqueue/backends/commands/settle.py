@@ -37,7 +37,7 @@ class Settle(CommandBase):
         """An ack or a dead letter of a grouped message (its receipt ends in g: claim.lua) must
         release its group's next in the same step, which this mode does not do."""
         if any(receipt.endswith("g") for receipt in receipts):
-            refuse_groups(True, None, self.keys.name)
+            refuse_groups(True, self.keys.name)
 
     def extend(self, msg_id: str, receipt: str, ms: int, bucket_ms: int) -> Op[int | None]:
         """The new deadline in ms, None when the delivery is not current."""

@@ -128,7 +128,7 @@ def claimed(reply: Sequence[Any]) -> Claimed:
                     None,
                     now,
                     None if s is None else int(s),
-                    g if g is None or type(g) is str else text(g),
+                    None if g is None else text(g),
                 )
             )
         else:
