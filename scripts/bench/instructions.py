@@ -47,11 +47,10 @@ from typing import Callable
 
 import redis
 from harness import QUEUE_NAME, Options, about, about_line, bodies, markdown_table
-from redis_cpu import BUCKET_MS, GROUP, STREAM, VISIBILITY_MS, WITHOUT, edited, fill, floor_drain, streams_drain
+from redis_cpu import GROUP, STREAM, WITHOUT, edited, fill, floor_drain, scripts_drain, streams_drain
 
 from keyqueue import Queue
-from keyqueue.backends.scripted.scripts import claimed, script_source
-from keyqueue.backends.scripted.settle import ack_args
+from keyqueue.backends.scripted.scripts import script_source
 from keyqueue.server import RedisServer
 
 BATCH = 100
@@ -144,17 +143,8 @@ def variant(server: CallgrindServer, r: redis.Redis, scripts: tuple[str, str], n
     r.flushall()
     claim, ack = (r.script_load(s) for s in scripts)
     filled(r, "keyqueue", n, 0)
-    k = Queue(QUEUE_NAME, client=r)._core.ops
-    base = (k.keys.base, "")
     server.counted()
-    done = 0
-    while got := claimed(
-        r.execute_command(
-            "EVALSHA", claim, len(k.claim_keys), *k.claim_keys, *base, BATCH, VISIBILITY_MS, BUCKET_MS, ""
-        )
-    ).messages:
-        pairs = ack_args([(m.id, m.receipt) for m in got], BUCKET_MS)
-        done += r.execute_command("EVALSHA", ack, len(k.ack_keys), *k.ack_keys, *base, *pairs)
+    done = scripts_drain(r, claim, ack)
     counted = server.counted()
     if done != n:
         raise RuntimeError(f"acked {done} of {n}")

@@ -65,7 +65,8 @@ from harness import (
 )
 
 from keyqueue import Queue, Worker
-from keyqueue.backends.scripted.scripts import SCRIPT_NAMES, script_source
+from keyqueue.backends.scripted.scripts import SCRIPT_NAMES, claimed, script_source
+from keyqueue.backends.scripted.settle import ack_args
 
 STREAM, GROUP = "raw:stream", "g"
 BATCH = 100  # the worker's largest batch (keyqueue.worker.rules.MAX_BATCH)
@@ -348,13 +349,26 @@ class Breakdown:
     vs_shipped: float  # us per message, this variant minus the shipped scripts
 
 
+def scripts_drain(r: redis.Redis, claim_sha: str, ack_sha: str) -> int:
+    """Drain the benchmark's queue by these claim and ack scripts, called with the arguments
+    ``claim_many(BATCH)`` and ``ack_many`` give them, in one client; the messages acked."""
+    k = Queue(QUEUE_NAME, client=r)._core.ops
+    base = (k.keys.base, "")
+    done = 0
+    while got := claimed(
+        r.execute_command(
+            "EVALSHA", claim_sha, len(k.claim_keys), *k.claim_keys, *base, BATCH, VISIBILITY_MS, BUCKET_MS, ""
+        )
+    ).messages:
+        pairs = ack_args([(m.id, m.receipt) for m in got], BUCKET_MS)
+        done += r.execute_command("EVALSHA", ack_sha, len(k.ack_keys), *k.ack_keys, *base, *pairs)
+    return done
+
+
 def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]:
     """The shipped scripts, each variant of WITHOUT (and all of them at once) and the floor,
     in one client that claims BATCH and acks them, as the worker does, in interleaved rounds:
     how much of keyqueue's cost beyond the floor each thing it does takes."""
-    from keyqueue.backends.scripted.scripts import claimed
-    from keyqueue.backends.scripted.settle import ack_args
-
     claim, ack = script_source("claim"), script_source("ack")
     variants = {"shipped": (claim, ack)}
     for name, (claim_edits, ack_edits) in WITHOUT.items():
@@ -374,26 +388,10 @@ def breakdown(r: redis.Redis, data: list[bytes], rounds: int) -> list[Breakdown]
             if floor_drain(r) != n:
                 raise RuntimeError("floor: not every message acked")
             return (server_cpu(r) - before) / n * 1e6
-        claim_sha, ack_sha = (r.script_load(s) for s in variants[name])
-        q = Queue(QUEUE_NAME, client=r)
+        shas = tuple(r.script_load(s) for s in variants[name])
         fill(r, "keyqueue", data)
-        k = q._core.ops
-        base = (k.keys.base, "")
         before = server_cpu(r)
-        done = 0
-        while got := claimed(
-            r.execute_command(
-                "EVALSHA", claim_sha, len(k.claim_keys), *k.claim_keys, *base, BATCH, VISIBILITY_MS, BUCKET_MS, ""
-            )
-        ).messages:
-            done += r.execute_command(
-                "EVALSHA",
-                ack_sha,
-                len(k.ack_keys),
-                *k.ack_keys,
-                *base,
-                *ack_args([(m.id, m.receipt) for m in got], BUCKET_MS),
-            )
+        done = scripts_drain(r, shas[0], shas[1])
         if done != n:
             raise RuntimeError(f"{name}: acked {done} of {n}")
         return (server_cpu(r) - before) / n * 1e6
