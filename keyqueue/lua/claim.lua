@@ -271,8 +271,9 @@ while claimed < count and dropped < LAPSED_LIMIT do
         out[n_out + 1] = taken[j]
       end
     elseif n == '0' and not (a or v[6] or v[7] or v[8]) then
-      -- the same of a schedule's message (written with n = 0): its fire time (and a group, of
-      -- a message written so before groups were read in the first read) go to the client
+      -- the same of a schedule's message (written with n = 0): its fire time goes to the client,
+      -- and the group of a grouped one that has n = 0 (a reap or an fsck repair that made a
+      -- message waiting writes it with HINCRBY n 0)
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
             'f', now_s)
       if v[10] then rcall('HSET', tkeys[j], 'j', '1') end
