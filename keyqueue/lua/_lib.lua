@@ -396,32 +396,64 @@ local function group_take(gs)
   local held = redis.pcall('GET', held_key)
   if type(held) == 'table' or not_integer(held) then return nil, corrupt(held_key) end
   local limit = group_limit()
-  -- (locals: this loop runs once a grouped message, and each global or field lookup costs)
+  -- (locals: this runs once a grouped message, and each global or field lookup costs)
   local pcall_, item, group = redis.pcall, BASE .. 'item:', BASE .. 'group:'
-  local ids, stored_of, active_of, n_ids = {}, {}, {}, 0
+  local ids, of, stored_of, active_of, n_ids = {}, {}, {}, {}, 0  -- of: each id's group's place in order
   local popped, from, n_pop = {}, {}, 0  -- every popped id and its group's place in order, to undo
-  for i = 1, n_order do
-    local g = order[i]
-    local have, e = tonumber(stored[i] or ''), ended[g]
-    local active = (have or e) - e
-    if active < 0 then active = 0 end
-    local gk = group .. g
+  -- Pop group i's next ids while it has fewer than the limit released (`active`); with `look`,
+  -- an id without a message is dropped. Returns the new count, or nil and the group's key.
+  local function pop(i, active, look)
+    local gk = group .. order[i]
     while active < limit do
       local id = pcall_('LPOP', gk)
       if not id then break end
-      if type(id) == 'table' then
-        for m = n_pop, 1, -1 do rcall('LPUSH', group_key(order[from[m]]), popped[m]) end
-        return nil, corrupt(gk)
-      end
+      if type(id) == 'table' then return nil, gk end
       n_pop = n_pop + 1
       popped[n_pop], from[n_pop] = id, i
-      if rcall('EXISTS', item .. id) == 1 then  -- (a held id without a message is dropped)
+      if not look or rcall('EXISTS', item .. id) == 1 then
         n_ids = n_ids + 1
-        ids[n_ids] = id
+        ids[n_ids], of[n_ids] = id, i
         active = active + 1
       end
     end
-    stored_of[i], active_of[i] = have, active
+    return active
+  end
+  local function undo(gk)
+    for m = n_pop, 1, -1 do rcall('LPUSH', group .. order[from[m]], popped[m]) end
+    return nil, corrupt(gk)
+  end
+  for i = 1, n_order do
+    local have, e = tonumber(stored[i] or ''), ended[order[i]]
+    local active = (have or e) - e
+    if active < 0 then active = 0 end
+    local now_active, gk = pop(i, active, false)
+    if not now_active then return undo(gk) end
+    stored_of[i], active_of[i] = have, now_active
+  end
+  -- Every released id's message looked up at once (one EXISTS of their keys): a held id
+  -- without a message, which only a damaged queue has, is dropped, and its group pops again,
+  -- each id looked up alone.
+  local keys, found = {}, 0
+  for q = 1, n_ids do keys[q] = item .. ids[q] end
+  for q = 1, n_ids, 1000 do found = found + rcall('EXISTS', unpack(keys, q, math.min(q + 999, n_ids))) end
+  if found < n_ids then
+    local all, all_of, short = ids, of, {}
+    ids, of, n_ids = {}, {}, 0
+    for q = 1, #all do
+      if rcall('EXISTS', keys[q]) == 1 then
+        n_ids = n_ids + 1
+        ids[n_ids], of[n_ids] = all[q], all_of[q]
+      else
+        local i = all_of[q]
+        active_of[i] = active_of[i] - 1
+        short[#short + 1] = i
+      end
+    end
+    for _, i in ipairs(short) do
+      local now_active, gk = pop(i, active_of[i], true)
+      if not now_active then return undo(gk) end
+      active_of[i] = now_active
+    end
   end
   return {order = order, stored = stored_of, active = active_of, ids = ids, popped = n_pop}
 end

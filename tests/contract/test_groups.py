@@ -167,6 +167,41 @@ def test_group_concurrency_caps_the_released_messages_of_a_group(
     assert make_queue("q").settings.group_concurrency == 3  # read by every process
 
 
+def test_a_grouped_delivery_acked_twice_at_once_frees_one_place(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A delivery listed twice in one ack_many ends once: with two places a group, the ack
+    of one of them releases one held message, not two."""
+    q = grouped(make_queue, r, scripting, group_concurrency=2)
+    if q is None:
+        return
+    ids = q.enqueue_many([str(i) for i in range(5)], group="g")
+    first, second = q.claim_many(10)
+    assert q.ack_many([first, first]) == 1
+    assert [m.id for m in q.claim_many(10)] == [ids[2]]
+    assert q.groups() == [("g", 2, 2)] and second.id == ids[1]
+
+
+def test_a_held_message_whose_item_is_gone_is_skipped(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A held id without its message (only a damaged queue has one) is dropped when its turn
+    comes: the group's next one with a message is released in its place, in the same ack,
+    and the counts stay right."""
+    q = grouped(make_queue, r, scripting)
+    if q is None:
+        return
+    a = q.enqueue_many(["a0", "a1", "a2", "a3"], group="a")
+    b = q.enqueue_many(["b0", "b1"], group="b")
+    r.delete(f"kq:{{q}}:item:{a[1]}", f"kq:{{q}}:item:{a[2]}", f"kq:{{q}}:item:{b[1]}")
+    got = q.claim_many(10)
+    assert sorted(m.id for m in got) == [a[0], b[0]]
+    assert q.ack_many(got) == 2
+    assert [m.id for m in q.claim_many(10)] == [a[3]]
+    assert q.groups() == [("a", 0, 1)] and q.stats().held == 0
+    assert r.lrange("kq:{q}:group:a", 0, -1) == [] and not r.exists("kq:{q}:group:b")
+
+
 def test_raising_group_concurrency_releases_held_messages_at_once(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:

@@ -10,9 +10,10 @@ from .scripts import CHUNK, ScriptBase
 
 def ack_args(pairs: Sequence[tuple[str, str]], bucket_ms: int) -> list[object]:
     """ack.lua's arguments: the pairs whose receipt does not end in g (not grouped) first,
-    counted, then the grouped ones, whose group the script reads."""
+    counted, then the grouped ones, whose group the script reads, each once (a grouped
+    delivery listed twice would free two of its group's next)."""
     plain = [p for p in pairs if not p[1].endswith("g")]
-    grouped = [p for p in pairs if p[1].endswith("g")]
+    grouped = list(dict.fromkeys(p for p in pairs if p[1].endswith("g")))
     return [bucket_ms, len(plain), *(x for pair in (*plain, *grouped) for x in pair)]
 
 
