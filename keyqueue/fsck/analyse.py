@@ -8,7 +8,7 @@ The states of a live id (one with an item hash):
   delayed     in neither set, with ``d`` (no ``c``), in its timer set, not dead
   dead        in ``dead`` once, in neither set, without ``c`` and ``d``; only a dead letter has ``x``
   held        in its group's list ``group:<g>`` only (a grouped message behind its group's
-              released ones: those waiting, and the delivered ones, which have ``j``);
+              released ones: those waiting or in flight, and those delayed with ``j``);
               ``groups`` counts each group's released messages, ``held`` every group
               list's entries
 
@@ -274,15 +274,13 @@ def _grouping(s: Snapshot, i: str) -> tuple[str | None, bool, bool]:
     return g, released, g is not None and i in s.group_lists.get(g, ())
 
 
-#: The states of a released message (one that counts in its group's count).
-RELEASED_STATES = frozenset({"waiting", "processing", "delayed"})
-
-
 def released_counts(s: Snapshot, states: dict[str, str]) -> Counter[str]:
-    """Each group's released messages, as the messages show them: the waiting ones, and the
-    delivered ones in flight or delayed (their j)."""
+    """Each group's released messages, as the messages show them: the waiting and in-flight
+    ones, and the delayed ones with j (released again with a delay after a delivery)."""
     return Counter(
-        g for i, (g, j) in s.grouped.items() if states.get(i) == "waiting" or j and states.get(i) in RELEASED_STATES
+        g
+        for i, (g, j) in s.grouped.items()
+        if states.get(i) in ("waiting", "processing") or j and states.get(i) == "delayed"
     )
 
 

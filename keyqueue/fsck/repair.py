@@ -225,11 +225,15 @@ class Repairer:
             newer = range(self.snap.seq + 1, int_or(ok(seq), 0) + 1)
             ids = [i for i, (group, _) in self.snap.grouped.items() if group == g] + [str(n) for n in newer]
             got = yield from batched([("HMGET", k.item(i), "g", "j") for i in ids])
-            waiting = ok((yield [("SMISMEMBER", k.items, *ids)])[0]) if ids else []
-            released = sum(  # (a waiting one counts without j: only a delivered one has it)
+            live: list[list[int]] = (
+                [ok(m) for m in (yield [("SMISMEMBER", k.items, *ids), ("SMISMEMBER", k.processing, *ids)])]
+                if ids
+                else [[], []]
+            )
+            released = sum(  # (waiting or in flight; delayed, with j)
                 1
-                for x, w in zip(got, waiting)
-                if not isinstance(x, Exception) and x[0] == g.encode() and (x[1] is not None or w == 1)
+                for x, w, p in zip(got, *live)
+                if not isinstance(x, Exception) and x[0] == g.encode() and (w == 1 or p == 1 or x[1] is not None)
             )
             room = self.group_limit - released
             head = ok((yield [("LRANGE", gk, 0, room - 1)])[0]) if room > 0 else []

@@ -37,7 +37,7 @@ class IdView:
     intent: bool = False  # in a timer set whose bucket has not passed (a claim's intent)
     lettered: bool = False  # x is set: when it was dead-lettered (only a dead letter has it)
     group: str | None = None  # g: its message group
-    released: bool = False  # j is set: delivered, it counts among its group's released messages
+    released: bool = False  # j is set: delayed after a delivery, it counts among its group's released messages
     held: bool = False  # listed in its group's list of held messages
     #: a lean first delivery's implied fields (first_delivery.implied), flattened: written out
     #: before a repair deletes its receipt

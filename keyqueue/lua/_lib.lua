@@ -9,9 +9,9 @@
     (opaque bytes a surface such as the SQS API writes at enqueue), f first delivery ms,
     s the fire time ms of a schedule's message (written with n = 0, so a claim's second read finds it),
     g the message's group (read by a claim's first read while the queue holds groups), j '1'
-    on a released grouped message once delivered: while it is in flight or released again (with
-    or without a delay), it counts among its group's released messages by j; while waiting in
-    the FIFO before its first claim, by being in items (held ones are not: released_groups).
+    on a grouped message released with a delay after a delivery: a grouped message counts
+    among its group's released messages while it waits (in items: held ones are not), is in
+    flight (in processing), or is delayed with j (released_groups); j may stay after that.
   A first delivery is stored lean: its claim writes only c ('1-<ms>', and 'g' after it for a
     grouped message) and d; while r is absent beside c, r and n are 1 and f is the receipt's
     time (read_item), and first_written writes them out before anything deletes the receipt.
@@ -488,13 +488,13 @@ local function group_join(id, g)
 end
 
 -- The groups of `ids` whose item counts among its group's released messages, one entry per
--- id, read before the items are deleted: every grouped one of ids that were `waiting` (in
--- items: held ones are not), else those with j (see the header).
-local function released_groups(ids, waiting)
+-- id, read before the items are deleted: every grouped one of ids that were `live` (waiting
+-- in items, or in flight), else (delayed) those with j (see the header).
+local function released_groups(ids, live)
   local out = {}
   for _, id in ipairs(ids) do
     local f = rcall('HMGET', item_key(id), 'g', 'j')
-    if f[1] and (waiting or f[2]) then out[#out + 1] = f[1] end
+    if f[1] and (live or f[2]) then out[#out + 1] = f[1] end
   end
   return out
 end

@@ -260,11 +260,11 @@ while claimed < count and dropped < LAPSED_LIMIT do
     if not (n or a) then
       -- a first delivery (no n: never delivered, so no r, e or f either) without attributes:
       -- stored lean, its receipt and deadline only (r, n and f implied: see _lib.lua); the
-      -- client knows the rest but a group. A grouped message's j from now on says that it
-      -- counts among its group's released messages (until now its place in items did).
+      -- client knows the rest but a group. (A grouped message in flight counts among its
+      -- group's released messages by its place in processing.)
       local g = v[10]
       if g then
-        rcall('HSET', tkeys[j], 'c', first_grouped, 'd', deadline_s, 'j', '1')
+        rcall('HSET', tkeys[j], 'c', first_grouped, 'd', deadline_s)
         out[n_out + 1] = taken[j] .. ' ' .. g  -- (a table a message would cost Redis far more)
       else
         rcall('HSET', tkeys[j], 'c', first_receipt, 'd', deadline_s)
@@ -276,7 +276,6 @@ while claimed < count and dropped < LAPSED_LIMIT do
       -- message waiting writes it with HINCRBY n 0)
       rcall('HSET', tkeys[j], 'r', '1', 'n', '1', 'c', v[10] and first_grouped or first_receipt, 'd', deadline_s,
             'f', now_s)
-      if v[10] then rcall('HSET', tkeys[j], 'j', '1') end
       out[n_out + 1] = {taken[j], v[9] or false, v[10] or false}
     else
       -- receives and deliveries + 1, as text (a message never delivered has neither field)
@@ -289,10 +288,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
       else
         n = '1'
       end
-      if v[10] then
-        receipt = receipt .. 'g'
-        rcall('HSET', tkeys[j], 'j', '1')  -- (see above: a message requeued waits without j)
-      end
+      if v[10] then receipt = receipt .. 'g' end
       if f then rcall('HSET', tkeys[j], 'r', r, 'n', n, 'c', receipt, 'd', deadline_s)
       else  -- the first delivery also records when it was made (SQS's ApproximateFirstReceiveTimestamp)
         f = now_s

@@ -81,7 +81,7 @@ elseif source == 'processing' then
   if bad then return corrupt(bad) end
   rcall('SREM', KEYS[3], unpack(ids))
   drop_timers(KEYS[4], groups, order)
-  local ended = #all_groups > 0 and released_groups(ids, false) or {}
+  local ended = #all_groups > 0 and released_groups(ids, true) or {}
   rcall('DEL', unpack(item_keys(ids)))
   for _, g in ipairs(ended) do group_end(g) end
   return {#ids, 0, '0', (#ids < limit) and 1 or 0}

@@ -53,17 +53,17 @@ local function group_ended(g)
   group_end(g)
 end
 
--- f: the item's fields as examine() read them (r, c; g, j: its group and whether it counts
--- among its group's released messages).
-local function to_waiting(tk, ik, id, d, f)
-  local g, j = f[6], f[7]
-  if g and not j and group_bad({g}) then broken[#broken + 1] = group_key(g); return now end
+-- f: the item's fields as examine() read them (r, c; g: its group); released: its group when
+-- it counts among the group's released messages (else a grouped one joins its group).
+local function to_waiting(tk, ik, id, d, f, released)
+  local g = f[6]
+  if g and not released and group_bad({g}) then broken[#broken + 1] = group_key(g); return now end
   untime(tk, id, d)
   first_written(ik, f[2], f[4])
   -- A write even when there is no c or d to delete: a script-free claimer WATCHes the hash
   -- before it drops a list entry it found stale.
   if rcall('HDEL', ik, 'c', 'd') == 0 then rcall('HINCRBY', ik, 'n', 0) end
-  if g and not j then group_join(id, g) else make_waiting(KEYS[1], KEYS[2], id) end
+  if g and not released then group_join(id, g) else make_waiting(KEYS[1], KEYS[2], id) end
   moved = true
 end
 
@@ -95,8 +95,8 @@ local function examine(tk, id, bucket_end)
   local f = rcall('HMGET', ik, 'd', 'r', 'e', 'c', 't', 'g', 'j')
   local d = tonumber(f[1])
   local g, j = f[6], f[7]
-  local released = j and g
   local in_processing = rcall('SISMEMBER', KEYS[3], id) == 1
+  local released = (in_processing or j) and g
   local waiting = rcall('SISMEMBER', KEYS[2], id) == 1
   if in_processing and f[4] and d then  -- a delivery
     if d > now then return d end
@@ -129,11 +129,11 @@ local function examine(tk, id, bucket_end)
     if d then
       if d > now then return d end
       res[1] = res[1] + 1
-      return to_waiting(tk, ik, id, d, f)
+      return to_waiting(tk, ik, id, d, f, released)
     end
     if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
     res[1] = res[1] + 1
-    return to_waiting(tk, ik, id, d, f)
+    return to_waiting(tk, ik, id, d, f, released)
   end
   if waiting then
     if not settled then return bucket_end end
@@ -152,12 +152,12 @@ local function examine(tk, id, bucket_end)
     if d > now then return d end
     if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     res[3] = res[3] + 1
-    return to_waiting(tk, ik, id, d, f)
+    return to_waiting(tk, ik, id, d, f, released)
   end
   if not settled then return bucket_end end
   if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
   res[1] = res[1] + 1  -- a message nothing referred to: adopted
-  return to_waiting(tk, ik, id, d, f)
+  return to_waiting(tk, ik, id, d, f, released)
 end
 
 -- Examine `ids` of timer set tk: the common case, a delivery whose visibility timeout passed

@@ -1,5 +1,6 @@
 --[[
-  Give a current delivery back: to the tail of the FIFO, or delayed when a delay is given.
+  Give a current delivery back: to the tail of the FIFO, or delayed when a delay is given (a
+  grouped message delayed so gets j: it still counts among its group's released messages).
   KEYS[1] processing  KEYS[2] timers  KEYS[3] item  KEYS[4] queue  KEYS[5] items  KEYS[6] signal
   ARGV[3] bucket ms  ARGV[4] id  ARGV[5] receipt  ARGV[6] delay ms  ARGV[7] error text
   ARGV[8] '1' to record ARGV[7] as last_error  ARGV[9] '1' to take back the delivery's receive
@@ -25,6 +26,7 @@ if ARGV[8] == '1' then rcall('HSET', KEYS[3], 'e', ARGV[7]) end
 if ARGV[9] == '1' then rcall('HINCRBY', KEYS[3], 'r', -1) end
 if delay > 0 then
   rcall('HSET', KEYS[3], 'd', fmt(now + delay))
+  if string.sub(ARGV[5], -1) == 'g' then rcall('HSET', KEYS[3], 'j', '1') end  -- (a grouped delivery's receipt)
   timer_add(KEYS[2], id, now + delay, bucket_ms)
 else
   make_waiting(KEYS[4], KEYS[5], id)

@@ -166,7 +166,7 @@ def check_states(r: redis.Redis) -> dict[str, str]:
     released = Counter(
         h[b"g"].decode()
         for mid, h in hashes.items()
-        if b"g" in h and (states[mid] == "waiting" or b"j" in h and states[mid] in ("processing", "delayed"))
+        if b"g" in h and (states[mid] in ("waiting", "processing") or b"j" in h and states[mid] == "delayed")
     )
     counts = {g.decode(): int(n) for g, n in r.hgetall(BASE + "groups").items()}
     assert counts == dict(released), f"group counts {counts}, released {dict(released)}"

@@ -252,6 +252,7 @@ SCENARIOS: dict[str, Scenario] = {
     "claim_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.claim_many(10))),
     "ack_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.ack(_held_ctx(c))), _held_ids),
     "dead_letter_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.dead_letter(_held_ctx(c), "bad"))),
+    "release_grouped_delayed": Scenario(_grouped, _grouped_op(lambda q, c: q.release(_held_ctx(c), delay=5))),
     "reap_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.reap())),
     "requeue_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.requeue())),
     "purge_grouped": Scenario(_grouped, _grouped_op(lambda q, c: q.purge()), lambda c: {"*waiting"}),

@@ -61,9 +61,10 @@ class Settle(CommandBase):
                 tx.append(("HSET", ik, "e", error))
             if unreceive:  # a current delivery has at least one receive
                 tx.append(("HINCRBY", ik, "r", -1))
-            if delay_ms > 0:
+            if delay_ms > 0:  # (a grouped delivery, whose receipt ends in g, still counts in its group: j)
                 timer = yield from self._to_timer(msg_id, now + delay_ms, bucket_ms)
-                return [*tx, ("HDEL", ik, "c"), *timer]
+                grouped: list[Command] = [("HSET", ik, "j", "1")] if receipt.endswith("g") else []
+                return [*tx, ("HDEL", ik, "c"), *grouped, *timer]
             return [
                 *tx,
                 ("HDEL", ik, "c", "d"),
