@@ -127,11 +127,19 @@ local function examine(tk, id, bucket_end)
     rcall('SREM', KEYS[3], id)
     if waiting then rcall('SREM', tk, id); return nil end
     if d then
-      if d > now then return d end
+      -- (delayed now: a grouped one still counts in its group, as in flight it did)
+      if d > now then
+        if released and not j then rcall('HSET', ik, 'j', '1') end
+        return d
+      end
       res[1] = res[1] + 1
       return to_waiting(tk, ik, id, d, f, released)
     end
-    if rcall('LPOS', KEYS[5], id) then rcall('SREM', tk, id); return nil end
+    if rcall('LPOS', KEYS[5], id) then
+      rcall('SREM', tk, id)
+      if released then rcall('HDEL', ik, 'j'); group_ended(released) end  -- (dead: it counted in flight)
+      return nil
+    end
     res[1] = res[1] + 1
     return to_waiting(tk, ik, id, d, f, released)
   end

@@ -713,6 +713,56 @@ def test_a_grouped_delivery_released_with_a_delay_keeps_its_place_in_both_modes(
     assert [x.id for x in producer.claim_many(10)] == [ids[0]]
 
 
+def _lost_receipt(r: redis.Redis, q: Queue, clock: FakeClock, *fields: str) -> list[str]:
+    """Two messages of group g, the first in flight with ``fields`` of its item deleted (a
+    state no operation leaves) and listed in a timer bucket already due, where a reap meets it."""
+    ids = q.enqueue_many(["1", "2"], group="g")
+    assert q.claim() is not None
+    r.hdel(f"kq:{{q}}:item:{ids[0]}", *fields)
+    past = int(clock.now) - 5
+    r.sadd(f"kq:{{q}}:timer:{past}", ids[0])
+    r.zadd("kq:{q}:timers", {str(past): past * 1000})
+    return ids
+
+
+def test_a_reap_keeps_a_grouped_delivery_without_receipt_in_its_group(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A grouped message owned without a receipt, before its deadline, leaves processing as
+    a delayed one that still counts in its group (j): the group waits for it, and when due
+    it comes back before the group's next."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=30)
+    if q is None:
+        return
+    ids = _lost_receipt(r, q, clock, "c")
+    q.reap()
+    assert r.hget(f"kq:{{q}}:item:{ids[0]}", "j") == b"1" and not r.sismember("kq:{q}:processing", ids[0])
+    assert q.claim_many(10) == [] and q.groups() == [("g", 1, 1)]
+    clock.advance(31)
+    q.reap()
+    assert [x.id for x in q.claim_many(10)] == [ids[0]]
+    assert q.groups() == [("g", 1, 1)]
+
+
+def test_a_reap_ends_a_grouped_delivery_without_receipt_found_dead(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A grouped message owned without a receipt or deadline that is also in the dead
+    letters leaves processing as a dead letter: it no longer counts in its group, whose next
+    is released."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=30)
+    if q is None:
+        return
+    ids = _lost_receipt(r, q, clock, "c", "d")
+    r.rpush("kq:{q}:dead", ids[0])
+    q.reap()
+    assert not r.sismember("kq:{q}:processing", ids[0]) and r.lrange("kq:{q}:dead", 0, -1) == [ids[0].encode()]
+    assert [x.id for x in q.claim_many(10)] == [ids[1]]
+    assert q.groups() == [("g", 0, 1)]
+
+
 def test_a_lean_grouped_delivery_a_reap_dead_letters_frees_its_group_and_keeps_its_counts(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:
