@@ -398,7 +398,7 @@ local function group_take(gs)
   local limit = group_limit()
   -- (locals: this runs once a grouped message, and each global or field lookup costs)
   local pcall_, item, group = redis.pcall, BASE .. 'item:', BASE .. 'group:'
-  local ids, of, stored_of, active_of, n_ids = {}, {}, {}, {}, 0  -- of: each id's group's place in order
+  local ids, stored_of, active_of, n_ids = {}, {}, {}, 0
   local popped, from, n_pop = {}, {}, 0  -- every popped id and its group's place in order, to undo
   -- Pop group i's next ids while it has fewer than the limit released (`active`); with `look`,
   -- an id without a message is dropped. Returns the new count, or nil and the group's key.
@@ -412,7 +412,7 @@ local function group_take(gs)
       popped[n_pop], from[n_pop] = id, i
       if not look or rcall('EXISTS', item .. id) == 1 then
         n_ids = n_ids + 1
-        ids[n_ids], of[n_ids] = id, i
+        ids[n_ids] = id
         active = active + 1
       end
     end
@@ -432,19 +432,20 @@ local function group_take(gs)
   end
   -- Every released id's message looked up at once (one EXISTS of their keys): a held id
   -- without a message, which only a damaged queue has, is dropped, and its group pops again,
-  -- each id looked up alone.
+  -- each id looked up alone. (Until then every popped id is kept: ids is popped, and from
+  -- gives each one's group.)
   local keys, found = {}, 0
   for q = 1, n_ids do keys[q] = item .. ids[q] end
   for q = 1, n_ids, 1000 do found = found + rcall('EXISTS', unpack(keys, q, math.min(q + 999, n_ids))) end
   if found < n_ids then
-    local all, all_of, short = ids, of, {}
-    ids, of, n_ids = {}, {}, 0
+    local all, short = ids, {}
+    ids, n_ids = {}, 0
     for q = 1, #all do
       if rcall('EXISTS', keys[q]) == 1 then
         n_ids = n_ids + 1
-        ids[n_ids], of[n_ids] = all[q], all_of[q]
+        ids[n_ids] = all[q]
       else
-        local i = all_of[q]
+        local i = from[q]
         active_of[i] = active_of[i] - 1
         short[#short + 1] = i
       end
