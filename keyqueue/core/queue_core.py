@@ -117,6 +117,10 @@ MAKE_ATTEMPTS = 10
 FIRE_ATTEMPTS_WATCHED = 50
 #: Groups one call of a group_concurrency raise's refill looks at (at most).
 GROUP_REFILL_CHUNK = 200
+#: The upserted schedules a restore checks when nothing else was found lost (a rotating
+#: sample), and those it checks in one round trip once one was.
+RESTORE_SAMPLE = 100
+RESTORE_CHUNK = 1000
 #: Compare-and-set attempts of a throttle whose key keeps changing (others throttling too).
 THROTTLE_ATTEMPTS = 10
 #: Longest sleep of a claimer its limits hold back before it claims again: a slot that
@@ -294,6 +298,8 @@ class QueueCore:
         #: The schedules this Queue upserted (definition, body, anchor ms), written again
         #: when Redis lost them.
         self.upserted: dict[str, tuple[Definition, bytes, int]] = {}
+        #: Where the next sample of them checked by ``restore_schedules`` starts.
+        self.restore_cursor = 0
         #: What this Queue last read or wrote of each schedule it fires (version, stored next
         #: fire, paused, definition, anchor ms): a fire is a compare-and-set on all but the
         #: pause (a schedule made again may reach the same version and next fire), so one
@@ -519,15 +525,8 @@ class QueueCore:
                 raise error_for(reply, k.config)
         added = replies[-1] if listing and self.registry_ok(replies[-1]) else 0
         self.registered = True
-        upserted = list(self.upserted.items())
-        # Those still there are found in one round trip: a queue without settings of its own
-        # has no config hash, so this runs once a second while it is written to, and reading
-        # each schedule would cost a round trip per schedule every time.
-        there = (yield [("HEXISTS", k.schedule_state, sid) for sid, _ in upserted]) if upserted else []
-        for (sid, (d, data, anchor)), found in zip(upserted, there):
-            if found != 1:
-                yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
         restored = [name for name, n in zip(self.held, replies) if n == 1]
+        yield from self.restore_schedules(lost=added == 1 or bool(restored))
         if added == 1 or restored:
             log.warning(
                 "queue %s: %s missing from Redis (data lost?); restored%s",
@@ -535,6 +534,33 @@ class QueueCore:
                 "its registration and settings were" if restored else "its registration was",
                 f" {', '.join(f'{n}={self.held[n]}' for n in restored)}" if restored else "",
             )
+
+    def restore_schedules(self, lost: bool) -> Op[None]:
+        """Write back the schedules this Queue upserted that Redis lost. A queue without
+        settings of its own has no config hash, so this runs once a second while it is
+        written to: unless the registration or settings were found lost too, it checks a
+        rotating sample of them (RESTORE_SAMPLE), and all of them once one is missing."""
+        sids = list(self.upserted)
+        if not sids:
+            return
+        if not lost and len(sids) > RESTORE_SAMPLE:
+            start = self.restore_cursor % len(sids)
+            self.restore_cursor = start + RESTORE_SAMPLE
+            sample = [sids[(start + i) % len(sids)] for i in range(RESTORE_SAMPLE)]
+            if not (yield from self.put_missing(sample)):
+                return
+        for chunk in range(0, len(sids), RESTORE_CHUNK):
+            yield from self.put_missing(sids[chunk : chunk + RESTORE_CHUNK])
+
+    def put_missing(self, sids: Sequence[str]) -> Op[int]:
+        """Write back those of ``sids`` missing from the schedule state (one round trip to
+        find them); how many were."""
+        there = yield [("HEXISTS", self.keys.schedule_state, sid) for sid in sids]
+        missing = [sid for sid, found in zip(sids, there) if found != 1 and sid in self.upserted]
+        for sid in missing:
+            d, data, anchor = self.upserted[sid]
+            yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
+        return len(missing)
 
     def _after(self, config_missing: bool) -> Op[None]:
         if config_missing:

@@ -268,13 +268,15 @@ def flushed_rate(r: redis.Redis, prepare: Prepare, n: int) -> float:
 
 
 def interleaved(sides: Mapping[str, Callable[[], T]], rounds: int, label: str = "") -> dict[str, list[T]]:
-    """Each side's figure in each round. Within a round the sides run one after the other in
-    the order given (the baseline first), so every ratio compares neighbours in time; with a
-    label, each round's figures (msg/s) go to stderr as it ends."""
+    """Each side's figure in each round. Within a round the sides run one after the other,
+    so every ratio compares neighbours in time: in the order given (the baseline first) in
+    the odd rounds, reversed in the even ones, so that a drift of the host's speed during a
+    round, or what one side leaves behind for the next, favours no side over the rounds.
+    With a label, each round's figures (msg/s) go to stderr as it ends."""
     runs: dict[str, list[T]] = {name: [] for name in sides}
     for i in range(rounds):
-        for name, side in sides.items():
-            runs[name].append(side())
+        for name in list(sides) if i % 2 == 0 else reversed(list(sides)):
+            runs[name].append(sides[name]())
         if label:
             print(
                 f"  {label}: round {i + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in runs.items()),

@@ -329,6 +329,14 @@ WITHOUT: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
         ],
         [],
     ),
+    "the reads of capabilities not in use (rate limits' config fields, the throttle, the group mark)": (
+        [
+            ("checked(bad, 'HMGET', KEYS[7], 'rate_limit', 'max_in_flight')", "{false, false}"),
+            ("checked(bad, 'GET', KEYS[9])", "false"),
+            ("redis.pcall('HMGET', KEYS[8], 'item_format', 'grouped')", "redis.pcall('HMGET', KEYS[8], 'item_format')"),
+        ],
+        [],
+    ),
 }
 ALL_OF_THEM = "all of the above"
 

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from keyqueue import MessageNotJSON, Queue, Reaper
+from keyqueue.core.queue_core import RESTORE_SAMPLE
 from keyqueue.server import RedisServer
 
 from ..support.helpers import FakeClock, wait_until
@@ -96,6 +97,33 @@ def test_a_restore_reads_only_the_schedules_that_are_gone(r: redis.Redis, script
     assert r.info("commandstats")["cmdstat_hmget"]["calls"] == 3  # s7's read before it is written (its three parts)
     assert sorted(s.id for s in q.schedules()) == sorted(f"s{i}" for i in range(20))
     assert r.hget("kq:{q}:schedule_bodies", "s7") == b"b7"
+
+
+def test_a_restore_checks_a_rotating_sample_of_many_schedules(r: redis.Redis, scripting: bool) -> None:
+    """Nothing else found lost: each restore checks RESTORE_SAMPLE of the upserted schedules,
+    the next ones each time, and all of them once one is gone."""
+    q = Queue("q", client=r, scripting=scripting)
+    total = RESTORE_SAMPLE + RESTORE_SAMPLE // 2
+    for i in range(total):
+        q.schedule(f"s{i}", every=3600, body=f"b{i}")
+    gone = f"s{RESTORE_SAMPLE + 1}"  # outside the first sample
+    for part in ("state", "defs", "bodies"):
+        r.hdel(f"kq:{{q}}:schedule_{part}", gone)
+    r.zrem("kq:{q}:schedules", gone)
+
+    def restore() -> int:
+        r.config_resetstat()
+        q._core.restored_at = -1e9  # tests only: skip the once-a-second limit
+        q.enqueue("x")  # its reply reports the config hash missing (the list was empty)
+        m = q.claim()
+        assert m is not None and m.ack()  # (within the second: no restore)
+        return int(r.info("commandstats")["cmdstat_hexists"]["calls"])
+
+    assert restore() == RESTORE_SAMPLE and r.hexists("kq:{q}:schedule_state", gone) == 0
+    assert restore() == RESTORE_SAMPLE + total  # the sample found it: every one checked
+    assert r.hget("kq:{q}:schedule_bodies", gone) == f"b{RESTORE_SAMPLE + 1}".encode()
+    r.flushdb()  # the registration found lost too: every schedule checked at once
+    assert restore() == total and len(q.schedules()) == total
 
 
 def test_a_restore_never_overwrites_newer_settings(r: redis.Redis, scripting: bool) -> None:
