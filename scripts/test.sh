@@ -3,6 +3,34 @@
 # strict build, then pytest (the tests start their own redis-servers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Debian's headless Chromium and its driver for the dashboard's browser tests, and valgrind
+# for the instruction-count benchmark's smoke run: on a machine that lacks them, apt-get runs
+# in the background while setup.sh makes the venv (redis-server, when missing too, with
+# them: setup.sh then finds it), and the tests wait for it.
+apt_pid=""
+apt_log=$(mktemp)
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v callgrind_control >/dev/null 2>&1 || missing+=(valgrind)
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: ${missing[*]} missing and apt-get is not available" >&2
+    exit 1
+  fi
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  echo "setup: installing ${missing[*]} with apt-get (in the background)" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  (
+    $SUDO apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  ) >"$apt_log" 2>&1 &
+  apt_pid=$!
+  if ! command -v redis-server >/dev/null 2>&1; then  # (setup.sh would install it again)
+    wait "$apt_pid" || { cat "$apt_log"; exit 1; }
+    apt_pid=""
+  fi
+fi
 bash scripts/setup.sh
 # The Spark tests start first, in the background, at normal priority: one process, one JVM.
 # The rest run beside them in 6 xdist workers under `nice`, so the JVM and its Python workers
@@ -15,20 +43,6 @@ spark_log=$(mktemp)
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 0 -m spark "$@" >"$spark_log" 2>&1 &
 spark_pid=$!
 trap 'kill "$spark_pid" 2>/dev/null || true' EXIT
-# Debian's headless Chromium and its driver for the dashboard's browser tests, and valgrind
-# for the instruction-count benchmark's smoke run
-if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 \
-    || ! command -v callgrind_control >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing chromium, chromium-driver and valgrind with apt-get" >&2
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver valgrind >/dev/null
-  else
-    echo "setup: chromium/chromium-driver/valgrind missing and apt-get is not available" >&2
-    exit 1
-  fi
-fi
 # Lint, types and the docs build run beside the tests too (their output comes at the end).
 lint_log=$(mktemp)
 (
@@ -40,6 +54,10 @@ lint_log=$(mktemp)
 ) >"$lint_log" 2>&1 &
 lint_pid=$!
 trap 'kill "$spark_pid" "$lint_pid" 2>/dev/null || true' EXIT
+if [ -n "$apt_pid" ]; then
+  wait "$apt_pid" || { cat "$apt_log"; exit 1; }
+fi
+rm -f "$apt_log"
 status=0
 nice -n 15 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup --durations=15 -m "not spark" "$@" || status=$?
 [ "$status" = 5 ] && status=0
