@@ -69,13 +69,15 @@ def run_op(
     """Set up, then run ``op`` on a client allowed ``limit`` commands. Returns its log,
     whether it died, and what the checks need."""
     r.flushall()
-    r.script_flush()
+    if scripting:  # (the victim's log then always holds its SCRIPT LOADs)
+        r.script_flush()
     clock = FakeClock()
     healthy = _queue(r, scripting, clock, visibility_timeout=VISIBILITY, bucket_seconds=1, max_receives=3)
     scenario = SCENARIOS[op]
     ctx = scenario.setup(healthy)
-    before = _bodies(r)
-    waiting_before = {i.decode() for i in r.smembers(BASE + "items")} | set(_held(r))
+    seen = Seen(r)
+    before = seen.bodies()
+    waiting_before = set(seen.ids("items")) | set(seen.held())
     delayed_before = {m.id for m in healthy.peek(100, source="delayed")}
     budget = Budget()
     victim = _queue(crashing_client(port, budget), scripting, clock)
@@ -98,43 +100,63 @@ def run_op(
     return budget, died, {"clock": clock, "before": before, "deletable": deletable}
 
 
+class Seen:
+    """Every key of the queue as read in three round trips (its names, their types, their
+    values): the checks below read hundreds of keys per case, thousands of cases."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        names = [k.decode() for k in r.keys(BASE + "*")]
+        pipe = r.pipeline(transaction=False)
+        for k in names:
+            pipe.type(k)
+        types = [t.decode() for t in pipe.execute()]
+        read = {"hash": pipe.hgetall, "set": pipe.smembers, "list": lambda k: pipe.lrange(k, 0, -1)}
+        read |= {"zset": lambda k: pipe.zrange(k, 0, -1, withscores=True), "string": pipe.get}
+        for k, t in zip(names, types):
+            read.get(t, pipe.get)(k)  # ("none": a key with a time to live gone since: None)
+        self.values: dict[str, Any] = {k[len(BASE) :]: v for k, v in zip(names, pipe.execute())}
+
+    def of(self, prefix: str) -> dict[str, Any]:
+        """The keys under ``BASE + prefix``, by the rest of their names."""
+        return {k[len(prefix) :]: v for k, v in self.values.items() if k.startswith(prefix)}
+
+    def ids(self, name: str) -> list[str]:
+        return [i.decode() for i in self.values.get(name, [])]
+
+    def bodies(self) -> dict[str, bytes]:
+        out = {}
+        for mid, fields in self.of("item:").items():
+            parts = sorted((int(f[1:]), v) for f, v in fields.items() if f[:1] == b"b" and f != b"b")
+            out[mid] = fields[b"b"] + b"".join(v for _, v in parts)
+        return out
+
+    def held(self) -> dict[str, str]:
+        """The held messages of every message group: id -> its group."""
+        return {i.decode(): g for g, ids in self.of("group:").items() for i in ids}
+
+
 def _bodies(r: redis.Redis) -> dict[str, bytes]:
-    out = {}
-    for key in r.scan_iter(match=BASE + "item:*"):
-        fields = r.hgetall(key)
-        parts = sorted((int(f[1:]), v) for f, v in fields.items() if f[:1] == b"b" and f != b"b")
-        out[key.decode()[len(BASE + "item:") :]] = fields[b"b"] + b"".join(v for _, v in parts)
-    return out
+    return Seen(r).bodies()
 
 
-def _held(r: redis.Redis) -> dict[str, str]:
-    """The held messages of every message group: id -> its group."""
-    return {
-        i.decode(): key.decode()[len(BASE + "group:") :]
-        for key in r.scan_iter(match=BASE + "group:*")
-        for i in r.lrange(key, 0, -1)
-    }
-
-
-def check_states(r: redis.Redis) -> dict[str, str]:
+def check_states(seen: Seen) -> dict[str, str]:
     """Each live message's one state; fails on any id in two states, in none, or referenced
     without a message. Stale list entries (ids no longer waiting) are allowed: claimers drop them.
     A held message of a group is in its group's list once, and the group counts agree."""
-    queue = [i.decode() for i in r.lrange(BASE + "queue", 0, -1)]
-    items = {i.decode() for i in r.smembers(BASE + "items")}
-    processing = {i.decode() for i in r.smembers(BASE + "processing")}
-    dead = [i.decode() for i in r.lrange(BASE + "dead", 0, -1)]
+    queue = seen.ids("queue")
+    items, processing = set(seen.ids("items")), set(seen.ids("processing"))
+    dead = seen.ids("dead")
     timers: dict[str, set[int]] = {}
-    buckets = {int(b) for b in r.zrange(BASE + "timers", 0, -1)}
-    for key in r.scan_iter(match=BASE + "timer:*"):
-        b = int(key.decode().rsplit(":", 1)[1])
+    buckets = {int(b) for b, _ in seen.values.get("timers", [])}
+    for bucket, members in seen.of("timer:").items():
+        b = int(bucket)
         assert b in buckets, f"timer bucket {b} is not in the index"
-        for i in r.smembers(key):
+        for i in members:
             timers.setdefault(i.decode(), set()).add(b)
-    hashes = {k.decode()[len(BASE + "item:") :]: r.hgetall(k) for k in r.scan_iter(match=BASE + "item:*")}
-    held = _held(r)
-    assert sum(r.llen(k) for k in r.scan_iter(match=BASE + "group:*")) == len(held), "an id held twice"
-    assert int(r.get(BASE + "held") or 0) == len(held), "the held counter is not the held messages"
+    hashes = seen.of("item:")
+    held = seen.held()
+    assert sum(len(ids) for ids in seen.of("group:").values()) == len(held), "an id held twice"
+    assert int(seen.values.get("held") or 0) == len(held), "the held counter is not the held messages"
     assert set(held) <= set(hashes), f"held ids without a message: {set(held) - set(hashes)}"
     referenced = set(queue) | items | processing | set(dead) | set(timers)
     assert referenced <= set(hashes) | (set(queue) - items), f"ids without a message: {referenced - set(hashes)}"
@@ -164,7 +186,7 @@ def check_states(r: redis.Redis) -> dict[str, str]:
         for mid, h in hashes.items()
         if b"g" in h and (states[mid] in ("waiting", "processing") or b"j" in h and states[mid] == "delayed")
     )
-    counts = {g.decode(): int(n) for g, n in r.hgetall(BASE + "groups").items()}
+    counts = {g.decode(): int(n) for g, n in seen.values.get("groups", {}).items()}
     assert counts == dict(released), f"group counts {counts}, released {dict(released)}"
     for g in set(held.values()):
         assert released[g] >= 1, f"group {g} holds messages back with none released"
@@ -238,10 +260,11 @@ def _recover_and_check(
     if r.exists(BASE + "config"):
         r.hset(BASE + "config", mapping={"rate_limit": "", "max_in_flight": ""})
     throttle = r.get(BASE + "throttle")
-    states = check_states(r)
-    bodies = _bodies(r)
-    fires = [(bodies[k.decode()[len(BASE + "item:") :]], r.hget(k, "s")) for k in r.scan_iter(match=BASE + "item:*")]
-    fires = [(body, s) for body, s in fires if s is not None]  # (each schedule of a scenario has a body of its own)
+    seen = Seen(r)
+    states = check_states(seen)
+    bodies = seen.bodies()
+    fires = [(bodies[mid], h[b"s"]) for mid, h in seen.of("item:").items() if b"s" in h]
+    # (each schedule of a scenario has a body of its own)
     assert len(fires) == len(set(fires)), f"a fire time fired twice: {sorted(fires)}"
     made = Counter(body for body, _ in fires)
     for raw_sid in r.hkeys(BASE + "schedule_state"):
