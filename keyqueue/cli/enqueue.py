@@ -3,8 +3,11 @@ in batches as they arrive, never more than a chunk and a record held."""
 
 from __future__ import annotations
 
+import io
+import os
+import select
 import sys
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 import click
 
@@ -16,6 +19,8 @@ from .progress import progress
 
 #: Bytes read from stdin at a time by ``enqueue``; what has arrived is sent at once.
 READ_CHUNK = 1 << 16
+#: Seconds a wait for standard input lasts before it looks at the signals received.
+SIGNAL_WAKE = 0.5
 
 
 class Oversized(Exception):
@@ -27,12 +32,30 @@ class Oversized(Exception):
         self.record, self.size, self.complete = record, size, complete
 
 
+def reader(stream: IO[bytes]) -> Callable[[int], bytes]:
+    """What has arrived on ``stream``, up to n bytes, waiting for some. A stream with a file
+    descriptor is waited on with select, waking every SIGNAL_WAKE seconds: a Ctrl-C that
+    lands between Python's check for signals and a blocking read would otherwise wait for
+    the next input (its handler runs only once the read returns)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return getattr(stream, "read1", stream.read)
+
+    def read(n: int) -> bytes:
+        while not select.select([fd], [], [], SIGNAL_WAKE)[0]:
+            pass
+        return os.read(fd, n)
+
+    return read
+
+
 def read_records(stream: IO[bytes], sep: bytes, limit: int) -> Iterator[list[bytes]]:
     """The records of ``stream`` split on ``sep`` (a last one without ``sep`` counts), as
     lists of what has arrived so far: a slow producer's lines go out as they come, a fast
     one's in chunks. Holds at most one chunk plus one record: a record over ``limit`` bytes
     raises Oversized once the records before it are yielded, without reading it whole."""
-    read = getattr(stream, "read1", stream.read)
+    read = reader(stream)
     partial: list[bytes] = []  # the pieces of a record that has not ended yet
     partial_len = 0
     done = 0  # records yielded
