@@ -20,13 +20,10 @@ from .support.helpers import FakeClock
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest tests first. ``--dist loadgroup``: xdist sends the tests of one
-    ``xdist_group`` (Spark, the browser) to one worker by the ``@group`` it appends to their
-    node ids; xdist 3.8 writes that to ``item._nodeid``, which pytest 9 no longer reads (ids
-    live in ``item._id``), so do it here where it is missing."""
-    # The longest first (the browser's group runs on one worker, the soaks take half a
-    # minute each): started last, one of them would leave the other workers idle at the end.
-    items.sort(key=lambda item: all(item.get_closest_marker(m) is None for m in ("xdist_group", "slow")))
+    """``--dist loadgroup``: xdist sends the tests of one ``xdist_group`` (Spark, the browser)
+    to one worker by the ``@group`` it appends to their node ids; xdist 3.8 writes that to
+    ``item._nodeid``, which pytest 9 no longer reads (ids live in ``item._id``), so do it
+    here where it is missing."""
     if not config.getoption("loadgroup", default=False):  # (set on xdist's workers)
         return
     for item in items:

@@ -693,7 +693,6 @@ def make_machine(
 EXAMPLES = {("sync", True): 50, ("sync", False): 30, ("async", True): 20, ("async", False): 12}
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_queue_agrees_with_model(
     redis_server: RedisServer, scripting: bool, face: str, make_queue: Callable[..., Queue]

@@ -418,7 +418,6 @@ def test_a_worker_on_three_nodes_wakes_for_any_of_them_at_once(cluster_set: Clus
     assert claim_any(queues, 1, wait=0.3) == (None, []) and time.monotonic() - t0 >= 0.3
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_primary_killed_under_a_producer_and_a_worker_loses_nothing_acknowledged(tmp_path: Path) -> None:
     """Three primaries with two replicas each; the queue's primary is SIGKILLed while two

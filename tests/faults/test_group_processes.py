@@ -26,7 +26,6 @@ BEFORE_ANY_MODE = pytest.mark.parametrize("scripting", [True], ids=["scripted"])
 GROUPS, EACH = 50, 200
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)  # worker processes and a kill: 22 s on one starved core
 def test_groups_keep_their_order_across_worker_processes_and_a_kill(
     redis_server, r: redis.Redis, procs: Procs, scripting: bool

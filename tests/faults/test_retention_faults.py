@@ -25,7 +25,6 @@ from .test_processes import ONE_MODE
 RETENTION = 2.0
 
 
-@pytest.mark.slow
 @ONE_MODE
 def test_workers_sigkilled_every_second_lose_nothing_younger_than_retention(
     redis_server: RedisServer, r: redis.Redis, procs: Procs, scripting: bool

@@ -184,7 +184,6 @@ def test_a_failover_loses_nothing_acknowledged(ha: SentinelSet) -> None:
     assert not lost
 
 
-@pytest.mark.slow
 def test_min_replicas_is_what_keeps_acknowledged_writes_through_a_failover() -> None:
     """Why min_replicas exists: the replication link is cut while two producers go
     on writing, one with min_replicas=0, one with 1; then the primary dies and a replica is
