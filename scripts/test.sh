@@ -7,8 +7,19 @@ cd "$(dirname "$0")/.."
 # for the instruction-count benchmark's smoke run: on a machine that lacks them, apt-get runs
 # in the background while setup.sh makes the venv (redis-server, when missing too, with
 # them: setup.sh then finds it), and the tests wait for it.
-apt_pid=""
+apt_pid="" spark_pid="" lint_pid=""
 apt_log=$(mktemp)
+# On the way out (a failure, Ctrl-C): stop the Spark tests and the lint, never apt-get (a
+# package half installed is worse), but say it still runs and where its log is.
+cleanup() {
+  for pid in $spark_pid $lint_pid; do kill "$pid" 2>/dev/null || true; done
+  if [ -n "$apt_pid" ] && kill -0 "$apt_pid" 2>/dev/null; then
+    echo "setup: apt-get still runs in the background (pid $apt_pid, log $apt_log)" >&2
+  else
+    rm -f "$apt_log"
+  fi
+}
+trap cleanup EXIT
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
@@ -27,7 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   ) >"$apt_log" 2>&1 &
   apt_pid=$!
   if ! command -v redis-server >/dev/null 2>&1; then  # (setup.sh would install it again)
-    wait "$apt_pid" || { cat "$apt_log"; exit 1; }
+    wait "$apt_pid" || { cat "$apt_log"; apt_pid=""; exit 1; }
     apt_pid=""
   fi
 fi
@@ -42,7 +53,6 @@ bash scripts/setup.sh
 spark_log=$(mktemp)
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 0 -m spark "$@" >"$spark_log" 2>&1 &
 spark_pid=$!
-trap 'kill "$spark_pid" 2>/dev/null || true' EXIT
 # Lint, types and the docs build run beside the tests too (their output comes at the end).
 lint_log=$(mktemp)
 (
@@ -53,11 +63,10 @@ lint_log=$(mktemp)
   NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"   # the docs site builds (mkdocs.yml)
 ) >"$lint_log" 2>&1 &
 lint_pid=$!
-trap 'kill "$spark_pid" "$lint_pid" 2>/dev/null || true' EXIT
 if [ -n "$apt_pid" ]; then
-  wait "$apt_pid" || { cat "$apt_log"; exit 1; }
+  wait "$apt_pid" || { cat "$apt_log"; apt_pid=""; exit 1; }
+  apt_pid=""
 fi
-rm -f "$apt_log"
 status=0
 nice -n 15 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${KQ_TEST_WORKERS:-6}" --dist loadgroup --durations=15 -m "not spark" "$@" || status=$?
 [ "$status" = 5 ] && status=0
@@ -71,6 +80,6 @@ cat "$spark_log"
 echo "-- ruff, mypy and the docs build (run beside the tests):"
 cat "$lint_log"
 [ "$lint" = 0 ] && echo "ok"
-rm -f "$spark_log" "$lint_log"
+rm -f "$spark_log" "$lint_log" "$apt_log"
 [ "$spark" = 5 ] && spark=0
 exit $(( status != 0 ? status : (spark != 0 ? spark : lint) ))

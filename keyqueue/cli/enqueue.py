@@ -4,7 +4,6 @@ in batches as they arrive, never more than a chunk and a record held."""
 from __future__ import annotations
 
 import io
-import os
 import select
 import sys
 from typing import IO, Callable, Iterator
@@ -36,16 +35,24 @@ def reader(stream: IO[bytes]) -> Callable[[int], bytes]:
     """What has arrived on ``stream``, up to n bytes, waiting for some. A stream with a file
     descriptor is waited on with select, waking every SIGNAL_WAKE seconds: a Ctrl-C that
     lands between Python's check for signals and a blocking read would otherwise wait for
-    the next input (its handler runs only once the read returns)."""
+    the next input (its handler runs only once the read returns). Then one read: ``read1``
+    makes at most one read of the descriptor, which select found ready. (Bytes buffered
+    before the first call wait for the descriptor's next: nothing reads stdin before it.)"""
+    read1 = getattr(stream, "read1", stream.read)
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return getattr(stream, "read1", stream.read)
+        return read1
 
     def read(n: int) -> bytes:
-        while not select.select([fd], [], [], SIGNAL_WAKE)[0]:
-            pass
-        return os.read(fd, n)
+        while True:
+            if select.select([fd], [], [], SIGNAL_WAKE)[0]:
+                try:
+                    got = read1(n)
+                except BlockingIOError:  # (a non-blocking descriptor another reader emptied)
+                    continue
+                if got is not None:
+                    return bytes(got)
 
     return read
 

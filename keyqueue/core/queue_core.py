@@ -556,10 +556,11 @@ class QueueCore:
         """Write back those of ``sids`` missing from the schedule state (one round trip to
         find them); how many were."""
         there = yield [("HEXISTS", self.keys.schedule_state, sid) for sid in sids]
-        missing = [sid for sid, found in zip(sids, there) if found != 1 and sid in self.upserted]
+        missing = [sid for sid, found in zip(sids, there) if found != 1]
         for sid in missing:
-            d, data, anchor = self.upserted[sid]
-            yield from self.put_schedule(sid, d, data, anchor, absent_only=True)
+            entry = self.upserted.get(sid)  # (None: unscheduled since, by another thread of this Queue)
+            if entry is not None:
+                yield from self.put_schedule(sid, *entry, absent_only=True)
         return len(missing)
 
     def _after(self, config_missing: bool) -> Op[None]:
@@ -1076,6 +1077,9 @@ class QueueCore:
                 merged[b"n"] = str(nxt).encode()
             paused = raw.get(b"p") == b"1"
             state = pack_state(merged)
+            if absent_only and sid not in self.upserted:  # unscheduled meanwhile: not written back
+                yield from self.ops.schedule_done()
+                return None
             if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), state, (dump.encode(), data))):
                 self.upserted[sid] = (d, data, a)
                 self.fire_at = 0.0

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 rate_send(c, 50)
             runs = interleaved(
                 {
-                    f"{name} {what}": (lambda c=c, f=f: f(c, args.messages))  # moto first, every round
+                    f"{name} {what}": (lambda c=c, f=f: f(c, args.messages))
                     for name, c in sides.items()
                     for what, f in (("send", rate_send), ("receive_delete", rate_drain))
                 },

@@ -165,7 +165,7 @@ def drain_rate(r: redis.Redis, url: str, side: str, processes: int, n: int) -> D
 def drain_rows(r: redis.Redis, url: str, n: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for processes in (1, 2):
-        # baseline, keyqueue, baseline: neighbours in time
+        # Streams, keyqueue, LMOVE: neighbours in time (reversed every other round)
         runs = interleaved({side: (lambda s=side: drain_rate(r, url, s, processes, n)) for side in SIDES}, rounds)
         rates = {side: [d.rate for d in v] for side, v in runs.items()}
         rows.append(

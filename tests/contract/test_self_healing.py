@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 import redis
@@ -124,6 +124,27 @@ def test_a_restore_checks_a_rotating_sample_of_many_schedules(r: redis.Redis, sc
     assert r.hget("kq:{q}:schedule_bodies", gone) == f"b{RESTORE_SAMPLE + 1}".encode()
     r.flushdb()  # the registration found lost too: every schedule checked at once
     assert restore() == total and len(q.schedules()) == total
+
+
+def test_a_schedule_unscheduled_during_a_restore_is_not_written_back(r: redis.Redis, scripting: bool) -> None:
+    """Another thread of the Queue unschedules one while a write restores them: the write
+    goes through and that schedule stays gone."""
+    q = Queue("q", client=r, scripting=scripting)
+    for sid in ("s0", "s1", "s2"):
+        q.schedule(sid, every=3600, body=sid)
+    r.flushdb()
+    core = q._core
+    put = core.put_schedule
+
+    def put_then_unschedule(sid: str, *args: Any, **kw: Any) -> Any:
+        if sid == "s0":  # (as another thread would, between two round trips of the restore)
+            core.upserted.pop("s2")
+        return (yield from put(sid, *args, **kw))
+
+    core.put_schedule = put_then_unschedule  # type: ignore[method-assign]
+    q.enqueue("x")  # its reply reports the config hash missing: the restore runs
+    assert sorted(s.id for s in q.schedules()) == ["s0", "s1"]
+    assert q.length() == 1
 
 
 def test_a_restore_never_overwrites_newer_settings(r: redis.Redis, scripting: bool) -> None:

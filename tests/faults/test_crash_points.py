@@ -102,13 +102,16 @@ def run_op(
     return budget, died, {"clock": clock, "before": before, "deletable": deletable, "written": written}
 
 
-def _dumps(r: redis.Redis) -> dict[bytes, bytes]:
-    """Every key of the server and its DUMP: equal before and after, nothing was written."""
+def _dumps(r: redis.Redis) -> dict[bytes, tuple[bytes, bool]]:
+    """Every key of the server, its DUMP and whether it expires: equal before and after,
+    nothing was written."""
     names = r.keys("*")
     pipe = r.pipeline(transaction=False)
     for key in names:
         pipe.dump(key)
-    return dict(zip(names, pipe.execute()))
+        pipe.pttl(key)
+    got = pipe.execute()
+    return {key: (got[2 * i], got[2 * i + 1] >= 0) for i, key in enumerate(names)}
 
 
 class Seen:
