@@ -274,8 +274,9 @@ def interleaved(sides: Mapping[str, Callable[[], T]], rounds: int, label: str = 
     round, or what one side leaves behind for the next, favours no side over the rounds.
     With a label, each round's figures (msg/s) go to stderr as it ends."""
     runs: dict[str, list[T]] = {name: [] for name in sides}
+    order = list(sides)
     for i in range(rounds):
-        for name in list(sides) if i % 2 == 0 else reversed(list(sides)):
+        for name in order if i % 2 == 0 else order[::-1]:
             runs[name].append(sides[name]())
         if label:
             print(

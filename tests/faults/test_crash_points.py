@@ -79,7 +79,7 @@ def run_op(
     before = seen.bodies()
     waiting_before = set(seen.ids("items")) | set(seen.held())
     delayed_before = {m.id for m in healthy.peek(100, source="delayed")}
-    untouched = _dumps(r)
+    untouched = _snapshot(r)
     budget = Budget()
     victim = _queue(crashing_client(port, budget), scripting, clock)
     budget.log.clear()
@@ -98,20 +98,37 @@ def run_op(
         deletable = waiting_before
     elif "*delayed" in deletable:
         deletable = delayed_before
-    written = not died or _dumps(r) != untouched
-    return budget, died, {"clock": clock, "before": before, "deletable": deletable, "written": written}
+    crashed = _snapshot(r)
+    written = not died or _kept(crashed) != _kept(untouched)
+    ctx = {"clock": clock, "before": before, "deletable": deletable, "written": written, "crashed": crashed}
+    return budget, died, ctx
 
 
-def _dumps(r: redis.Redis) -> dict[bytes, tuple[bytes, bool]]:
-    """Every key of the server, its DUMP and whether it expires: equal before and after,
-    nothing was written."""
+Snapshot = dict[bytes, tuple[bytes | None, int]]
+
+
+def _snapshot(r: redis.Redis) -> Snapshot:
+    """Every key of the server: its DUMP and milliseconds to live (-1: none), in one round trip."""
     names = r.keys("*")
     pipe = r.pipeline(transaction=False)
     for key in names:
         pipe.dump(key)
         pipe.pttl(key)
     got = pipe.execute()
-    return {key: (got[2 * i], got[2 * i + 1] >= 0) for i, key in enumerate(names)}
+    return {key: (got[2 * i], got[2 * i + 1]) for i, key in enumerate(names)}
+
+
+def _kept(keys: Snapshot) -> dict[bytes, tuple[bytes | None, bool]]:
+    """What a write would change of a snapshot: each key's DUMP and whether it expires (its
+    time to live runs down by itself)."""
+    return {key: (dumped, ttl >= 0) for key, (dumped, ttl) in keys.items()}
+
+
+def _restore(r: redis.Redis, keys: Snapshot) -> None:
+    r.flushall()
+    for key, (dumped, ttl) in keys.items():
+        if dumped is not None:  # (gone since KEYS: expired)
+            r.restore(key, max(ttl, 0), dumped)
 
 
 class Seen:
@@ -147,10 +164,6 @@ class Seen:
     def held(self) -> dict[str, str]:
         """The held messages of every message group: id -> its group."""
         return {i.decode(): g for g, ids in self.of("group:").items() for i in ids}
-
-
-def _bodies(r: redis.Redis) -> dict[str, bytes]:
-    return Seen(r).bodies()
 
 
 def check_states(seen: Seen) -> dict[str, str]:
@@ -232,17 +245,6 @@ def server() -> Any:
         yield s
 
 
-def _snapshot(r: redis.Redis) -> list[tuple[bytes, int, bytes]]:
-    """Every key of the server: name, milliseconds to live (0: none) and DUMP."""
-    return [(key, max(r.pttl(key), 0), r.dump(key)) for key in r.keys("*")]
-
-
-def _restore(r: redis.Redis, keys: list[tuple[bytes, int, bytes]]) -> None:
-    r.flushall()
-    for key, ttl, dumped in keys:
-        r.restore(key, ttl, dumped)
-
-
 @pytest.mark.parametrize("scripting,op,k", _cases())
 def test_a_client_dying_here_loses_nothing(server: RedisServer, scripting: bool, op: str, k: int) -> None:
     """A script-free client's death is recovered by a script-free reaper and, from the same
@@ -256,9 +258,9 @@ def test_a_client_dying_here_loses_nothing(server: RedisServer, scripting: bool,
         return  # died before its first write: the same state as a death at the start (k = 0)
     clock: FakeClock = ctx["clock"]
     if not scripting:
-        crashed, now = _snapshot(r), clock.now
+        now = clock.now
         _recover_and_check(r, op, ctx, died, expected, scripted_recovery=False)
-        _restore(r, crashed)
+        _restore(r, ctx["crashed"])
         clock.now = now
     _recover_and_check(r, op, ctx, died, expected, scripted_recovery=True)
     r.close()
@@ -294,7 +296,7 @@ def _recover_and_check(
     r.delete(BASE + "throttle")
     got = drain(healthy, clock)
     assert max(got.values(), default=1) == 1, f"delivered twice: {got}"
-    final = _bodies(r)
+    final = Seen(r).bodies()
     for mid, body in ctx["before"].items():
         seen = got[mid] + (mid in dead)
         if mid in ctx["deletable"]:
