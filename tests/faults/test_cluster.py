@@ -4,6 +4,7 @@ runs on one node, and queues spread over the nodes."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from collections import Counter
@@ -507,6 +508,11 @@ def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path: Path) -> Non
     from ..support.handlers import DONE
 
     ports = [free_port() for _ in range(3)]
+    # Bound, not listening, until the cluster starts: the worker is refused as by a port
+    # nothing has, and no other test's server takes one of them meanwhile.
+    held = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in ports]
+    for s, port in zip(held, ports):
+        s.bind(("127.0.0.1", port))
     procs = Procs(tmp_path)
     url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
     worker = procs.spawn(url, "worker", "tests.support.handlers:record", "-q", "early")
@@ -514,12 +520,16 @@ def test_a_worker_started_before_its_cluster_waits_for_it(tmp_path: Path) -> Non
     try:
         time.sleep(1)  # it tries, fails and backs off meanwhile
         assert worker.poll() is None, procs.log(worker)
+        for s in held:
+            s.close()
         c = Cluster(ports=ports)
         ids = Queue("early", client=c.client).enqueue_many(["a", "b"])
         wanted = {i.encode() for i in ids}
         wait_until(lambda: wanted <= set(c.client.hgetall(DONE)), timeout=90, interval=0.2)  # type: ignore[union-attr]
         assert worker.poll() is None, procs.log(worker)
     finally:
+        for s in held:
+            s.close()
         worker.terminate()
         worker.wait(30)
         if c is not None:

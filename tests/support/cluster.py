@@ -44,8 +44,8 @@ class Cluster:
             raise
 
     def _node(self, port: int | None) -> RedisServer:
-        """A started node; on a port of its own choosing, tried again when another process
-        took that port (or its bus port) between the choice and the start."""
+        """A started node; tried again when another process took its bus port (or the port
+        of its own choosing) between the choice and the start: a given port stays."""
         for attempt in range(5):
             node = RedisServer(
                 [
@@ -64,7 +64,7 @@ class Cluster:
                 return node.start()
             except KeyQueueError:
                 node.cleanup()
-                if port is not None or attempt == 4:
+                if attempt == 4:
                     raise
         raise AssertionError("unreachable")
 
