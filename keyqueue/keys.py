@@ -154,7 +154,9 @@ class QueueKeys:
     @property
     def schedule_state(self) -> str:
         """Each schedule's state, a field per id packed as ``v:f:l:m:a:p:n`` (version, fired,
-        last fire, missed, anchor, paused, next fire): a schedule exists while it has one. Shared by the queue's schedules, so a look fires many with one read and one write."""
+        last fire, missed, anchor, paused, next fire) as of its last write: a schedule exists
+        while it has one. The scripted look's fires of an ``every`` schedule move only its
+        index score, and readers count them in (schedules.fired_since)."""
         return self.base + "schedule_state"
 
     @property

@@ -8,6 +8,7 @@ from typing import NamedTuple, Protocol, Sequence
 
 from ..keys import QueueKeys
 from .replication import Replication
+from .replies import text
 from .results import (
     Claimed,
     Counts,
@@ -23,6 +24,7 @@ from .results import (
     Requeued,
 )
 from .roundtrip import Op
+from .schedules import Definition
 
 #: Per-message attributes (item field a) of a batch, or None for a batch without any.
 Attributes = Sequence[bytes | None] | None
@@ -30,20 +32,38 @@ Attributes = Sequence[bytes | None] | None
 
 class FireCall(NamedTuple):
     """One fire of ``schedule_fire_many``: done only if the schedule still has the version,
-    next fire, definition and anchor read."""
+    index score, definition and anchor read."""
 
     schedule_id: str
     version: str
-    read_next_ms: int | None
+    read_score: str
     definition: bytes
     anchor_ms: int
     next_ms: int | None
     score: str
     missed: int
+    every_ms: int | None
     messages: Sequence[tuple[int, int]]
     #: The schedule as read (a backend with ``watched_fires``: its body and state; a script
     #: reads them itself).
     read: dict[bytes, bytes] = {}
+
+    @classmethod
+    def of_read(
+        cls,
+        schedule_id: str,
+        read: dict[bytes, bytes],
+        next_ms: int | None,
+        score: str,
+        missed: int,
+        messages: Sequence[tuple[int, int]],
+    ) -> FireCall:
+        """A fire of a schedule as read (schedules.unpack's fields)."""
+        every = Definition.load(read[b"d"]).every_ms
+        version, read_score = text(read[b"v"]), text(read.get(b"i", b""))
+        return cls(
+            schedule_id, version, read_score, read[b"d"], int(read[b"a"]), next_ms, score, missed, every, messages, read
+        )
 
 
 @dataclass(frozen=True)
@@ -209,10 +229,17 @@ class Backend(Protocol):
         ...
 
     def schedule_put(
-        self, schedule_id: str, version: str, score: str, state: bytes, made: tuple[bytes, bytes] | None
+        self,
+        schedule_id: str,
+        version: str,
+        read_score: bytes,
+        score: str,
+        state: bytes,
+        made: tuple[bytes, bytes] | None,
     ) -> Op[bool]:
         """Write a schedule's state, index score and (``made``) definition and body, if its
-        version is still ``version`` ('' = no schedule)."""
+        version is still ``version`` ('' = no schedule) and its index score still
+        ``read_score`` (b'' = none)."""
         ...
 
     #: Whether the fires of ``schedule_fire_many`` hold only if their schedules were read by

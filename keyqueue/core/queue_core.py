@@ -1080,7 +1080,10 @@ class QueueCore:
             if absent_only and sid not in self.upserted:  # unscheduled meanwhile: not written back
                 yield from self.ops.schedule_done()
                 return None
-            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), state, (dump.encode(), data))):
+            put = self.ops.schedule_put(
+                sid, version, raw.get(b"i", b""), score(nxt, paused), state, (dump.encode(), data)
+            )
+            if (yield from put):
                 self.upserted[sid] = (d, data, a)
                 self.fire_at = 0.0
                 return self.decoded(sid, merged)
@@ -1118,7 +1121,8 @@ class QueueCore:
             changed.pop(b"n", None)
             if nxt is not None:
                 changed[b"n"] = str(nxt).encode()
-            if (yield from self.ops.schedule_put(sid, version, score(nxt, paused), pack_state(changed), None)):
+            put = self.ops.schedule_put(sid, version, raw.get(b"i", b""), score(nxt, paused), pack_state(changed), None)
+            if (yield from put):
                 self.fire_at = 0.0
                 return True
         raise KeyQueueError(f"schedule {sid!r} of queue {self.name!r} kept changing; try again")
@@ -1305,12 +1309,13 @@ class QueueCore:
                     FireCall(
                         sid,
                         k.version,
-                        k.next_ms,
+                        score(k.next_ms, k.paused),
                         k.dump,
                         k.anchor_ms,
                         p.next_ms,
                         score(p.next_ms, False),
                         p.missed,
+                        k.d.every_ms,
                         p.messages,
                         read[sid] if watched else {},
                     )

@@ -409,10 +409,14 @@ def fired_state(raw: dict[bytes, bytes], messages: int, last_ms: int | None, mis
     return pack_state(out)
 
 
-def unpack(state: bytes | None, dump: bytes | None, body: bytes | None) -> dict[bytes, bytes]:
-    """A schedule's stored parts as one dict of fields (d, b and those of STATE_FIELDS): {}
+def unpack(
+    state: bytes | None, dump: bytes | None, body: bytes | None, index: bytes | float | None = None
+) -> dict[bytes, bytes]:
+    """A schedule's stored parts as one dict of fields (d, b, i and those of STATE_FIELDS): {}
     without a state (no schedule). A state keyqueue cannot read gives none of its fields
-    (reading it fails; an upsert writes it whole again)."""
+    (reading it fails; an upsert writes it whole again). ``index`` is the schedule's index
+    score as read (field i, its text: the compare-and-set of a write); the fires that moved
+    only the index since the state was written are counted in (fired_since)."""
     if state is None:
         return {}
     values = bytes(state).split(b":")
@@ -422,7 +426,46 @@ def unpack(state: bytes | None, dump: bytes | None, body: bytes | None) -> dict[
     if dump is not None:
         raw[b"d"] = dump
     raw[b"b"] = body or b""
+    raw[b"i"] = index_text(index)
+    z = None if index is None else float(index)
+    k = fired_since(raw, z)
+    if k:
+        assert z is not None
+        every = Definition.load(raw[b"d"]).every_ms or 0
+        raw[b"f"] = str(int(raw.get(b"f", 0)) + k).encode()
+        raw[b"l"] = str(int(z) - every).encode()
+        raw[b"n"] = str(int(z)).encode()
     return raw
+
+
+def index_text(index: bytes | float | None) -> bytes:
+    """An index score as read (RESP2 text, RESP3 a float) as text Lua's tonumber reads alike."""
+    if index is None:
+        return b""
+    if isinstance(index, bytes):
+        return index
+    return b"inf" if index == math.inf else str(int(index) if index == int(index) else index).encode()
+
+
+def fired_since(raw: dict[bytes, bytes], index: float | None) -> int:
+    """How many fires moved only the index of a schedule since its state was written.
+
+    schedule_fire_due.lua fires an ``every`` schedule without writing its state: the index
+    score moves on by the interval and nothing else changes, so a state's next fire, last
+    fire and fired count are as of its last write, and the index tells how many intervals
+    have passed since (same test in schedule_fire_many.lua's state_fired). 0 for any other
+    schedule, or when the index is not on the state's grid (the fsck reports that)."""
+    n = raw.get(b"n")
+    if index is None or n is None or raw.get(b"p") == b"1" or b"d" not in raw or not math.isfinite(index):
+        return 0
+    try:
+        every = Definition.load(raw[b"d"]).every_ms
+        moved = index - int(n)
+    except (ValueError, TypeError):
+        return 0
+    if not every or moved <= 0 or moved % every:
+        return 0
+    return int(moved // every)
 
 
 def schedule_reads(k: QueueKeys, ids: Sequence[str]) -> list[Command]:
@@ -431,13 +474,14 @@ def schedule_reads(k: QueueKeys, ids: Sequence[str]) -> list[Command]:
         ("HMGET", k.schedule_state, *ids),
         ("HMGET", k.schedule_defs, *ids),
         ("HMGET", k.schedule_bodies, *ids),
+        ("ZMSCORE", k.schedules, *ids),
     ]
 
 
 def schedule_raws(replies: Sequence[Any]) -> list[dict[bytes, bytes]]:
     """The replies of schedule_reads as one dict of fields per schedule ({} for one absent)."""
-    states, dumps, bodies = replies
-    return [unpack(*parts) for parts in zip(states, dumps, bodies)]
+    states, dumps, bodies, scores = replies
+    return [unpack(*parts) for parts in zip(states, dumps, bodies, scores)]
 
 
 def _opt_int(raw: dict[bytes, bytes], field: bytes) -> int | None:

@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from ..core.replies import int_or, ok, text
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
-from ..core.schedules import schedule_reads, unpack
+from ..core.schedules import schedule_raws, schedule_reads
 from ..errors import InvalidArgument
 from ..keys import QueueKeys
 from ..settings import parse_rate, to_ms
@@ -152,8 +152,7 @@ class Repairer:
 
         def decide() -> Op[list[Command] | None]:
             parts = yield schedule_reads(k, [sid])
-            state, dump, body = (ok(part)[0] for part in parts)
-            raw = unpack(state, dump, body)
+            (raw,) = schedule_raws([ok(part) for part in parts])
             if not raw:
                 return [("ZREM", k.schedules, sid)]
             want = schedule_score(raw)

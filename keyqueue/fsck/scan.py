@@ -121,7 +121,8 @@ def read_snapshot(k: QueueKeys) -> Op[Snapshot]:
     parts = [k.schedule_state, k.schedule_defs, k.schedule_bodies]
     if not any(key in s.broken for key in parts):
         states, dumps, bodies = (hash_reply(ok(raw)) for raw in (yield [("HGETALL", key) for key in parts]))
-        s.schedules = {name(i): unpack(st, dumps.get(i), bodies.get(i)) for i, st in states.items()}
+        index = s.schedule_index
+        s.schedules = {name(i): unpack(st, dumps.get(i), bodies.get(i), index.get(name(i))) for i, st in states.items()}
         s.schedule_strays = {name(i) for i in (dumps.keys() | bodies.keys()) - states.keys()}
     flow = [n for n in types if (n == k.throttle or n.startswith(k.rate(0)[:-1])) and n not in s.broken]
     got = yield from batched([cmd for n in flow for cmd in (("GET", n), ("PTTL", n))])

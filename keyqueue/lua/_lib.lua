@@ -172,12 +172,23 @@ end
 
 -- A schedule's state (schedule_state: v:f:l:m:a:p:n) after a fire of m messages, the latest
 -- for fire time `last`, that skipped `missed` fire times and moved the next fire to `nxt`
--- ('' = none): nil when it cannot be read.
-local function state_fired(s, m, last, missed, nxt)
-  local v, f, l, mi, rest = string.match(s, '^(%d+):(%d+):(%d*):(%d+):(%d+:[01]:)%d*$')
+-- ('' = none): nil when it cannot be read. `z` is the schedule's index score and `every` its
+-- interval (ms, nil for cron): schedule_fire_due moves only the index of an `every` schedule
+-- it fires, so the fires since the state was written are counted in here (as the client's
+-- schedules.fired_since does).
+local function state_fired(s, m, last, missed, nxt, z, every)
+  local v, f, l, mi, rest, n = string.match(s, '^(%d+):(%d+):(%d*):(%d+):(%d+:[01]:)(%d*)$')
   if not v then return nil end
+  f = tonumber(f)
+  if every and z and n ~= '' and string.sub(rest, -2, -2) == '0' then
+    local moved = z - tonumber(n)
+    if moved > 0 and moved % every == 0 and z < math.huge then
+      f = f + moved / every
+      l = fmt(z - every)
+    end
+  end
   if m > 0 then l = last end
-  return fmt(tonumber(v) + 1) .. ':' .. fmt(tonumber(f) + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest .. nxt
+  return fmt(tonumber(v) + 1) .. ':' .. fmt(f + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest .. nxt
 end
 
 -- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the

@@ -3,29 +3,37 @@
   this one call (no compare-and-set: nothing runs between the read and the write). That is an
   `every` schedule without jitter with one fire time due, its next one not past its end, and
   the fire time within its misfire_grace (and within late ms when catch_up is none): a fire
-  time gives one message, at that fire time, and the next fire time is the one after it on
-  the schedule's grid, as the client's planner says for the same case. Every other one (cron,
-  jitter, several fire times behind, a paused or changed one, the last fire before the end)
-  is left as it is for the client to plan and fire by schedule_fire_many.
+  time gives one message, at that fire time, and the next fire time is the one an interval
+  after it, as the client's planner says for the same case. Every other one (cron, jitter,
+  several fire times behind, the last fire before the end) is left as it is for the client
+  to plan and fire by schedule_fire_many; a paused one or one without a next fire is not due
+  (its index score is inf).
+  Such a fire moves only the schedule's index score: its state (fired count, last and next
+  fire) stays as its last write left it, and readers count in the intervals the index moved
+  on since (schedules.fired_since, state_fired). So a fire reads no state and writes none.
   KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters  KEYS[8] schedule_state  KEYS[9] schedule_defs  KEYS[10] schedule_bodies
   ARGV[3] bytes per body field  ARGV[4] late ms (catch_up none: older fire times are missed)
   ARGV[5] how many due entries of the index to look at, from its head (the earliest)
-  The due schedules of that look are read with one HMGET of each shared hash, and their new
-  states written with one HSET: a fire's own call is the HSET of its message.
+  The due schedules of that look are read with one HMGET of the definitions and one of the
+  bodies: a fire's own call is the HSET of its message.
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
-  ('' = none), due entries looked at, then id, next fire of each due schedule left to the
-  client ('nan' when its state cannot be read)}.
+  ('' = none), due entries looked at, then id, index score of each due schedule left to the
+  client}.
 ]]
 local bad = {}
 local now = now_ms()
 -- The due entries of the head, then the first one after them (when fewer than the look's
 -- size are due): no more is read from an index of schedules that are not due.
 local limit = tonumber(ARGV[5])
--- (Their ids only: each one's next fire is in its state too, and scores cost a conversion each.)
-local due = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit)
+-- (With their scores, each one's next fire: its state is not read.)
+local raw = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
 if #bad > 0 then return corrupt(bad[1]) end
+local due, fires = {}, {}
+for i = 2, #raw, 2 do
+  due[i / 2] = raw[i - 1]; fires[i / 2] = raw[i]
+end
 local soonest = nil
 local looked = #due
 if looked < limit then
@@ -41,11 +49,10 @@ end
 local seq = checked(bad, 'GET', KEYS[2])
 local tokens = checked(bad, 'LLEN', KEYS[5])
 local n = #due
-local states = checked(bad, 'HMGET', KEYS[8], unpack(due))
 local dumps = checked(bad, 'HMGET', KEYS[9], unpack(due))
 local bodies = checked(bad, 'HMGET', KEYS[10], unpack(due))
 if #bad > 0 then return corrupt(bad[1]) end
-local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash'})
+local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash', KEYS[8], 'hash'})
 if wrong then return corrupt(wrong) end
 if not_integer(seq) then return corrupt(KEYS[2]) end
 
@@ -61,7 +68,7 @@ local function every_of(d)
     -- [cron, every_ms, tz, start_ms, end_ms, jitter_ms, catch_up, grace_ms]
     if ok and type(v) == 'table' and v[1] == null and type(v[2]) == 'number' and v[2] > 0 and v[6] == 0 then
       known = {every = v[2], start = v[4] ~= null and v[4] or nil, stop = v[5] ~= null and v[5] or nil,
-               grace = v[8] ~= null and v[8] or nil, none = v[7] == 'none'}
+               grace = v[8] ~= null and v[8] or nil, none = v[7] == 'none', planned = {}}
     else
       known = false
     end
@@ -70,41 +77,45 @@ local function every_of(d)
   return known
 end
 
--- The next fire time of schedule i when it fires here (a number and its text), and its state
--- after the fire; else
--- nil. (A state v:f:l:m:a:p:n of a schedule not paused: its fire writes v+1:f+1:n:m:a:0:<next>.)
-local fires = {}
-local function next_of(i)
-  local s, d = states[i], dumps[i]
-  if not s or not d then return nil end
-  local v, f, mid, a, nf = string.match(s, '^(%d+):(%d+):%d*:(%d+:(%d+):0:)(%d+)$')
-  if not v then return nil end
+-- The next fire time of a schedule of definition e whose next fire is nf (its index score's
+-- text), when it fires here: a number and its text; else nil.
+local function plan(e, nf)
   local nxt = tonumber(nf)
-  fires[i] = nf
-  local e = every_of(d)
-  if not e then return nil end
   local age = now - nxt
   if age < 0 or age >= e.every or (e.start and nxt < e.start) then return nil end
   if (e.grace and age > e.grace) or (e.none and age > late) then return nil end
-  local base = e.start or tonumber(a)
-  if nxt < base then return nil end
-  local t = nxt - (nxt - base) % e.every + e.every
-  if t <= now or (e.stop and t > e.stop) then return nil end
-  local ts = fmt(t)
-  -- (both counts in one format: a fire's Lua time is mostly its strings)
-  return t, ts, string.format('%d:%d:', v + 1, f + 1) .. nf .. ':' .. mid .. ts
+  local t = nxt + e.every
+  if e.stop and t > e.stop then return nil end
+  return t, fmt(t)
 end
 
-local nexts, written, total = {}, {}, 0
+-- The same for schedule i, planned once for schedules alike (one definition, one next fire:
+-- those that fall due together mostly are).
+local function next_of(i)
+  local d = dumps[i]
+  if not d then return nil end
+  local e = every_of(d)
+  if not e then return nil end
+  local nf = fires[i]
+  local p = e.planned[nf]
+  if p == nil then
+    local t, ts = plan(e, nf)
+    p = t and {t, ts} or false
+    e.planned[nf] = p
+  end
+  if p then return p[1], p[2] end
+  return nil
+end
+
+local nexts, total = {}, 0
 for i = 1, n do
-  local t, ts, state = next_of(i)
+  local t, ts = next_of(i)
   nexts[i] = ts
   if t then
     total = total + 1
-    written[#written + 1] = due[i]; written[#written + 1] = state
     if not soonest or t < soonest then soonest = t end
   else
-    out[#out + 1] = due[i]; out[#out + 1] = fires[i] or 'nan'
+    out[#out + 1] = due[i]; out[#out + 1] = fires[i]
   end
 end
 out[3] = total
@@ -129,9 +140,7 @@ for i = 1, n do
 end
 make_waiting_all(KEYS[3], KEYS[4], waiting)
 for i = 1, #scores, 1000 do
-  local last = math.min(i + 999, #scores)
-  rcall('ZADD', KEYS[1], unpack(scores, i, last))
-  rcall('HSET', KEYS[8], unpack(written, i, last))
+  rcall('ZADD', KEYS[1], unpack(scores, i, math.min(i + 999, #scores)))
 end
 rcall('HINCRBY', KEYS[7], 'enqueued', total)
 rcall('HINCRBY', KEYS[7], 'scheduled', total)

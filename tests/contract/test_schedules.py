@@ -473,6 +473,58 @@ def test_a_stale_firer_reads_a_schedule_made_again_with_the_same_definition(r: r
     assert (q.schedules()[0].fired, q.schedules()[0].last_fire) == (1, start + 7200)
 
 
+def test_a_fire_of_the_look_moves_only_the_index_and_reads_as_a_fire(r: redis.Redis) -> None:
+    """The scripted look fires an ``every`` schedule without writing its state: the index
+    moves on by the interval, and every reader (schedules(), the fsck, a later planned fire,
+    a pause) counts those fires in."""
+    clock = FakeClock(1_800_000_000.0)
+    q = Queue("q", client=r, clock=clock)
+    start = clock() + 1
+    q.schedule("s", every=10, start=start)
+    written = stored_schedule(r, "s")
+    for k in range(3):
+        clock.advance(10 if k else 2)
+        assert q._run(lambda: q._core.fire_due(0.0)) == 1
+    assert stored_schedule(r, "s") == written  # (no state written by the look's fires)
+    s = q.schedules()[0]
+    assert (s.fired, s.last_fire, s.next_fire) == (3, start + 20, start + 30)
+    assert q.check(settle=0).problems == []
+    q.fire_schedule("s")  # a planned fire computes its state from the counted-in one
+    assert (q.schedules()[0].fired, q.schedules()[0].next_fire) == (4, start + 30)
+    assert q.pause_schedule("s") and q.resume_schedule("s")
+    s = q.schedules()[0]
+    assert (s.fired, s.paused) == (4, False) and len(q.peek(100)) == 4
+    r.zadd("kq:{q}:schedules", {"s": (s.next_fire or 0) * 1000 + 5000})  # off the grid: reported
+    assert [(p.kind, p.ids) for p in q.check(settle=0).problems] == [("schedule-index", ["s"])]
+
+
+def test_a_write_read_before_a_fire_is_done_again(
+    r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause computed from a read of the schedule, with a fire by another process between
+    the read and the write (the look's fire moves only the index), is computed again: the
+    fire is kept in the schedule's count."""
+    clock = FakeClock(1_800_000_000.0)
+    q, other = (Queue("q", client=r, scripting=scripting, clock=clock) for _ in range(2))
+    start = clock() + 1
+    q.schedule("s", every=10, start=start)
+    clock.advance(2)
+    read = q._core.ops.schedule_get
+    raced: list[int] = []
+
+    def racing(sid: str) -> Any:
+        got = yield from read(sid)
+        if not raced:
+            raced.append(other.reap() is not None)
+        return got
+
+    monkeypatch.setattr(q._core.ops, "schedule_get", racing)
+    assert q.pause_schedule("s")
+    s = q.schedules()[0]
+    assert raced and (s.fired, s.last_fire, s.paused) == (1, start, True)
+    assert [m.scheduled_for for m in q.peek(10)] == [start]
+
+
 def test_the_scripted_fire_without_planning_agrees_with_the_planner(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

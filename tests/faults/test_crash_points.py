@@ -287,7 +287,7 @@ def _recover_and_check(
     made = Counter(body for body, _ in fires)
     for raw_sid in r.hkeys(BASE + "schedule_state"):
         sid = raw_sid.decode()
-        stored = stored_schedule(r, sid, "c")
+        stored = stored_schedule(r, sid, "c", counted=True)
         assert int(stored[b"f"]) == made[stored[b"b"]], f"the fired count of {sid} is not the messages it made"
         paused = stored.get(b"p") == b"1"
         assert r.zscore(BASE + "schedules", sid) == (float("inf") if paused else int(stored[b"n"]))

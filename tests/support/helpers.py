@@ -110,11 +110,14 @@ def watches(port: int, prefix: str) -> Iterator[list[list[str]]]:
         client.close()
 
 
-def stored_schedule(r: redis.Redis, sid: str, name: str = "q") -> dict[bytes, bytes]:
-    """A schedule's fields as stored (schedules.unpack: d, b, v, f, l, m, a, p, n; {} when absent)."""
+def stored_schedule(r: redis.Redis, sid: str, name: str = "q", counted: bool = False) -> dict[bytes, bytes]:
+    """A schedule's fields as stored (schedules.unpack: d, b, v, f, l, m, a, p, n; {} when
+    absent); ``counted``: with the fires that moved only its index counted in, as readers see it."""
     k = QueueKeys("kq", name)
     p = r.pipeline(transaction=False)
     p.hget(k.schedule_state, sid).hget(k.schedule_defs, sid).hget(k.schedule_bodies, sid)
+    if counted:
+        p.zscore(k.schedules, sid)
     return unpack(*p.execute())
 
 

@@ -8,7 +8,7 @@ from typing import Sequence
 from redis.exceptions import ResponseError
 
 from ...core.backend import FireCall
-from ...core.replies import body_fields, text
+from ...core.replies import body_fields
 from ...core.results import Fired, Looked
 from ...core.roundtrip import Command, Op, one
 from ...core.schedules import fired_state, schedule_raws, schedule_reads
@@ -51,8 +51,15 @@ class Schedules(CommandBase):
         yield from one(("UNWATCH",))
 
     def schedule_put(
-        self, schedule_id: str, version: str, score: str, state: bytes, made: tuple[bytes, bytes] | None
+        self,
+        schedule_id: str,
+        version: str,
+        read_score: bytes,
+        score: str,
+        state: bytes,
+        made: tuple[bytes, bytes] | None,
     ) -> Op[bool]:
+        """(The WATCH of the read covers the index score read.)"""
         k = self.keys
         tx: list[Command] = [("HSET", k.schedule_state, schedule_id, state)]
         if made is not None:
@@ -70,19 +77,7 @@ class Schedules(CommandBase):
         messages: Sequence[tuple[int, int]],
         bucket_ms: int,
     ) -> Op[Fired]:
-        nxt = None if b"n" not in read else int(read[b"n"])
-        call = FireCall(
-            schedule_id,
-            text(read[b"v"]),
-            nxt,
-            read[b"d"],
-            int(read[b"a"]),
-            next_ms,
-            score,
-            missed,
-            messages,
-            read,
-        )
+        call = FireCall.of_read(schedule_id, read, next_ms, score, missed, messages)
         ids, missing = yield from self._fire([call], bucket_ms)
         return Fired(False, []) if ids is None else Fired(True, ids, missing)
 

@@ -34,8 +34,9 @@ class Schedules(ScriptBase):
         keys += [k.schedule_state, k.schedule_defs, k.schedule_bodies]
         args: list[Any] = [self.field_bytes, bucket_ms]
         for f in fires:
-            args += (f.schedule_id, f.version, "" if f.read_next_ms is None else f.read_next_ms, f.definition)
-            args += (f.anchor_ms, "" if f.next_ms is None else f.next_ms, f.score, f.missed, len(f.messages))
+            nxt, every = ("" if v is None else v for v in (f.next_ms, f.every_ms))
+            args += (f.schedule_id, f.version, f.read_score, f.definition, f.anchor_ms)
+            args += (nxt, f.score, f.missed, every, len(f.messages))
             for pair in f.messages:
                 args += pair
         missing, *firsts = yield from self.call("schedule_fire_many", keys, args)
@@ -73,12 +74,18 @@ class Schedules(ScriptBase):
         yield
 
     def schedule_put(
-        self, schedule_id: str, version: str, score: str, state: bytes, made: tuple[bytes, bytes] | None
+        self,
+        schedule_id: str,
+        version: str,
+        read_score: bytes,
+        score: str,
+        state: bytes,
+        made: tuple[bytes, bytes] | None,
     ) -> Op[bool]:
         k = self.keys
         keys = (k.schedule_state, k.schedules, k.schedule_defs, k.schedule_bodies)
         tail: tuple[Any, ...] = ("1", *made) if made is not None else ("0",)
-        reply = yield from self.call("schedule_put", keys, (schedule_id, version, score, state, *tail))
+        reply = yield from self.call("schedule_put", keys, (schedule_id, version, score, state, read_score, *tail))
         return int(reply) == 1
 
     def schedule_fire(
@@ -92,10 +99,7 @@ class Schedules(ScriptBase):
         bucket_ms: int,
     ) -> Op[Fired]:
         """One fire of schedule_fire_many.lua, a compare-and-set on what was read."""
-        read_next = None if b"n" not in read else int(read[b"n"])
-        call = FireCall(
-            schedule_id, text(read[b"v"]), read_next, read[b"d"], int(read[b"a"]), next_ms, score, missed, messages
-        )
+        call = FireCall.of_read(schedule_id, read, next_ms, score, missed, messages)
         (first,), missing = yield from self._fire_many([call], bucket_ms)
         if first == 0:
             return Fired(False, [])
