@@ -57,20 +57,21 @@ if wrong then return corrupt(wrong) end
 if not_integer(seq) then return corrupt(KEYS[2]) end
 
 local late = tonumber(ARGV[4])
-local null = cjson.null
--- A definition's fields, decoded once a call (schedules alike share one): false when no
--- schedule of it can fire here.
+-- A definition's fields (keyqueue's compact JSON: [cron, every_ms, tz, start_ms, end_ms,
+-- jitter_ms, catch_up, grace_ms]), read once a call (schedules alike share one): false when
+-- no schedule of it can fire here (cron, jitter, or a definition written otherwise: the
+-- client plans those).
 local defs = {}
 local function every_of(d)
   local known = defs[d]
   if known == nil then
-    local ok, v = pcall(cjson.decode, d)
-    -- [cron, every_ms, tz, start_ms, end_ms, jitter_ms, catch_up, grace_ms]
-    if ok and type(v) == 'table' and v[1] == null and type(v[2]) == 'number' and v[2] > 0 and v[6] == 0 then
-      known = {every = v[2], start = v[4] ~= null and v[4] or nil, stop = v[5] ~= null and v[5] or nil,
-               grace = v[8] ~= null and v[8] or nil, none = v[7] == 'none', planned = {}}
-    else
-      known = false
+    -- (No start: a stored next fire is never before it.)
+    local every, stop, catch_up, grace = string.match(d, '^%[null,(%d+),"[^"]*",[^,]*,([^,]*),0,"(%a+)",([^%]]*)%]$')
+    every = tonumber(every)
+    known = false
+    if every and every > 0 then
+      known = {every = every, stop = stop ~= 'null' and tonumber(stop) or nil,
+               grace = grace ~= 'null' and tonumber(grace) or nil, none = catch_up == 'none'}
     end
     defs[d] = known
   end
@@ -82,29 +83,25 @@ end
 local function plan(e, nf)
   local nxt = tonumber(nf)
   local age = now - nxt
-  if age < 0 or age >= e.every or (e.start and nxt < e.start) then return nil end
+  if age < 0 or age >= e.every then return nil end
   if (e.grace and age > e.grace) or (e.none and age > late) then return nil end
   local t = nxt + e.every
   if e.stop and t > e.stop then return nil end
   return t, fmt(t)
 end
 
--- The same for schedule i, planned once for schedules alike (one definition, one next fire:
--- those that fall due together mostly are).
+-- The same for schedule i, planned once for a run of schedules alike (one definition, one
+-- next fire: the index lists those that fall due together side by side).
+local last_d, last_nf, last_t, last_ts
 local function next_of(i)
-  local d = dumps[i]
+  local d, nf = dumps[i], fires[i]
+  if d == last_d and nf == last_nf then return last_t, last_ts end
   if not d then return nil end
   local e = every_of(d)
-  if not e then return nil end
-  local nf = fires[i]
-  local p = e.planned[nf]
-  if p == nil then
-    local t, ts = plan(e, nf)
-    p = t and {t, ts} or false
-    e.planned[nf] = p
-  end
-  if p then return p[1], p[2] end
-  return nil
+  local t, ts
+  if e then t, ts = plan(e, nf) end
+  last_d, last_nf, last_t, last_ts = d, nf, t, ts
+  return t, ts
 end
 
 local nexts, total = {}, 0

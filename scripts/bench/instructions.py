@@ -24,8 +24,9 @@ slower, so the counts are small (5,000 messages a side by default).
 
 ``--fires`` adds schedule fires against ``enqueue_many``: the instructions per message of one
 ``enqueue_many`` of N messages, and of the looks of one reap that fire N due ``every``
-schedules (each with its own body, as ``schedules.py`` makes them; a fake clock moves past
-their fire time), the figure whose timed ratio ``schedules.py`` measures.
+schedules (each with its own body; a fake clock moves past their fire time): sharing one
+fire time, as ``schedules.py`` makes them (the figure whose timed ratio it measures), and
+each with a fire time of its own.
 
 ``--variants`` adds what keyqueue runs beyond the floor, one thing at a time: the shipped
 claim and ack scripts, called as ``claim_many`` and ``ack_many`` call them, against the
@@ -151,8 +152,19 @@ def variant(server: CallgrindServer, r: redis.Redis, scripts: tuple[str, str], n
     return counted / n
 
 
-def fires(server: CallgrindServer, r: redis.Redis, n: int) -> tuple[float, float]:
-    """Instructions per message of enqueue_many(n), and of firing n due schedules."""
+#: How the schedules of ``--fires`` are made.
+FIRE_KINDS = {
+    "one start": "one start, so one fire time (as schedules.py)",
+    "own anchor": "no start, each made a ms after the one before (a fire time of its own)",
+    "own start": "each with a start of its own (a fire time and a definition of its own)",
+}
+
+
+def fires(server: CallgrindServer, r: redis.Redis, n: int) -> tuple[float, list[float]]:
+    """Instructions per message of enqueue_many(n), and of firing n due schedules: sharing
+    one start (so one fire time), each made a ms after the one before without a start (a
+    fire time of its own, one definition), each with a start of its own (a definition of
+    its own)."""
     now = [1_700_000_000.0]
 
     def clock() -> float:
@@ -165,16 +177,26 @@ def fires(server: CallgrindServer, r: redis.Redis, n: int) -> tuple[float, float
     server.counted()
     plain.enqueue_many(data)
     per_message = server.counted() / n
-    upserter = Queue("fired", client=r, clock=clock)
-    for i, body in enumerate(data):
-        upserter.schedule(f"s{i}", every=3600, body=body, start=now[0] + 1)
-    now[0] += 2
-    fired = Queue("fired", client=r, clock=clock)  # (a Queue of its own, as a Reaper's: no upserts to heal)
-    server.counted()
-    got = fired._run(lambda: fired._core.fire_due(3600.0))
-    per_fire = server.counted() / n
-    if got != n:
-        raise RuntimeError(f"fired {got} of {n}")
+    per_fire = []
+    for kind in FIRE_KINDS:
+        r.flushall()
+        upserter = Queue("fired", client=r, clock=clock)
+        first = now[0]
+        for i, body in enumerate(data):
+            if kind == "one start":
+                upserter.schedule(f"s{i}", every=3600, body=body, start=first + 1)
+            elif kind == "own anchor":
+                now[0] += 0.001
+                upserter.schedule(f"s{i}", every=3600, body=body)
+            else:
+                upserter.schedule(f"s{i}", every=3600, body=body, start=first + 1 + i * 0.001)
+        now[0] = first + (3601 if kind == "own anchor" else 2) + n * 0.001
+        fired = Queue("fired", client=r, clock=clock)  # (a Queue of its own, as a Reaper's: no upserts to heal)
+        server.counted()
+        got = fired._run(lambda: fired._core.fire_due(3600.0))
+        per_fire.append(server.counted() / n)
+        if got != n:
+            raise RuntimeError(f"fired {got} of {n}")
     return per_message, per_fire
 
 
@@ -223,12 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     head = ("instructions per delivered message", "redis-server", "vs Streams", "vs floor", "vs keyqueue ungrouped")
     print("\n".join(markdown_table(head, "lrrrr", rows)))
     if enqueued_fired:
-        e, f = enqueued_fired
+        e, per_fire = enqueued_fired
         print()
-        rows = [
-            (f"enqueue_many({n:,})", f"{round(e):,}", "1.000"),
-            (f"a reap firing {n:,} due schedules", f"{round(f):,}", f"{e / f:.3f}"),
-        ]
+        rows = [(f"enqueue_many({n:,})", f"{round(e):,}", "1.000")]
+        for kind, f in zip(FIRE_KINDS, per_fire):
+            rows.append((f"a reap firing {n:,} due schedules: {FIRE_KINDS[kind]}", f"{round(f):,}", f"{e / f:.3f}"))
         print(
             "\n".join(markdown_table(("instructions per message", "redis-server", "enqueue_many / this"), "lrr", rows))
         )
