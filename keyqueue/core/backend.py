@@ -59,7 +59,10 @@ class FireCall(NamedTuple):
         messages: Sequence[tuple[int, int]],
     ) -> FireCall:
         """A fire of a schedule as read (schedules.unpack's fields)."""
-        every = Definition.load(read[b"d"]).every_ms
+        try:
+            every = Definition.load(read[b"d"]).every_ms
+        except (ValueError, TypeError):  # (unreadable: the script compares it as text, counts none in)
+            every = None
         version, read_score = text(read[b"v"]), text(read.get(b"i", b""))
         return cls(
             schedule_id, version, read_score, read[b"d"], int(read[b"a"]), next_ms, score, missed, every, messages, read

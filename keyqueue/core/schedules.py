@@ -468,19 +468,38 @@ def fired_since(raw: dict[bytes, bytes], index: float | None) -> int:
     return int(moved // every)
 
 
+def on_grid(raw: dict[bytes, bytes], index: float) -> float | None:
+    """For an ``every`` schedule (not paused) whose index score is past its state's next fire
+    but off its grid (start, or else the anchor, plus whole intervals), the first fire time
+    of the grid at or after that score: a score the fires of the look can have reached. None
+    for any other schedule or score."""
+    try:
+        d = Definition.load(raw[b"d"])
+        n, anchor = int(raw[b"n"]), int(raw[b"a"])
+    except (KeyError, ValueError, TypeError):
+        return None
+    if not d.every_ms or raw.get(b"p") == b"1" or not math.isfinite(index) or index <= n:
+        return None
+    base = d.start_ms if d.start_ms is not None else anchor
+    return float(base + -(-(int(index) - base) // d.every_ms) * d.every_ms)
+
+
 def schedule_reads(k: QueueKeys, ids: Sequence[str]) -> list[Command]:
     """What reads schedules (ids not empty) in one round trip: schedule_raws decodes the replies."""
     return [
+        # (The index first: a planned fire between the two reads leaves the new state beside
+        # the old score, which counts in nothing, where the other way round a planned fire's
+        # move would be counted in as fires of the look.)
+        ("ZMSCORE", k.schedules, *ids),
         ("HMGET", k.schedule_state, *ids),
         ("HMGET", k.schedule_defs, *ids),
         ("HMGET", k.schedule_bodies, *ids),
-        ("ZMSCORE", k.schedules, *ids),
     ]
 
 
 def schedule_raws(replies: Sequence[Any]) -> list[dict[bytes, bytes]]:
     """The replies of schedule_reads as one dict of fields per schedule ({} for one absent)."""
-    states, dumps, bodies, scores = replies
+    scores, states, dumps, bodies = replies
     return [unpack(*parts) for parts in zip(states, dumps, bodies, scores)]
 
 

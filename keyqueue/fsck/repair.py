@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from ..core.replies import int_or, ok, text
 from ..core.roundtrip import Command, Op, Sleep, T, one, transaction
-from ..core.schedules import schedule_raws, schedule_reads
+from ..core.schedules import on_grid, schedule_raws, schedule_reads
 from ..errors import InvalidArgument
 from ..keys import QueueKeys
 from ..settings import parse_rate, to_ms
@@ -147,7 +147,10 @@ class Repairer:
 
     def reindex_schedule(self, f: Finding) -> Op[bool]:
         """Score a schedule's index entry as its state says (or drop the entry of a schedule
-        that is gone); the WATCH on the state keeps a fire or upsert meanwhile whole."""
+        that is gone); the WATCH on the state keeps a fire or upsert meanwhile whole. An
+        ``every`` schedule scored past its state's next fire but off its grid is scored at
+        the next fire time of its grid from there instead (what fired before that score
+        stays fired)."""
         k, sid = self.k, f.subject
 
         def decide() -> Op[list[Command] | None]:
@@ -156,6 +159,9 @@ class Repairer:
             if not raw:
                 return [("ZREM", k.schedules, sid)]
             want = schedule_score(raw)
+            index = ok(parts[0])[0]
+            if want is not None and index is not None:
+                want = on_grid(raw, float(index)) or want
             return None if want is None else [("ZADD", k.schedules, str(want), sid)]
 
         return (yield from _transact([k.schedule_state, k.schedule_defs, k.schedules], decide))

@@ -49,10 +49,11 @@ end
 local seq = checked(bad, 'GET', KEYS[2])
 local tokens = checked(bad, 'LLEN', KEYS[5])
 local n = #due
+local states = checked(bad, 'HMGET', KEYS[8], unpack(due))
 local dumps = checked(bad, 'HMGET', KEYS[9], unpack(due))
 local bodies = checked(bad, 'HMGET', KEYS[10], unpack(due))
 if #bad > 0 then return corrupt(bad[1]) end
-local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash', KEYS[8], 'hash'})
+local wrong = wrong_type({KEYS[3], 'list', KEYS[4], 'set', KEYS[7], 'hash'})
 if wrong then return corrupt(wrong) end
 if not_integer(seq) then return corrupt(KEYS[2]) end
 
@@ -95,6 +96,7 @@ end
 local last_d, last_nf, last_t, last_ts
 local function next_of(i)
   local d, nf = dumps[i], fires[i]
+  if not states[i] then return nil end  -- (no schedule: its index entry and parts are strays)
   if d == last_d and nf == last_nf then return last_t, last_ts end
   if not d then return nil end
   local e = every_of(d)

@@ -498,6 +498,49 @@ def test_a_fire_of_the_look_moves_only_the_index_and_reads_as_a_fire(r: redis.Re
     assert [(p.kind, p.ids) for p in q.check(settle=0).problems] == [("schedule-index", ["s"])]
 
 
+def test_an_index_entry_left_without_its_schedule_does_not_fire(r: redis.Redis, scripting: bool) -> None:
+    """A schedule whose state alone is lost (its definition, body and index entry left) is
+    gone: nothing fires it (a Queue other than the one that upserted it, which would write
+    it back), and an upsert of the id makes it whole again."""
+    clock = FakeClock(1_800_000_000.0)
+    q, other = (Queue("q", client=r, scripting=scripting, clock=clock) for _ in range(2))
+    start = clock() + 1
+    q.schedule("s", every=10, start=start)
+    r.hdel("kq:{q}:schedule_state", "s")
+    clock.advance(2)
+    other.reap()
+    assert other.peek(10) == [] and other.schedules() == []
+    made = other.schedule("s", every=10, start=start)
+    assert made.next_fire is not None and made.next_fire > clock()
+    assert q.check(settle=0).problems == []
+
+
+def test_fire_now_puts_back_a_lost_index_entry(r: redis.Redis, scripting: bool) -> None:
+    clock = FakeClock(1_800_000_000.0)
+    q = Queue("q", client=r, scripting=scripting, clock=clock)
+    made = q.schedule("s", every=10, start=clock() + 1)
+    r.zrem("kq:{q}:schedules", "s")
+    assert q.fire_schedule("s")
+    assert r.zscore("kq:{q}:schedules", "s") == (made.next_fire or 0) * 1000
+    assert q.schedules()[0].fired == 1 and len(q.peek(10)) == 1
+
+
+def test_check_scores_an_index_off_the_grid_at_its_next_grid_fire(r: redis.Redis) -> None:
+    """An index score past the state's next fire but off the grid (only a write from
+    elsewhere makes one) is repaired to the grid's next fire time from there, not back to the
+    state's: nothing it fired fires again."""
+    clock = FakeClock(1_800_000_000.0)
+    q = Queue("q", client=r, clock=clock)
+    start = clock() + 1
+    q.schedule("s", every=10, start=start)
+    r.zadd("kq:{q}:schedules", {"s": (start + 25) * 1000})
+    assert [(p.kind, p.ids) for p in q.check(settle=0).problems] == [("schedule-index", ["s"])]
+    assert q.check(repair=True, settle=0).consistent
+    assert r.zscore("kq:{q}:schedules", "s") == (start + 30) * 1000
+    s = q.schedules()[0]
+    assert (s.fired, s.last_fire, s.next_fire) == (3, start + 20, start + 30)
+
+
 def test_a_write_read_before_a_fire_is_done_again(
     r: redis.Redis, scripting: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
