@@ -285,9 +285,18 @@ def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.
     expiring as they go: no delivery is ever made at an age of retention or more, and every
     message ends acked or expired, once."""
     q = Queue("race", client=r, scripting=scripting, retention=0.3, visibility_timeout=0.1, bucket_seconds=1)
-    q.enqueue_many([str(i) for i in range(400)])
     ages: list[int] = []
     stop = threading.Event()
+    enqueued = [0]
+
+    def produce() -> None:
+        # Batches while the consumers run, at least 400 messages and until 50 deliveries were
+        # seen: on a busy host a whole backlog could expire before any claim.
+        deadline = time.monotonic() + 60
+        while (enqueued[0] < 400 or len(ages) < 50) and time.monotonic() < deadline:
+            enqueued[0] += len(q.enqueue_many([str(enqueued[0] + i) for i in range(20)]))
+            seen = len(ages)
+            wait_until(lambda: len(ages) > seen or q.stats().waiting == 0, timeout=10)
 
     def consume() -> None:
         mine = Queue("race", client=r, scripting=scripting)
@@ -304,13 +313,14 @@ def test_no_delivery_past_retention_under_concurrent_claims_and_sweeps(r: redis.
             mine.reap()
 
     def stopper() -> None:
+        produce()
         wait_until(lambda: (s := q.stats()).waiting + s.processing + s.delayed == 0, timeout=60)
         stop.set()
 
     assert run_threads([consume, consume, consume, reap, stopper]) == []
-    assert ages and max(ages) < 300
+    assert len(ages) >= 50 and max(ages) < 300
     c = q.counters()
-    assert c["acked"] + c["expired"] == 400 and c["expired"] > 0
+    assert c["acked"] + c["expired"] == enqueued[0] >= 400 and c["expired"] > 0
     assert q.check(settle=0).consistent
 
 
