@@ -267,13 +267,6 @@ class Backend(Protocol):
         reading first (the script-free mode): the core looks at the index itself."""
         ...
 
-    def schedule_fire(
-        self,
-        schedule_id: str,
-        read: dict[bytes, bytes],
-        next_ms: int | None,
-        score: str,
-        missed: int,
-        messages: Sequence[tuple[int, int]],
-        bucket_ms: int,
-    ) -> Op[Fired]: ...
+    def schedule_fire(self, call: FireCall, bucket_ms: int) -> Op[Fired]:
+        """One fire of a schedule as read (``FireCall.of_read``), a compare-and-set on that read."""
+        ...

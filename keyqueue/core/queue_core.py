@@ -1156,9 +1156,8 @@ class QueueCore:
                 yield from self.ops.schedule_done()
                 raise UnknownSchedule(f"queue {self.name!r} has no schedule {sid!r}")
             nxt = None if b"n" not in raw else int(raw[b"n"])
-            fired = yield from self.ops.schedule_fire(
-                sid, raw, nxt, score(nxt, raw.get(b"p") == b"1"), 0, [(now, now)], s.bucket_ms
-            )
+            call = FireCall.of_read(sid, raw, nxt, score(nxt, raw.get(b"p") == b"1"), 0, [(now, now)])
+            fired = yield from self.ops.schedule_fire(call, s.bucket_ms)
             if fired.done:
                 yield from self._after(fired.config_missing)
                 return fired.ids[0]

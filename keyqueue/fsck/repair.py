@@ -159,9 +159,8 @@ class Repairer:
             if not raw:
                 return [("ZREM", k.schedules, sid)]
             want = schedule_score(raw)
-            index = ok(parts[0])[0]
-            if want is not None and index is not None:
-                want = on_grid(raw, float(index)) or want
+            if want is not None and raw[b"i"]:
+                want = on_grid(raw, float(raw[b"i"])) or want
             return None if want is None else [("ZADD", k.schedules, str(want), sid)]
 
         return (yield from _transact([k.schedule_state, k.schedule_defs, k.schedules], decide))

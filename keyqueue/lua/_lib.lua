@@ -191,6 +191,12 @@ local function state_fired(s, m, last, missed, nxt, z, every)
   return fmt(tonumber(v) + 1) .. ':' .. fmt(f + m) .. ':' .. l .. ':' .. fmt(tonumber(mi) + missed) .. ':' .. rest .. nxt
 end
 
+-- Whether a schedule's index score as stored (ZSCORE/ZMSCORE: its text, false when absent) is
+-- the one its writer read (text, '' = no entry), compared as numbers.
+local function score_is(stored, read)
+  return (stored and tonumber(stored) or false) == (read ~= '' and tonumber(read) or false)
+end
+
 -- Bodies up to 100 fields are split into fields b, b1, b2, ... of `chunk` bytes (the
 -- server's hash-max-listpack-value, which the client reads: 64 by default), so the item hash
 -- stays a compact listpack; a larger body is one field b (its hash is large anyway).

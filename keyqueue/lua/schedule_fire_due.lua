@@ -10,13 +10,14 @@
   (its index score is inf).
   Such a fire moves only the schedule's index score: its state (fired count, last and next
   fire) stays as its last write left it, and readers count in the intervals the index moved
-  on since (schedules.fired_since, state_fired). So a fire reads no state and writes none.
+  on since (schedules.fired_since, state_fired). So a fire writes no state, and reads one
+  only to know the schedule exists (an index entry without a state is a stray: not fired).
   KEYS[1] schedules  KEYS[2] seq  KEYS[3] queue  KEYS[4] items  KEYS[5] signal  KEYS[6] config
   KEYS[7] counters  KEYS[8] schedule_state  KEYS[9] schedule_defs  KEYS[10] schedule_bodies
   ARGV[3] bytes per body field  ARGV[4] late ms (catch_up none: older fire times are missed)
   ARGV[5] how many due entries of the index to look at, from its head (the earliest)
-  The due schedules of that look are read with one HMGET of the definitions and one of the
-  bodies: a fire's own call is the HSET of its message.
+  The due schedules of that look are read with one HMGET of each shared hash (states,
+  definitions, bodies): a fire's own call is the HSET of its message.
   Each message is an item with b (the schedule's body), t, s (its fire time) and n = 0.
   Returns {config_missing, now ms, schedules fired, the earliest fire time known after now
   ('' = none), due entries looked at, then id, index score of each due schedule left to the
@@ -27,7 +28,7 @@ local now = now_ms()
 -- The due entries of the head, then the first one after them (when fewer than the look's
 -- size are due): no more is read from an index of schedules that are not due.
 local limit = tonumber(ARGV[5])
--- (With their scores, each one's next fire: its state is not read.)
+-- (With their scores: each one's next fire.)
 local raw = checked(bad, 'ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
 if #bad > 0 then return corrupt(bad[1]) end
 local due, fires = {}, {}

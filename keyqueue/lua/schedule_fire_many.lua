@@ -44,8 +44,7 @@ for i = 1, n do
   local b = at[i]
   local s = states[i]
   go[i] = false
-  local read = ARGV[b + 2] ~= '' and tonumber(ARGV[b + 2]) or false  -- ('': no index entry read)
-  if s and defs[i] == ARGV[b + 3] and (scores[i] and tonumber(scores[i]) or false) == read then
+  if s and defs[i] == ARGV[b + 3] and score_is(scores[i], ARGV[b + 2]) then
     local v, an = string.match(s, '^(%d+):%d+:%d*:%d+:(%d+):[01]:%d*$')
     go[i] = v == ARGV[b + 1] and an == ARGV[b + 4]
   end

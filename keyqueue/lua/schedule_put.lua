@@ -17,7 +17,7 @@ checked(bad, 'HLEN', KEYS[4])
 if #bad > 0 then return corrupt(bad[1]) end
 if (state and string.match(state, '^(%d+):') or '') ~= ARGV[4] then return 0 end
 -- (A schedule made anew replaces an index entry left without one.)
-if state and (z and tonumber(z) or false) ~= (ARGV[7] ~= '' and tonumber(ARGV[7]) or false) then return 0 end
+if state and not score_is(z, ARGV[7]) then return 0 end
 rcall('HSET', KEYS[1], ARGV[3], ARGV[6])
 if ARGV[8] == '1' then
   rcall('HSET', KEYS[3], ARGV[3], ARGV[9])

@@ -67,17 +67,7 @@ class Schedules(CommandBase):
         tx.append(("ZADD", k.schedules, score, schedule_id))
         return (yield from self._commit(tx)) is not None
 
-    def schedule_fire(
-        self,
-        schedule_id: str,
-        read: dict[bytes, bytes],
-        next_ms: int | None,
-        score: str,
-        missed: int,
-        messages: Sequence[tuple[int, int]],
-        bucket_ms: int,
-    ) -> Op[Fired]:
-        call = FireCall.of_read(schedule_id, read, next_ms, score, missed, messages)
+    def schedule_fire(self, call: FireCall, bucket_ms: int) -> Op[Fired]:
         ids, missing = yield from self._fire([call], bucket_ms)
         return Fired(False, []) if ids is None else Fired(True, ids, missing)
 

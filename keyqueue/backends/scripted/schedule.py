@@ -88,20 +88,10 @@ class Schedules(ScriptBase):
         reply = yield from self.call("schedule_put", keys, (schedule_id, version, score, state, read_score, *tail))
         return int(reply) == 1
 
-    def schedule_fire(
-        self,
-        schedule_id: str,
-        read: dict[bytes, bytes],
-        next_ms: int | None,
-        score: str,
-        missed: int,
-        messages: Sequence[tuple[int, int]],
-        bucket_ms: int,
-    ) -> Op[Fired]:
+    def schedule_fire(self, call: FireCall, bucket_ms: int) -> Op[Fired]:
         """One fire of schedule_fire_many.lua, a compare-and-set on what was read."""
-        call = FireCall.of_read(schedule_id, read, next_ms, score, missed, messages)
         (first,), missing = yield from self._fire_many([call], bucket_ms)
         if first == 0:
             return Fired(False, [])
         start = int(first)
-        return Fired(True, [str(start + i) for i in range(len(messages))], missing)
+        return Fired(True, [str(start + i) for i in range(len(call.messages))], missing)
