@@ -33,7 +33,8 @@ class CheckReport:
     queue: str
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
-    waiting: int = 0
+    waiting: int = 0  # held messages included, as len() counts them
+    held: int = 0  # grouped messages behind their group's current ones
     processing: int = 0
     delayed: int = 0
     dead: int = 0
@@ -55,7 +56,8 @@ class CheckReport:
         KINDS order, and the count of ids in each state."""
         report = cls(
             queue,
-            waiting=states.get("waiting", 0),
+            waiting=states.get("waiting", 0) + states.get("held", 0),
+            held=states.get("held", 0),
             processing=states.get("processing", 0),
             delayed=states.get("delayed", 0),
             dead=states.get("dead", 0),
@@ -86,6 +88,7 @@ class CheckReport:
             "complete": self.complete,
             "counts": {
                 "waiting": self.waiting,
+                "held": self.held,
                 "processing": self.processing,
                 "delayed": self.delayed,
                 "dead": self.dead,
@@ -102,7 +105,8 @@ class CheckReport:
         noted = sum(len(p.ids) for p in self.notes)
         verdict = "consistent" if self.consistent else f"INCONSISTENT ({left} unrepaired)"
         summary = (
-            f"queue {self.queue!r}: {self.waiting} waiting, {self.processing} processing, "
+            f"queue {self.queue!r}: {self.waiting} waiting{f' ({self.held} held)' if self.held else ''}, "
+            f"{self.processing} processing, "
             f"{self.delayed} delayed, {self.dead} dead; {left + fixed} problems"
             f"{f' ({fixed} repaired)' if fixed else ''}, {noted} notes: {verdict}"
         )

@@ -368,6 +368,15 @@ local function group_limit()  -- (read once a call)
   return group_limit_read
 end
 
+-- Set by a script that knows the retention, as its cutoff (ms): group_fill deletes a held
+-- message whose age reached it (t at or before the cutoff) instead of releasing it, as a
+-- claim would at once, and counts it in group_expired, which the script adds to its expired
+-- count. So a group that expired while held goes in one pass, not a message per claim or
+-- sweep; past GROUP_EXPIRE_LIMIT deletions a call releases them as before (the next deletes them).
+local group_cutoff = false
+local group_expired = 0
+local GROUP_EXPIRE_LIMIT = 1000
+
 -- Release held messages of group g while fewer than the limit are released (`active` of
 -- them now) to the tail of the FIFO, and store the count unless it is still `stored`.
 -- Returns how many were released.
@@ -377,9 +386,16 @@ local function group_fill(g, active, stored)
     local id = rcall('LPOP', gk)
     if not id then break end
     if rcall('DECR', BASE .. 'held') <= 0 then rcall('DEL', BASE .. 'held') end
-    if rcall('EXISTS', item_key(id)) == 1 then  -- (a held id without a message is dropped)
-      make_waiting(BASE .. 'queue', BASE .. 'items', id)
-      active, n = active + 1, n + 1
+    local ik = item_key(id)
+    if rcall('EXISTS', ik) == 1 then  -- (a held id without a message is dropped)
+      local t = group_cutoff and group_expired < GROUP_EXPIRE_LIMIT and redis.pcall('HGET', ik, 't')
+      if type(t) == 'string' and tonumber(t) and tonumber(t) <= group_cutoff then
+        rcall('DEL', ik)
+        group_expired = group_expired + 1
+      else
+        make_waiting(BASE .. 'queue', BASE .. 'items', id)
+        active, n = active + 1, n + 1
+      end
     end
   end
   if active ~= stored then

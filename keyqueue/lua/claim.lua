@@ -103,6 +103,7 @@ if max_receives or retention or limited then
 end
 -- A message enqueued (or requeued) at or before `cutoff` has reached the retention.
 local cutoff = retention and now - retention
+group_cutoff = cutoff
 local deadline = now + tonumber(ARGV[4])
 local deadline_s, now_s = fmt(deadline), fmt(now)
 local bucket = bucket_of(deadline, bucket_ms)
@@ -325,6 +326,7 @@ while claimed < count and dropped < LAPSED_LIMIT do
     ended = {}
   end
 end
+if group_expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', group_expired) end
 if rate_key and claimed > 0 then
   rcall('INCRBY', rate_key, claimed)
   rcall('PEXPIRE', rate_key, window_end - now)

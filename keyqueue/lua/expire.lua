@@ -14,7 +14,7 @@
   ARGV[3] retention ms ('' = none)  ARGV[4] dead retention ms ('' = none)  ARGV[5] bucket ms
   ARGV[6] limit  ARGV[7] phase  ARGV[8] SSCAN cursor  ARGV[9] rank of the timer bucket
   A released grouped message deleted frees its group's next (held messages expire when they
-  are released: a claim or this sweep meets them then).
+  are released: those that reached the retention are deleted then, group_fill).
   Returns {expired, phase, cursor, rank, done (1/0)}.
 ]]
 local retention = tonumber(ARGV[3])
@@ -31,6 +31,7 @@ if bad then return corrupt(bad) end
 
 local now = now_ms()
 local expired = 0
+group_cutoff = retention and now - retention
 
 -- The t of each id (false for an item of the wrong type: left to the reaper to report).
 local function enqueued(ids)
@@ -177,12 +178,15 @@ else  -- dead: from the head while dead-lettered at least dead_retention ago
       end
     end
     if gone == limit then  -- maybe more
+      expired = expired + group_expired
       if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
       return {expired, 'dead', '0', 0, 0}
     end
   end
+  expired = expired + group_expired
   if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
   return {expired, 'head', '0', 0, 1}
 end
+expired = expired + group_expired
 if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
 return {expired, phase, cursor, rank, 0}

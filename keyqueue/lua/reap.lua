@@ -13,7 +13,8 @@
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
   ARGV[9] retention ms ('' = none)
   A grouped message (field g) that goes to dead letters or is deleted frees its group's next;
-  a delayed one that falls due joins the end of its group (released, or held behind it).
+  a delayed one that falls due joins the end of its group (released, or held behind it), those
+  one call finds due in the order they fell due (in_due_order).
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
            config_missing (1/0), expired, corrupt keys...}
 ]]
@@ -30,6 +31,7 @@ if bad then return corrupt(bad) end
 local now = now_ms()
 -- A message enqueued (or requeued) at or before `cutoff` has reached the retention.
 local cutoff = retention and now - retention
+group_cutoff = cutoff
 local res = {0, 0, 0, 0}
 local broken = {}
 local moved = false
@@ -168,6 +170,33 @@ local function examine(tk, id, bucket_end)
   return to_waiting(tk, ik, id, d, f, released)
 end
 
+-- Whether the queue has had grouped messages (mark_groups), read once a call.
+local grouped
+local function has_groups()
+  if grouped == nil then grouped = redis.pcall('HGET', KEYS[8], 'grouped') == '1' end
+  return grouped
+end
+
+-- `ids` (each once) in the order examine() takes them: on a queue with groups, by timer and
+-- then id, so that delayed messages of a group that fall due in one call join it in the
+-- order they fell due (and those due at once, as one enqueue_many made them, in enqueue
+-- order); else as they are.
+local function in_due_order(ids)
+  if #ids < 2 or not has_groups() then return ids end
+  local at = {}
+  for _, id in ipairs(ids) do
+    local d = redis.pcall('HGET', item_key(id), 'd')
+    at[id] = {type(d) == 'string' and tonumber(d) or 0, tonumber(id) or 0}
+  end
+  table.sort(ids, function(a, b)
+    local x, y = at[a], at[b]
+    if x[1] ~= y[1] then return x[1] < y[1] end
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    return a < b
+  end)
+  return ids
+end
+
 -- Examine `ids` of timer set tk: the common case, a delivery whose visibility timeout passed
 -- and whose timer is in tk, in bulk (one HMGET and one HDEL per id, the set and list writes
 -- once for the group); every other id by examine(). Returns the earliest timer that stays.
@@ -178,7 +207,7 @@ local function examine_many(tk, ids, bucket_end)
   -- (kept lean: this loop runs once per message of a reap, so Lua's own time shows)
   local first, last = bucket_end - bucket_ms, bucket_end  -- the timers this bucket holds
   local held = rcall('SMISMEMBER', KEYS[3], unpack(ids))
-  local expired, keys, fields, seen = {}, {}, {}, {}
+  local expired, keys, fields, seen, rest = {}, {}, {}, {}, {}
   local pcall_ = redis.pcall
   for i = 1, #ids do
     local id = ids[i]
@@ -195,10 +224,11 @@ local function examine_many(tk, ids, bucket_end)
           expired[n] = id; keys[n] = ik; fields[n] = f
         end
       else
-        keep(examine(tk, id, bucket_end))
+        rest[#rest + 1] = id
       end
     end
   end
+  for _, id in ipairs(in_due_order(rest)) do keep(examine(tk, id, bucket_end)) end
   if #expired == 0 then return min end
   rcall('SREM', tk, unpack(expired))
   rcall('SREM', KEYS[3], unpack(expired))
@@ -285,6 +315,7 @@ end
 if moved then signal(KEYS[6]) end
 if res[1] > 0 then rcall('HINCRBY', KEYS[8], 'redelivered', res[1]) end
 if res[2] > 0 then rcall('HINCRBY', KEYS[8], 'dead_lettered', res[2]) end
+res[4] = res[4] + group_expired
 if res[4] > 0 then rcall('HINCRBY', KEYS[8], 'expired', res[4]) end
 local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, res[4]}
 for _, k in ipairs(broken) do out[#out + 1] = k end

@@ -114,6 +114,7 @@ def test_a_healthy_queue_in_every_state_is_consistent_and_left_alone(
     assert str(report).endswith("2 waiting, 1 processing, 2 delayed, 1 dead; 0 problems, 0 notes: consistent")
     assert json.loads(json.dumps(report.to_dict()))["counts"] == {
         "waiting": 2,
+        "held": 0,
         "processing": 1,
         "delayed": 2,
         "dead": 1,

@@ -69,6 +69,9 @@ def test_a_consistent_grouped_queue_is_left_alone(cq: Queue, producer: Queue, cl
     before = snapshot(r)
     report = cq.check(settle=0)
     assert report.consistent and report.problems == [] and report.notes == [], str(report)
+    assert (report.waiting, report.held, report.processing, report.delayed, report.dead) == (3, 2, 1, 1, 1)
+    assert report.waiting == len(cq)  # (held ones counted in both)
+    assert " 3 waiting (2 held), 1 processing, 1 delayed, 1 dead; " in str(report)
     assert cq.check(repair=True, settle=0).consistent
     assert snapshot(r) == before
     [m.ack() for m in first if m.id == a[0]]

@@ -274,6 +274,25 @@ def test_a_delayed_grouped_message_joins_its_group_when_due(
     assert [x.id for x in got] == [later] and got[0].group == "g"
 
 
+def test_delayed_messages_of_a_group_due_in_one_reap_join_it_in_the_order_they_fell_due(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """Found due together (one timer bucket, one reap), they join their group by due time,
+    and those due at once by id (enqueue order), not in the timer set's order."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock)
+    if q is None:
+        return
+    second = q.enqueue("due second", group="g", delay=20)
+    first = q.enqueue("due first", group="g", delay=10)
+    batch = q.enqueue_many([f"b{i}" for i in range(5)], group="g", delay=25)
+    clock.advance(30)
+    assert q.reap().delayed_released == 7
+    order = [m.id for m in q.peek(source="waiting")] + [m.id for m in q.peek(10, source="held")]
+    assert order == [first, second, *batch]
+    assert [m.id for batch_ in drain(q) for m in batch_] == order
+
+
 def test_dead_letter_frees_the_group_and_requeue_puts_it_at_the_end(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:
@@ -339,6 +358,36 @@ def test_the_expiry_sweep_frees_the_group(make_queue: Callable[..., Queue], r: r
     assert not r.exists(f"kq:{{q}}:item:{old}")
     assert q.groups() == [("g", 0, 1)] and q.stats().held == 0
     assert [m.id for m in q.peek(source="waiting")] == [young]
+
+
+@pytest.mark.parametrize("by", ["sweep", "claim", "deadline"])
+def test_a_group_that_expired_while_held_goes_at_once(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool, by: str
+) -> None:
+    """Held messages expire when released: one past its retention is deleted at its release
+    instead, so a group of 300 that expired while held goes in one reap or claim (not one a
+    pass), counted, and the young message behind them is the one released."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock, bucket_seconds=1, visibility_timeout=20, retention=10)
+    if q is None:
+        return
+    ids = q.enqueue_many([str(i) for i in range(300)], group="g")
+    if by == "deadline":  # the first in flight until its deadline, at 20 s
+        m = q.claim()
+        assert m is not None and m.id == ids[0]
+    clock.advance(15 if by == "deadline" else 9)
+    young = q.enqueue("young", group="g")
+    clock.advance(5 if by == "deadline" else 1)  # every one of ids reached the retention, young did not
+    assert q.stats().held == 300
+    if by == "claim":
+        got = q.claim_many(10)
+        assert [m.id for m in got] == [young]
+    else:
+        q.reap()
+        assert [m.id for m in q.peek(source="waiting")] == [young]
+    assert q.counters()["expired"] == 300
+    assert q.stats().held == 0 and len(q) == (1 if by != "claim" else 0)
+    assert not any(r.exists(f"kq:{{q}}:item:{i}") for i in ids)
 
 
 def test_dedup_key_is_per_queue_not_per_group(
@@ -583,6 +632,9 @@ def test_the_script_free_mode_does_not_serve_a_grouped_queue(
         q.reap()
     with pytest.raises(ConfigurationError, match="holds message groups"):
         q.requeue()
+    for source in ("waiting", "delayed", "all"):  # (a group's current message can be delayed)
+        with pytest.raises(ConfigurationError, match="holds message groups"):
+            q.purge(source=source)  # type: ignore[arg-type]
     assert snapshot(r) == before
     assert len(q) == 2 and q.stats().held == 1 and q.groups() == [("g", 1, 1)]  # reading is fine
     assert q.requeue([]) == 0  # (nothing asked for: nothing refused)

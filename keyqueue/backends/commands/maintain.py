@@ -331,6 +331,12 @@ class Maintain(Consume):
 
     def _purge_once(self, source: str, limit: int, position: tuple[int, str], bucket_ms: int) -> Op[Purged | None]:
         k = self.keys
+        if source in ("delayed", "processing"):
+            # (a message delayed after a delivery, or in flight, can be its group's current
+            # one: deleting it must release the group's next, which this mode does not do;
+            # waiting is refused by the claim it purges with)
+            grouped, group_mark = yield groups_reads(k)
+            refuse_groups(has_groups(grouped, group_mark), k.name)
         if source == "waiting":
             # Take the ids as a claim does (so no claimer gets a message being deleted), then
             # delete what we own; a purge that dies midway leaves them in flight, not lost.
