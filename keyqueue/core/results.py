@@ -99,9 +99,11 @@ class RateState:
     max_in_flight: int | None = None
 
 
-#: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip)
-ReapPosition = tuple[str, str, int]
-START: ReapPosition = ("", "0", 0)
+#: Where a reap goes on: (bucket being scanned or "", its SSCAN cursor, due buckets to skip,
+#: the ids its scan of a large bucket found due that join their group when the scan ends,
+#: space-separated: reap.lua)
+ReapPosition = tuple[str, str, int, str]
+START: ReapPosition = ("", "0", 0, "")
 #: Where an expiry sweep goes on: its phase (head, waiting, delayed, dead), a SCAN cursor, and
 #: the rank of the timer bucket it is in.
 ExpirePosition = tuple[str, str, int]

@@ -11,12 +11,16 @@
   KEYS[7] config  KEYS[8] counters (redelivered, dead_lettered, expired)
   ARGV[3] bucket ms  ARGV[4] max receives ('' = no limit)  ARGV[5] limit
   ARGV[6] bucket being scanned ('' = next due)  ARGV[7] its SSCAN cursor  ARGV[8] due buckets to skip
-  ARGV[9] retention ms ('' = none)
+  ARGV[9] retention ms ('' = none)  ARGV[10] ids deferred by the chunks of the scan so far
+  (space-separated, '' = none)
   A grouped message (field g) that goes to dead letters or is deleted frees its group's next;
   a delayed one that falls due joins the end of its group (released, or held behind it), those
-  one call finds due in the order they fell due (in_due_order).
+  one call finds due in the order they fell due (in_due_order). A bucket scanned in chunks
+  could split those across calls: there they are left in their timer set and named in the
+  returned position (deferred), and join, in that order, once the scan has been through the
+  whole bucket (a deferring client that dies leaves them to the next scan).
   Returns {requeued, dead_lettered, released, bucket, cursor, skip, done (1/0),
-           config_missing (1/0), expired, corrupt keys...}
+           config_missing (1/0), expired, deferred, corrupt keys...}
 ]]
 local bucket_ms = tonumber(ARGV[3])
 local max_receives = tonumber(ARGV[4])
@@ -24,6 +28,13 @@ local retention = tonumber(ARGV[9])
 local limit = tonumber(ARGV[5])
 local budget = limit
 local bucket, cursor, skip = ARGV[6], ARGV[7], tonumber(ARGV[8])
+-- Due delayed grouped messages a chunked scan leaves for its end (see the header): at most
+-- a limit's worth, past which they join as found.
+local deferred, is_deferred = {}, {}
+for id in string.gmatch(ARGV[10] or '', '%d+') do
+  if not is_deferred[id] then deferred[#deferred + 1] = id; is_deferred[id] = true end
+end
+local deferring = false
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list', KEYS[6], 'list', KEYS[8], 'hash'})
 if bad then return corrupt(bad) end
@@ -161,6 +172,10 @@ local function examine(tk, id, bucket_end)
     end
     if d > now then return d end
     if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
+    if deferring and f[6] and not released and #deferred < limit then
+      if not is_deferred[id] then deferred[#deferred + 1] = id; is_deferred[id] = true end
+      return d
+    end
     res[3] = res[3] + 1
     return to_waiting(tk, ik, id, d, f, released)
   end
@@ -303,9 +318,18 @@ while budget > 0 do
     else
       local r = rcall('SSCAN', tk, cursor, 'COUNT', budget)
       cursor = r[1]
+      deferring = has_groups()
       examine_many(tk, r[2], (tonumber(bucket) + 1) * bucket_ms)
+      deferring = false
       budget = budget - math.max(#r[2], 1)
       if cursor == '0' then
+        -- the whole bucket seen: the deferred ones join, in due order
+        if #deferred > 0 then
+          local ids = {}
+          for _, id in ipairs(deferred) do if rcall('SISMEMBER', tk, id) == 1 then ids[#ids + 1] = id end end
+          for _, id in ipairs(in_due_order(ids)) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms) end
+          deferred = {}
+        end
         if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end
         bucket = ''
       end
@@ -317,6 +341,7 @@ if res[1] > 0 then rcall('HINCRBY', KEYS[8], 'redelivered', res[1]) end
 if res[2] > 0 then rcall('HINCRBY', KEYS[8], 'dead_lettered', res[2]) end
 res[4] = res[4] + group_expired
 if res[4] > 0 then rcall('HINCRBY', KEYS[8], 'expired', res[4]) end
-local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, res[4]}
+local out = {res[1], res[2], res[3], bucket, cursor, skip, done, rcall('EXISTS', KEYS[7]) == 0 and 1 or 0, res[4],
+             table.concat(deferred, ' ')}
 for _, k in ipairs(broken) do out[#out + 1] = k end
 return out

@@ -293,6 +293,28 @@ def test_delayed_messages_of_a_group_due_in_one_reap_join_it_in_the_order_they_f
     assert [m.id for batch_ in drain(q) for m in batch_] == order
 
 
+def test_delayed_messages_of_a_group_join_in_due_order_from_a_bucket_reaped_in_parts(
+    make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
+) -> None:
+    """A timer bucket of more than 500 timers is reaped in parts (SSCAN); the due delayed
+    messages of groups wait for the end of the pass over it and join in due order. A reaping
+    client that stops mid-pass loses nothing: the next pass finds them in their timer set."""
+    clock = FakeClock()
+    q = grouped(make_queue, r, scripting, clock=clock)
+    if q is None:
+        return
+    q.enqueue_many([f"u{i}" for i in range(600)], delay=5)  # other timers in the same bucket
+    ids = [q.enqueue(f"g{i}", group="g", delay=40 - i / 2) for i in range(60)]  # each due before the one before
+    clock.advance(45)
+    first = make_queue("q", clock=clock)
+    assert first.claim() is not None  # its claim reaps one part (500 timers), then stops for good
+    # (the group's messages that part found wait for the end of a pass: none joined yet)
+    assert q.stats().held == 0 and not any(m.group for m in q.peek(1000, source="waiting"))
+    assert q.reap().delayed_released >= 60
+    order = [m.id for m in q.peek(1000, source="waiting") if m.group] + [m.id for m in q.peek(100, source="held")]
+    assert order == ids[::-1]
+
+
 def test_dead_letter_frees_the_group_and_requeue_puts_it_at_the_end(
     make_queue: Callable[..., Queue], r: redis.Redis, scripting: bool
 ) -> None:

@@ -28,7 +28,7 @@ class Maintain(Consume):
     ) -> Op[ReapStep]:
         """One due bucket (or one chunk of a large one), by the rules of core/states.py."""
         k = self.keys
-        bucket, cursor, skip = position
+        bucket, cursor, skip, _ = position  # (nothing deferred: this mode serves no groups)
         res = [0, 0, 0, 0]
         broken: list[str] = []
         now, (config, grouped, group_mark) = yield from self._open(
@@ -49,12 +49,12 @@ class Maintain(Consume):
                 )
             )
             if not due:
-                return ReapStep(ReapResult(*res), ("", "0", skip), True, missing)
+                return ReapStep(ReapResult(*res), ("", "0", skip, ""), True, missing)
             bucket, cursor = _text(due[0]), "0"
         tk = k.timer(bucket)
         kind, card, scan = yield [("TYPE", tk), ("SCARD", tk), ("SSCAN", tk, cursor, "COUNT", limit)]
         if _text(kind) not in ("none", "set"):
-            return ReapStep(ReapResult(*res), ("", "0", skip + 1), False, missing, [tk])
+            return ReapStep(ReapResult(*res), ("", "0", skip + 1, ""), False, missing, [tk])
         whole = cursor == "0" and int(card) <= limit
         if whole:
             members = yield from one(("SMEMBERS", tk))
@@ -76,7 +76,7 @@ class Maintain(Consume):
             if not (yield from self._rescore(tk, bucket, earliest if whole else None, kept if whole else -1, now)):
                 skip += 1  # still due: the next step looks past it
             bucket, cursor = "", "0"
-        return ReapStep(ReapResult(*res), (bucket, cursor, skip), False, missing, broken)
+        return ReapStep(ReapResult(*res), (bucket, cursor, skip, ""), False, missing, broken)
 
     def _settle(
         self,

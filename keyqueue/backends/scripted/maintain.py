@@ -26,14 +26,14 @@ class Maintain(ScriptBase):
         r = yield from self.call(
             "reap",
             self.claim_keys,
-            [bucket_ms, _max_receives(max_receives), limit, *position, _max_receives(retention_ms)],
+            [bucket_ms, _max_receives(max_receives), limit, *position[:3], _max_receives(retention_ms), position[3]],
         )
         return ReapStep(
             ReapResult(int(r[0]), int(r[1]), int(r[2]), int(r[8])),
-            (text(r[3]), text(r[4]), int(r[5])),
+            (text(r[3]), text(r[4]), int(r[5]), text(r[9])),
             bool(int(r[6])),
             r[7] == 1,
-            [text(key) for key in r[9:]],
+            [text(key) for key in r[10:]],
         )
 
     def expire_step(
