@@ -588,13 +588,17 @@ class ShardedCore:
 
     def peek(self, count: int, source: str) -> Op[list[Fields]]:
         """Up to ``count`` of each shard, merged by enqueue time (timer for delayed and in
-        flight messages), and cut to ``count``."""
+        flight messages; held ones group by group, as one queue gives them: a group is on
+        one shard, in its order), and cut to ``count``."""
         found: list[Fields] = []
         each = yield from together([core.peek(count, source) for core in self.cores])
         for shard, fields in enumerate(each):
             found += self.tagged(shard, fields)
-        timed = source in ("delayed", "processing")
-        found.sort(key=lambda f: (f.timer_ms or 0) if timed else f.enqueued_ms)
+        if source == "held":
+            found.sort(key=lambda f: f.group or "")  # (stable: each group keeps its order)
+        else:
+            timed = source in ("delayed", "processing")
+            found.sort(key=lambda f: (f.timer_ms or 0) if timed else f.enqueued_ms)
         return found[:count]
 
 

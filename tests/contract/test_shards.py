@@ -375,6 +375,9 @@ def test_a_group_stays_on_one_shard_in_order(make_queue: MakeQueue, r: redis.Red
     infos = q.groups()
     assert [i.id for i in infos] == sorted(sent)
     assert q.stats().held == sum(s.held for s in q.shard_stats()) == sum(i.held for i in infos) > 0
+    held = [(m.group, m.id) for m in q.peek(100, source="held")]  # group by group, as one queue gives them
+    assert held == [(g, i) for g in sorted(sent) for i in sent[g][1:]]
+    assert [m.id for m in q.peek(7, source="held")] == [i for g in sorted(sent) for i in sent[g][1:]][:7]
     got: dict[str, list[str]] = {}
     while batch := q.claim_many(10):
         groups = [m.group for m in batch]
