@@ -306,6 +306,12 @@ class Queue(QueueFace):
         """Delete every key of the queue and forget its name."""
         self._run(lambda: self._core.destroy())
 
+    def forget_dedup_keys(self) -> int:
+        """Forget every dedup key (``dedup_key``, ``dedup_keys``) still in its window, so that
+        it enqueues anew (what SQS's PurgeQueue does to a FIFO queue's deduplication); the
+        messages stay. Returns how many records went."""
+        return self._run(lambda: self._core.forget_dedup_keys())
+
     # -- reading --------------------------------------------------------------------------
 
     def length(self) -> int:

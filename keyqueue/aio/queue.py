@@ -268,6 +268,9 @@ class Queue(QueueFace):
     async def destroy(self) -> None:
         await self._run(lambda: self._core.destroy())
 
+    async def forget_dedup_keys(self) -> int:
+        return await self._run(lambda: self._core.forget_dedup_keys())
+
     # -- reading --------------------------------------------------------------------------
 
     async def length(self) -> int:

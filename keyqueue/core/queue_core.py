@@ -24,7 +24,7 @@ from ..errors import (
 from ..keys import QueueKeys, registry_key, validate_prefix
 from ..settings import SETTING_NAMES, QueueSettings, seconds_arg, validate, whole_number
 from .backend import Backend, FireCall
-from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, raise_errors, scored, text
+from .replies import FIELD, error_for, fields_of, hash_reply, item_fields, ok, raise_errors, scored, text
 from .results import (
     EXPIRE_START,
     START,
@@ -1326,8 +1326,8 @@ class QueueCore:
                 yield from self.drop_stale(sid)
             yield from self._after(missing)
             todo = []
-            for (sid, known, plan), ok in zip(calls, done):
-                if ok:
+            for (sid, known, plan), fired in zip(calls, done):
+                if fired:
                     out[sid] = (len(plan.messages), plan.next_ms)
                     self.known[sid] = known.fired(plan.next_ms)
                 else:
@@ -1384,19 +1384,31 @@ class QueueCore:
         raise_errors(commands, replies or [], self.keys.meta)
 
     def destroy(self) -> Op[None]:
-        """Delete every key of the queue (one SCAN pass, UNLINK in batches) and its name."""
-        cursor = "0"
-        while True:
-            (reply,) = yield [("SCAN", cursor, "MATCH", self.keys.pattern, "COUNT", 1000)]
-            cursor, found = text(reply[0]), list(reply[1])
-            for i in range(0, len(found), BATCH):
-                yield [("UNLINK", *found[i : i + BATCH])]
-            if cursor == "0":
-                break
+        """Delete every key of the queue and its name."""
+        yield from self._unlink_matching(self.keys.pattern)
         (reply,) = yield [("SREM", self.keys.registry, self.listed_as)]
         if isinstance(reply, Exception):
             raise error_for(reply, self.keys.registry)
         self.registered, self.held = False, {}
+
+    def forget_dedup_keys(self) -> Op[int]:
+        """Delete the queue's deduplication records (a sharded queue's shard also keeps where
+        each key went): a dedup key used before then enqueues anew. How many went."""
+        return (yield from self._unlink_matching(self.keys.dedup("*"))) + (
+            yield from self._unlink_matching(self.keys.routed("*"))
+        )
+
+    def _unlink_matching(self, pattern: str) -> Op[int]:
+        """UNLINK the keys a SCAN pass finds by ``pattern``, in batches: how many went."""
+        cursor, gone = "0", 0
+        while True:
+            (reply,) = yield [("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)]
+            cursor, found = text(reply[0]), list(reply[1])
+            for i in range(0, len(found), BATCH):
+                (n,) = yield [("UNLINK", *found[i : i + BATCH])]
+                gone += int(ok(n))
+            if cursor == "0":
+                return gone
 
     # -- reading --------------------------------------------------------------------------
 

@@ -533,6 +533,9 @@ class ShardedCore:
         yield from self.base.destroy()
         self.counted = False
 
+    def forget_dedup_keys(self) -> Op[int]:
+        return sum((yield from together([core.forget_dedup_keys() for core in self.cores])))
+
     # -- schedules: kept on shard 0, whose fires enqueue there ----------------------------
 
     def schedule(self, *args: Any) -> Op[Schedule]:

@@ -32,6 +32,13 @@ CODES: dict[str, tuple[str, int]] = {
     "ServiceUnavailable": ("ServiceUnavailable", 503),
 }
 
+#: The JSON protocol's ``__type`` where it is not the shape's name: two common errors, which
+#: SQS's JSON replies name so (boto3 shows it as ``Error.QueryErrorCode``).
+JSON_TYPES = {
+    "InvalidParameterValue": "InvalidParameterValueException",
+    "MissingParameter": "MissingRequiredParameterException",
+}
+
 #: Errors caused by the server side (``Receiver``); every other is the caller's (``Sender``).
 RECEIVER = frozenset({"InternalFailure", "ServiceUnavailable"})
 
@@ -44,6 +51,11 @@ class SqsError(Exception):
         assert shape in CODES, shape
         self.shape = shape
         self.message = message
+
+    @property
+    def json_type(self) -> str:
+        """The JSON protocol's ``__type`` (without its namespace)."""
+        return JSON_TYPES.get(self.shape, self.shape)
 
     @property
     def code(self) -> str:

@@ -17,7 +17,7 @@ from ..core.shards import SEP
 from .errors import SqsError, invalid, missing
 from .handles import Handles
 from .md5 import md5_of_attributes, md5_of_body
-from .queues import QUEUE_ATTRIBUTES, ZERO_VISIBILITY, Directory, Known, check_attributes
+from .queues import FIFO_STORED, QUEUE_ATTRIBUTES, ZERO_VISIBILITY, Directory, Known, check_attributes, check_throughput
 from .redrive import MoveTasks, Redriver
 from .stored import Stored
 from .validate import (
@@ -58,8 +58,12 @@ class Sqs:
         raw = p.get("Attributes")
         kind = raw.get("FifoQueue") if isinstance(raw, dict) else None
         fifo = isinstance(kind, str) and kind.lower() == "true"
-        attributes = check_attributes(raw, self.directory.name_of_arn, fifo, creating=True)
+        if kind is not None and not (isinstance(kind, str) and kind.lower() in ("true", "false")):
+            raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue.")
         name = queue_name(p.get("QueueName"), fifo)
+        attributes = check_attributes(raw, self.directory.name_of_arn, fifo)
+        if fifo:
+            check_throughput(FIFO_STORED | attributes)
         tags = valid_tags(p.get("tags") or p.get("Tags"))
         await self.check_redrive_target(attributes, fifo)
         await self.directory.create(name, attributes, tags)
@@ -120,6 +124,8 @@ class Sqs:
         if p.get("Attributes") is None:
             raise missing("Attributes")
         attributes = check_attributes(p.get("Attributes"), self.directory.name_of_arn, known.fifo)
+        if known.fifo:
+            check_throughput({n: known.attribute(n) for n in FIFO_STORED} | attributes)
         if attributes.get("DeduplicationScope") == "queue" and known.fifo and known.queue.shards > 1:
             raise SqsError(
                 "InvalidAttributeValue",
@@ -135,6 +141,8 @@ class Sqs:
     async def purge_queue(self, p: Params, host: str) -> Result:
         known = await self.directory.by_url(p)
         await known.queue.purge(source="all")
+        if known.fifo:  # (SQS's purge clears a FIFO queue's deduplication too)
+            await known.queue.forget_dedup_keys()
         return {}
 
     async def tag_queue(self, p: Params, host: str) -> Result:
@@ -211,10 +219,7 @@ class Sqs:
             raise missing("MessageGroupId")
         if dedup is None:
             if known.attribute("ContentBasedDeduplication") != "true":
-                raise invalid(
-                    "The queue should either have ContentBasedDeduplication enabled or "
-                    "MessageDeduplicationId provided explicitly"
-                )
+                raise invalid(NO_DEDUP)
             dedup = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return group, dedup
 
@@ -247,6 +252,13 @@ class Sqs:
                 "BatchRequestTooLong",
                 f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. You have sent {total} bytes.",
             )
+        if known.fifo:  # (SQS refuses the whole batch, sending none of it)
+            content_based = known.attribute("ContentBasedDeduplication") == "true"
+            for e in got:
+                if e.get("MessageGroupId") is None:
+                    raise invalid("The request must contain the parameter MessageGroupId.")
+                if e.get("MessageDeduplicationId") is None and not content_based:
+                    raise invalid(NO_DEDUP)
         ok: list[tuple[str, Outgoing]] = []
         failed: list[Result] = []
         for e in got:
@@ -432,6 +444,13 @@ class Outgoing:
     out: Result
     group: str | None
     dedup: str | None
+
+
+#: SQS's refusal of a FIFO message without a deduplication id on a queue without
+#: content-based deduplication.
+NO_DEDUP = (
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly"
+)
 
 
 def sequence_number(msg_id: str) -> str:

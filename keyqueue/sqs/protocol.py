@@ -48,7 +48,7 @@ def reply(result: dict[str, Any], rid: str) -> tuple[int, Headers, bytes]:
 
 def error_reply(error: SqsError, rid: str) -> tuple[int, Headers, bytes]:
     body = json.dumps(
-        {"__type": SHAPE_NAMESPACE + error.shape, "message": error.message}, separators=(",", ":")
+        {"__type": SHAPE_NAMESPACE + error.json_type, "message": error.message}, separators=(",", ":")
     ).encode("utf-8")
     headers = _headers(rid, len(body))
     headers.append((b"x-amzn-query-error", f"{error.code};{error.fault}".encode()))

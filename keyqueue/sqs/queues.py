@@ -88,24 +88,43 @@ def uuid5(name: str) -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
-def check_attributes(attributes: object, arn_to_name: Any, fifo: bool, creating: bool = False) -> dict[str, str]:
+def check_throughput(attributes: Mapping[str, str | None]) -> None:
+    """A FIFO queue's attributes as they would be: FifoThroughputLimit perMessageGroupId is
+    allowed only with DeduplicationScope messageGroup, as SQS allows it."""
+    if (
+        attributes.get("FifoThroughputLimit") == "perMessageGroupId"
+        and attributes.get("DeduplicationScope") != "messageGroup"
+    ):
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Invalid value for the parameter FifoThroughputLimit. Reason: The perMessageGroupId value "
+            "is allowed only when the value for DeduplicationScope is messageGroup.",
+        )
+
+
+def check_attributes(attributes: object, arn_to_name: Any, fifo: bool) -> dict[str, str]:
     """CreateQueue's or SetQueueAttributes' Attributes, checked as SQS checks them: the FIFO
-    ones on a FIFO queue only, FifoQueue at creation only (and left out of what is returned)."""
+    ones on a FIFO queue only (FifoQueue true, a no-op, and left out of what is returned)."""
     if attributes is None:
         return {}
     if not isinstance(attributes, dict):
         raise invalid("Attributes must be a map of attribute names to values.")
     out: dict[str, str] = {}
     for name, value in attributes.items():
-        if name in FIFO and (fifo or name == "FifoQueue" and creating):
+        if name in FIFO and fifo:
             known = {v.lower(): v for v in FIFO_VALUES[name]}
             if not isinstance(value, str) or value.lower() not in known:
                 raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
             if name != "FifoQueue":
                 out[name] = known[value.lower()]
-            elif not creating:
-                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            elif known[value.lower()] != "true":  # (true: what the queue is, a no-op)
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    f"Invalid value for the parameter {name}. Reason: Modifying queue type is not supported.",
+                )
             continue
+        if name in ("DeduplicationScope", "FifoThroughputLimit"):  # on a standard queue
+            raise SqsError("InvalidAttributeName", f"You can specify the {name} only when FifoQueue is set to true.")
         if name not in STORED and name not in SETTINGS:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if not is_text(value):

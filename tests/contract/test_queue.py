@@ -196,6 +196,20 @@ def test_dedup_key_within_the_window(make_queue, r: redis.Redis) -> None:
     assert q.enqueue("d", dedup_key="order-1") != first
 
 
+def test_forget_dedup_keys_lets_a_key_enqueue_anew_and_keeps_the_messages(make_queue, r: redis.Redis) -> None:
+    q = make_queue(dedup_window=60)
+    first = q.enqueue("a", dedup_key="order-1")
+    q.enqueue_many(["b", "c"], dedup_keys=["order-2", None])
+    other = make_queue("other", dedup_window=60)
+    kept = other.enqueue("x", dedup_key="order-1")  # another queue's record stays
+    assert q.forget_dedup_keys() == 2
+    assert not r.exists("kq:{q}:dedup:order-1", "kq:{q}:dedup:order-2") and r.exists("kq:{other}:dedup:order-1")
+    again = q.enqueue("a again", dedup_key="order-1")
+    assert again != first and q.length() == 4
+    assert other.enqueue("x", dedup_key="order-1") == kept
+    assert q.forget_dedup_keys() == 1 and q.forget_dedup_keys() == 0
+
+
 def test_dedup_window_expires(make_queue, r: redis.Redis) -> None:
     from ..support.helpers import wait_until
 

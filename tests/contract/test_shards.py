@@ -499,6 +499,11 @@ def test_a_dedup_key_holds_for_the_whole_queue_whatever_routes_the_message(
     assert make_queue("dedup-all").enqueue("again", dedup_key="e", shard_key="zzz") == y
     assert sorted(m.text for m in q.peek(100)) == ["first", "y"]
     assert q.counters()["enqueued"] == 2
+    # forgotten (each shard's records and routes): the keys enqueue anew, wherever they route
+    assert q.forget_dedup_keys() >= 2
+    assert q.enqueue("anew", dedup_key="d", shard_key="other") not in (first, y)
+    assert q.enqueue("anew", dedup_key="e") not in (first, y)
+    assert q.counters()["enqueued"] == 4
 
 
 def test_producers_racing_with_one_dedup_key_and_other_routes_enqueue_it_once(make_queue: MakeQueue) -> None:

@@ -66,6 +66,8 @@ def test_long_poll_and_worker_on_a_cluster(cluster: RedisCluster) -> None:
     seen: list[str] = []
     Worker(q, lambda m: seen.append(m.text)).run(burst=True)
     assert seen == ["a", "b", "c"]
+    first = q.enqueue("d", dedup_key="k")  # (a dedup record's SCAN goes to its slot's node)
+    assert q.forget_dedup_keys() == 1 and q.enqueue("d", dedup_key="k") != first
     q.destroy()
     assert q.stats().waiting == 0 and not cluster.keys("kq:{polled}:*", target_nodes=RedisCluster.ALL_NODES)
 

@@ -704,7 +704,12 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
             "AWS.SimpleQueueService.NonExistentQueue",
             400,
         ),
-        (lambda: c.send_message(QueueUrl=url, MessageBody=""), "MissingParameter", "MissingParameter", 400),
+        (
+            lambda: c.send_message(QueueUrl=url, MessageBody=""),
+            "MissingRequiredParameterException",
+            "MissingParameter",
+            400,
+        ),
         (
             lambda: c.send_message(QueueUrl=url, MessageBody="a\x00b"),
             "InvalidMessageContents",
@@ -713,7 +718,7 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
         ),
         (
             lambda: c.send_message(QueueUrl=url, MessageBody="x" * 1_048_577),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
@@ -721,7 +726,7 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
             lambda: c.send_message(
                 QueueUrl=url, MessageBody="x", MessageAttributes={"a": {"DataType": "String", "StringValue": ""}}
             ),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
@@ -729,13 +734,13 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
             lambda: c.send_message(
                 QueueUrl=url, MessageBody="x", MessageAttributes={"n": {"DataType": "Number", "StringValue": "12x"}}
             ),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
         (
             lambda: c.send_message(QueueUrl=url, MessageBody="x", DelaySeconds=901),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
@@ -753,7 +758,7 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
         ),
         (
             lambda: c.create_queue(QueueName="x", Attributes={"FifoQueue": "true"}),  # (not named .fifo)
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
@@ -791,13 +796,13 @@ def test_error_codes_statuses_and_the_query_error_header(kq: Server) -> None:
         # text SQS refuses (a lone surrogate) anywhere is the caller's error, not a 500
         (
             lambda: c.tag_queue(QueueUrl=url, Tags={"team": "a\ud800"}),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),
         (
             lambda: c.tag_queue(QueueUrl=url, Tags={"k" * 129: "v"}),
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
             "InvalidParameterValue",
             400,
         ),

@@ -80,13 +80,32 @@ def test_a_fifo_name_without_the_attribute_is_refused(kq: Server) -> None:
     assert code(lambda: c.set_queue_attributes(QueueUrl=std, Attributes={"ContentBasedDeduplication": "true"})) == (
         "InvalidAttributeName"
     )
-    url = fifo_queue(kq)
-    assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "true"})) == (
+    assert code(lambda: c.create_queue(QueueName=f"s-{uuid.uuid4().hex[:10]}", Attributes={"FifoQueue": "false"})) == (
         "InvalidAttributeName"
+    )
+    for name in ("DeduplicationScope", "FifoThroughputLimit"):
+        err = error_of(lambda: c.set_queue_attributes(QueueUrl=std, Attributes={name: "x"}))["Error"]
+        assert (err["Code"], err["Message"]) == (
+            "InvalidAttributeName",
+            f"You can specify the {name} only when FifoQueue is set to true.",
+        )
+    url = fifo_queue(kq)
+    c.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "true"})  # (what it is: a no-op)
+    err = error_of(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "false"}))["Error"]
+    assert (err["Code"], err["Message"]) == (
+        "InvalidAttributeValue",
+        "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.",
     )
     assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "x"})) == (
         "InvalidAttributeValue"
     )
+    # high throughput: perMessageGroupId only with DeduplicationScope messageGroup
+    per_group = {"FifoThroughputLimit": "perMessageGroupId"}
+    assert code(lambda: c.set_queue_attributes(QueueUrl=url, Attributes=per_group)) == "InvalidAttributeValue"
+    assert code(lambda: fifo_queue(kq, **per_group)) == "InvalidAttributeValue"
+    c.set_queue_attributes(QueueUrl=url, Attributes={**per_group, "DeduplicationScope": "messageGroup"})
+    got = c.get_queue_attributes(QueueUrl=url, AttributeNames=["FifoThroughputLimit", "DeduplicationScope"])
+    assert got["Attributes"] == {"FifoThroughputLimit": "perMessageGroupId", "DeduplicationScope": "messageGroup"}
     # the same name again is the same queue (the booleans in any case)
     again = {"FifoQueue": "True", "ContentBasedDeduplication": "FALSE"}
     assert c.create_queue(QueueName=url.rsplit("/", 1)[1], Attributes=again)["QueueUrl"] == url
@@ -129,9 +148,10 @@ def test_deduplication_over_the_window_explicit_id_over_content(sqs: Server) -> 
     assert [(m["Body"], m["Attributes"]["MessageDeduplicationId"]) for m in got] == [("same", "other")]
 
 
-def test_deduplication_outlives_delete_and_purge_and_a_duplicate_answers_the_first(kq: Server) -> None:
+def test_deduplication_outlives_delete_not_purge_and_a_duplicate_answers_the_first(kq: Server) -> None:
     # SQS deduplicates for 5 minutes from the first send, deleted or not, and answers a
-    # duplicate with the first's MessageId (moto forgets a deleted message's id and makes a new one)
+    # duplicate with the first's MessageId (moto forgets a deleted message's id and makes a new
+    # one); PurgeQueue clears the deduplication too
     c = kq.sqs
     url = fifo_queue(kq)
     first = c.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="d")
@@ -140,11 +160,11 @@ def test_deduplication_outlives_delete_and_purge_and_a_duplicate_answers_the_fir
     again = c.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g", MessageDeduplicationId="d")
     assert again["MessageId"] == first["MessageId"] and again["SequenceNumber"] == first["SequenceNumber"]
     assert receive(kq, url) == [] and kq.count(url) == 0
-    c.purge_queue(QueueUrl=url)  # (messages, not deduplication ids)
-    c.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="g", MessageDeduplicationId="d")
-    assert kq.count(url) == 0
-    c.send_message(QueueUrl=url, MessageBody="d", MessageGroupId="g", MessageDeduplicationId="e")
-    assert [m["Body"] for m in receive(kq, url)] == ["d"]
+    c.purge_queue(QueueUrl=url)
+    after = c.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="g", MessageDeduplicationId="d")
+    assert after["MessageId"] != first["MessageId"]
+    c.send_message(QueueUrl=url, MessageBody="d", MessageGroupId="h", MessageDeduplicationId="e")
+    assert [m["Body"] for m in receive(kq, url)] == ["c", "d"]
 
 
 def test_each_group_in_order_and_blocked_while_in_flight(sqs: Server) -> None:
@@ -229,23 +249,43 @@ def test_a_batch_of_several_groups_keeps_each_groups_order(sqs: Server) -> None:
     assert [b for b in delivered if b[0] == "b"] == ["b1", "b3", "b5"]
 
 
-def test_a_batch_entry_without_a_group_fails_alone(kq: Server) -> None:
-    # (moto fails the whole request)
+def test_a_batch_with_an_entry_lacking_its_group_or_deduplication_id_fails_whole(sqs: Server) -> None:
+    c = sqs.sqs
+    url = fifo_queue(sqs)
+    ok = {"Id": "ok", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "d1"}
+    for bad in (
+        {"Id": "nogroup", "MessageBody": "b", "MessageDeduplicationId": "d2"},
+        {"Id": "nodedup", "MessageBody": "b", "MessageGroupId": "g"},  # (no content-based deduplication)
+    ):
+        refused = code(lambda: c.send_message_batch(QueueUrl=url, Entries=[ok, bad]))
+        # (SQS answers InvalidParameterValue for both; moto says MissingParameter for the group)
+        assert refused == "InvalidParameterValue" or sqs.kind == "moto" and refused == "MissingParameter"
+    assert sqs.count(url) == 0
+
+
+def test_a_batch_entry_with_its_own_delay_fails_alone(kq: Server) -> None:
     c = kq.sqs
     url = fifo_queue(kq, ContentBasedDeduplication="true")
     out = c.send_message_batch(
         QueueUrl=url,
         Entries=[
             {"Id": "ok", "MessageBody": "a", "MessageGroupId": "g"},
-            {"Id": "nogroup", "MessageBody": "b"},
             {"Id": "delayed", "MessageBody": "c", "MessageGroupId": "g", "DelaySeconds": 3},
         ],
     )
     assert [e["Id"] for e in out["Successful"]] == ["ok"]
-    assert {e["Id"]: e["Code"] for e in out["Failed"]} == {
-        "nogroup": "MissingParameter",
-        "delayed": "InvalidParameterValue",
-    }
+    assert {e["Id"]: e["Code"] for e in out["Failed"]} == {"delayed": "InvalidParameterValue"}
+
+
+def test_the_json_error_types_are_sqs_own(kq: Server) -> None:
+    """The JSON protocol's __type of the two common errors, as SQS names them (boto3's
+    QueryErrorCode); the query code (boto3's Code) is the short one."""
+    c = kq.sqs
+    url = fifo_queue(kq)
+    missing = error_of(lambda: c.send_message(QueueUrl=url, MessageBody="a", MessageDeduplicationId="d"))["Error"]
+    assert (missing["Code"], missing["QueryErrorCode"]) == ("MissingParameter", "MissingRequiredParameterException")
+    invalid = error_of(lambda: c.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g"))["Error"]
+    assert (invalid["Code"], invalid["QueryErrorCode"]) == ("InvalidParameterValue", "InvalidParameterValueException")
 
 
 def test_queue_delay_applies_and_standard_queues_refuse_fifo_parameters(kq: Server) -> None:
