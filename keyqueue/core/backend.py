@@ -161,8 +161,16 @@ class Backend(Protocol):
     ) -> Op[Enqueued]: ...
 
     def claim(
-        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
-    ) -> Op[Claimed]: ...
+        self,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        retention_ms: int | None = None,
+        counted: bool = False,
+    ) -> Op[Claimed]:
+        """``counted``: the caller has counted this claim's refusal (a retry of a long-poll held
+        back), so a refusal now is not counted again."""
 
     def wait_then_claim(
         self,
@@ -173,6 +181,7 @@ class Backend(Protocol):
         bucket_ms: int,
         max_receives: int | None,
         retention_ms: int | None = None,
+        counted: bool = False,
     ) -> Op[Claimed]: ...
 
     def ack(self, pairs: Sequence[tuple[str, str]], bucket_ms: int) -> Op[int]: ...

@@ -31,6 +31,7 @@ def claim_any(
     deadline = time.monotonic() + wait
     skip: int | None = None if poll_first else 0  # the queue the last wait just claimed
     looked = False
+    refused: set[int] = set()  # the queues whose refusal by their limits this call has counted
     while True:
         failed: list[Exception] = []
         for i, (target, core) in enumerate(targets):
@@ -43,7 +44,7 @@ def claim_any(
                 # since (its timers) moved messages back.
                 if i == skip and not (yield target, core.reap_if_due()):
                     continue
-                got = yield target, core.claim(count, visibility_timeout, 0.0)
+                got = yield target, core.claim(count, visibility_timeout, 0.0, i in refused)
             except TRANSIENT as exc:
                 if len(targets) == 1:
                     raise
@@ -55,6 +56,8 @@ def claim_any(
                     log.warning("queue %s out of reach (%s); serving the others meanwhile", core.name, exc)
                 core.out_of_reach = True
                 continue
+            if core.refused:
+                refused.add(i)
             if core.out_of_reach:
                 log.warning("queue %s within reach again", core.name)
                 core.out_of_reach = False
@@ -100,6 +103,8 @@ def claim_any(
         target, first = targets[skip]
         # one BLPOP watches every open queue; the claim runs as it wakes
         signals = [targets[i][1].keys.signal for i in open_]
-        got = yield target, first.wait_then_claim(signals, remaining, count, visibility_timeout)
+        got = yield target, first.wait_then_claim(signals, remaining, count, visibility_timeout, skip in refused)
+        if first.refused:
+            refused.add(skip)
         if got:
             return skip, got

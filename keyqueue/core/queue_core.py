@@ -308,6 +308,7 @@ class QueueCore:
         #: Flow control (monotonic time): until when the last claim's limits hold claims back
         #: (a long-poll or a worker sleeps until then instead of polling).
         self.limited_until = 0.0
+        self.refused = False  # the last claim's limits held messages back
         #: Whether its last claim among several queues' failed for an outage of its node (a
         #: claim of several queues serves the others meanwhile, and says so once).
         self.out_of_reach = False
@@ -678,9 +679,13 @@ class QueueCore:
             return s.visibility_ms
         return seconds_arg("visibility_timeout", visibility_timeout, allow_zero=False)
 
-    def claim(self, count: int, visibility_timeout: float | None, wait: float) -> Op[list[Fields]]:
+    def claim(
+        self, count: int, visibility_timeout: float | None, wait: float, counted: bool = False
+    ) -> Op[list[Fields]]:
         """Up to ``count`` messages; ``wait`` long-polls, waking also when a reap may be due
-        (expiring and due delayed messages signal nobody)."""
+        (expiring and due delayed messages signal nobody). A claim its limits refuse is
+        counted once (``throttled``), however often its long-poll tries again, and not at
+        all when ``counted`` (its caller's earlier try was)."""
         whole_number("count", count, 1)
         if visibility_timeout is not None:
             seconds_arg("visibility_timeout", visibility_timeout, allow_zero=False)
@@ -689,36 +694,44 @@ class QueueCore:
         vis_ms = self.visibility_ms(visibility_timeout, s)
         deadline = time.monotonic() + wait_ms / 1000.0
         yield from self.reap_if_due()
-        got = yield from self.claim_now(count, vis_ms)
+        got = yield from self.claim_now(count, vis_ms, counted)
+        counted = counted or self.refused
         while not got:
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0 or self.found_shards:  # (found sharded: the face claims from the shards)
                 return []
             if (yield from self.reap_if_due()):
-                got = yield from self.claim_now(count, vis_ms)
-                continue
-            if self.limited_until > now:  # held back: sleep until the limit may let one through
+                got = yield from self.claim_now(count, vis_ms, counted)
+            elif self.limited_until > now:  # held back: sleep until the limit may let one through
                 yield from self.held_back(min(remaining, self.limited_until - now))
-                got = yield from self.claim_now(count, vis_ms)
-                continue
-            wake = max(min(self.next_reap(), self.fire_wake) - now, 0.01)
-            got = yield from self.wait_then_claim([self.keys.signal], min(remaining, wake), count, visibility_timeout)
+                got = yield from self.claim_now(count, vis_ms, counted)
+            else:
+                wake = max(min(self.next_reap(), self.fire_wake) - now, 0.01)
+                got = yield from self.wait_then_claim(
+                    [self.keys.signal], min(remaining, wake), count, visibility_timeout, counted
+                )
+            counted = counted or self.refused
         return got
 
-    def claim_now(self, count: int, vis_ms: int) -> Op[list[Fields]]:
+    def claim_now(self, count: int, vis_ms: int, counted: bool = False) -> Op[list[Fields]]:
         s = yield from self.ready()
-        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms)
+        done: Claimed = yield from self.ops.claim(count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms, counted)
         return (yield from self.took(done))
 
     def wait_then_claim(
-        self, signals: Sequence[str], seconds: float, count: int, visibility_timeout: float | None
+        self,
+        signals: Sequence[str],
+        seconds: float,
+        count: int,
+        visibility_timeout: float | None,
+        counted: bool = False,
     ) -> Op[list[Fields]]:
         """BLPOP on ``signals`` (this queue's among them) for one slice, then claim here."""
         s = yield from self.ready()
         vis_ms = self.visibility_ms(visibility_timeout, s)
         done: Claimed = yield from self.ops.wait_then_claim(
-            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms
+            signals, self.slice(seconds), count, vis_ms, s.bucket_ms, s.max_receives, s.retention_ms, counted
         )
         return (yield from self.took(done))
 
@@ -734,6 +747,7 @@ class QueueCore:
         mono = time.monotonic()
         self.due_at = math.inf if ms is None else mono + ms / 1000.0
         limited = done.limited_ms
+        self.refused = limited is not None  # (the claim was counted as refused, or would have been)
         if limited is None:
             self.limited_until = 0.0
         else:

@@ -178,6 +178,8 @@ def definition(
         raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP)}, not {catch_up!r}")
     assert isinstance(catch_up, str)
     grace = None if misfire_grace is None else _seconds_ms("misfire_grace", misfire_grace, 0)
+    if grace == 0:  # (every fire is some ms late: a grace of 0 would skip them all, as APScheduler refuses it)
+        raise InvalidSchedule(f"misfire_grace must be a number of seconds > 0 (None: no limit), not {misfire_grace!r}")
     return Definition(expr, every_ms, tz, start_ms, end_ms, _seconds_ms("jitter", jitter, 0), catch_up, grace)
 
 

@@ -8,7 +8,9 @@
   KEYS[7] config  KEYS[8] counters (dead_lettered, expired, throttled)  KEYS[9] throttle
   ARGV[3] count  ARGV[4] visibility ms  ARGV[5] bucket ms  ARGV[6] max receives ('' = no limit)
   ARGV[7] retention ms ('' = none)
-  A shard of a sharded queue (optional): ARGV[8] the key base of the window counters it shares
+  ARGV[11] '1' when the claim retries one whose refusal its caller has counted (a long-poll
+  held back: a refused claim is counted once), else '' or none.
+  A shard of a sharded queue (optional, '' each when not): ARGV[8] the key base of the window counters it shares
   (the logical queue's), and on one server KEYS[10..] the other shards' processing (the
   in-flight cap counts them all); on a cluster ARGV[9], ARGV[10] its share (index, shard
   count) of each window and of the in-flight cap: of the window's N claims numbered w * N on
@@ -41,6 +43,9 @@ local function read_whole(ik)
 end
 
 local count = tonumber(ARGV[3])
+-- ARGV[i], nil when absent or '' (the optional ones)
+local function opt(i) local v = ARGV[i]; if v == '' then return nil end; return v end
+local shared_base, share_index, share_count = opt(8), opt(9), opt(10)
 local bucket_ms = tonumber(ARGV[5])
 local max_receives = tonumber(ARGV[6])
 local retention = tonumber(ARGV[7])
@@ -74,8 +79,8 @@ if count > 0 and limits[2] and limits[2] ~= '' then
     if not other then return corrupt(KEYS[i]) end
     held = held + other
   end
-  if ARGV[10] then
-    local index, shards = tonumber(ARGV[9]), tonumber(ARGV[10])
+  if share_count then
+    local index, shards = tonumber(share_index), tonumber(share_count)
     cap = math.floor((cap - 1 - index) / shards) - math.floor((-1 - index) / shards)
   end
   local free = math.max(cap - held, 0)
@@ -86,12 +91,12 @@ if count > 0 and limits[1] and limits[1] ~= '' then
   local window = tonumber(s) and math.floor(tonumber(s) * 1000 + 0.5)
   if not window or window < 1 then return corrupt(KEYS[7]) end
   local w = math.floor(now / window)
-  rate_key, window_end = (ARGV[8] or BASE) .. 'rate:' .. fmt(w), (w + 1) * window
+  rate_key, window_end = (shared_base or BASE) .. 'rate:' .. fmt(w), (w + 1) * window
   local used = checked(bad, 'GET', rate_key)
   if used == nil or (used and not tonumber(used)) then return corrupt(rate_key) end
   local limit = tonumber(n)
-  if ARGV[10] then
-    local index, shards = tonumber(ARGV[9]), tonumber(ARGV[10])
+  if share_count then
+    local index, shards = tonumber(share_index), tonumber(share_count)
     limit = math.floor(((w + 1) * limit - 1 - index) / shards) - math.floor((w * limit - 1 - index) / shards)
   end
   local left = math.max(limit - tonumber(used or '0'), 0)
@@ -334,7 +339,8 @@ end
 -- A refused claim (messages wait that a limit kept back) is counted once; a limit that kept
 -- nothing back is not reported.
 if limited then
-  if rcall('LLEN', KEYS[1]) > 0 then rcall('HINCRBY', KEYS[8], 'throttled', 1) else out[7] = false end
+  if rcall('LLEN', KEYS[1]) == 0 then out[7] = false
+  elseif not opt(11) then rcall('HINCRBY', KEYS[8], 'throttled', 1) end
 end
 local earliest = first[2] and tonumber(first[2])
 if claimed > 0 then

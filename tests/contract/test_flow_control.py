@@ -156,6 +156,31 @@ def test_refused_claims_are_counted_once_each(make_queue: MakeQueue, clock: Fake
     assert q.counters()["throttled"] == 3
 
 
+def test_a_held_back_long_poll_is_counted_once(make_queue: MakeQueue) -> None:
+    """A claim(wait=...) its limits hold back tries again about once a second (a limit lifted
+    elsewhere applies); it is still one refused claim. So is a claim of several queues."""
+    q = make_queue()
+    q.enqueue("a")
+    q.throttle(60)
+    t0 = time.monotonic()
+    assert q.claim(wait=1.6) is None
+    assert time.monotonic() - t0 >= 1.5  # (it tried again at least once)
+    assert q.counters()["throttled"] == 1
+    assert q.claim_many(5, wait=1.2) == [] and q.counters()["throttled"] == 2
+
+
+def test_a_held_back_claim_of_several_queues_is_counted_once(r: redis.Redis, scripting: bool) -> None:
+    from keyqueue.queue import claim_any
+
+    limited = Queue("limited", client=r, scripting=scripting, rate_limit="1/3600")
+    other = Queue("other", client=r, scripting=scripting)
+    limited.enqueue_many(["l1", "l2"])
+    assert claim_any([limited, other], 5)[0] is limited  # (cut by the limit: counted)
+    assert limited.counters()["throttled"] == 1
+    assert claim_any([limited, other], 5, wait=2.2) == (None, [])  # (tried again a second on)
+    assert limited.counters()["throttled"] == 2
+
+
 def test_rate_state_without_limits(make_queue: MakeQueue, r: redis.Redis) -> None:
     q = make_queue()
     q.enqueue("a")

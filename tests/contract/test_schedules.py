@@ -193,6 +193,8 @@ def test_start_in_the_future(q: Queue) -> None:
         {"every": 5, "catch_up": "most"},
         {"every": 5, "id": "bad id!"},
         {"every": 5, "jitter": -1},
+        {"every": 5, "misfire_grace": 0},  # (every fire is a little late: none would fire)
+        {"every": 5, "misfire_grace": -1},
     ],
 )
 def test_bad_input_writes_nothing(q: Queue, r: redis.Redis, kw: dict[str, Any]) -> None:

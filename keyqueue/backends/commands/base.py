@@ -42,7 +42,8 @@ def _signal(key: str) -> list[Command]:
 class _Claim:
     """What the passes of one claim gathered."""
 
-    def __init__(self) -> None:
+    def __init__(self, counted: bool = False) -> None:
+        self.counted = counted  # its caller has counted a refusal: another is not counted
         self.messages: list[Fields] = []
         self.dead = 0
         self.expired = 0

@@ -19,12 +19,18 @@ from .flow import Flow, counted
 
 class Consume(CommandBase):
     def claim(
-        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
+        self,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        retention_ms: int | None = None,
+        counted: bool = False,
     ) -> Op[Claimed]:
         """Up to ``count`` messages, in passes of at most watch_chunk. When every head entry
         it tried was held by another claimer, it looks again (a few times), so a claim does
         not come back empty while messages wait behind a contested head."""
-        out = _Claim()
+        out = _Claim(counted)
         offset = 0
         wanted = count
         attempt = 0
@@ -104,7 +110,7 @@ class Consume(CommandBase):
         if not ids:
             if flow.limited_ms is not None and int(waiting_len):
                 out.limited_ms = flow.limited_ms
-                yield from self._refused(flow, int(waiting_len))
+                yield from self._refused(flow, int(waiting_len) and not out.counted)
             return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
@@ -138,7 +144,7 @@ class Consume(CommandBase):
                 ids = ids[:allowed]
                 out.limited_ms = flow.limited_ms
             if not ids:
-                yield from self._refused(flow, int(waiting_len), unwatch=True)
+                yield from self._refused(flow, int(waiting_len) and not out.counted, unwatch=True)
                 return [], deadline, 0
         fields: dict[str, dict[bytes, bytes]] = {}
         for i, raw in zip(ids, got[len(typed) :]):
@@ -228,7 +234,7 @@ class Consume(CommandBase):
             tx.append(("HINCRBY", k.counters, "expired", expired))
         if int(waiting_len) <= len(delivered):  # the limits held nothing back
             out.limited_ms = None
-        tx += flow.settle(flow.reserved_count, len(delivered), out.limited_ms is not None)
+        tx += flow.settle(flow.reserved_count, len(delivered), out.limited_ms is not None and not out.counted)
         drops: list[Command] = []
         for i in stale:
             if i in won:
@@ -252,9 +258,10 @@ class Consume(CommandBase):
         out.expired += expired
         return delivered, deadline, busy
 
-    def _refused(self, flow: Flow, waiting: int, unwatch: bool = False) -> Op[None]:
-        """A claim the limits refused: its reservation given back, counted when messages wait."""
-        commands = [*flow.settle(flow.reserved_count, 0, waiting > 0), *([("UNWATCH",)] if unwatch else [])]
+    def _refused(self, flow: Flow, count: object, unwatch: bool = False) -> Op[None]:
+        """A claim the limits refused: its reservation given back, counted when ``count``
+        (messages wait, and its caller has not counted the claim's refusal)."""
+        commands = [*flow.settle(flow.reserved_count, 0, bool(count)), *([("UNWATCH",)] if unwatch else [])]
         if commands:
             self._raise_errors(commands, (yield commands))
 
@@ -267,6 +274,7 @@ class Consume(CommandBase):
         bucket_ms: int,
         max_receives: int | None,
         retention_ms: int | None = None,
+        counted: bool = False,
     ) -> Op[Claimed]:
         woken = yield from one(
             (
@@ -277,4 +285,4 @@ class Consume(CommandBase):
         )
         if isinstance(woken, ResponseError):
             raise error_for(woken, signals[0])
-        return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives, retention_ms))
+        return (yield from self.claim(count, visibility_ms, bucket_ms, max_receives, retention_ms, counted))

@@ -18,16 +18,33 @@ class Consume(ScriptBase):
         return self.consume_keys if self.flow is None else (*self.consume_keys, *self.flow.processing)
 
     def _claim_args(
-        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None
+        self,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        retention_ms: int | None,
+        counted: bool,
     ) -> tuple[Any, ...]:
+        base = (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms))
         rate = () if self.flow is None else self.flow.args()
-        return (count, visibility_ms, bucket_ms, _max_receives(max_receives), _max_receives(retention_ms), *rate)
+        if not counted:
+            return (*base, *rate)
+        return (*base, *rate, *[""] * (3 - len(rate)), "1")  # (ARGV[11], after the optional three)
 
     def claim(
-        self, count: int, visibility_ms: int, bucket_ms: int, max_receives: int | None, retention_ms: int | None = None
+        self,
+        count: int,
+        visibility_ms: int,
+        bucket_ms: int,
+        max_receives: int | None,
+        retention_ms: int | None = None,
+        counted: bool = False,
     ) -> Op[Claimed]:
         reply = yield from self.call(
-            "claim", self._claim_keys(), self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
+            "claim",
+            self._claim_keys(),
+            self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms, counted),
         )
         return claimed(reply)
 
@@ -40,11 +57,14 @@ class Consume(ScriptBase):
         bucket_ms: int,
         max_receives: int | None,
         retention_ms: int | None = None,
+        counted: bool = False,
     ) -> Op[Claimed]:
         """BLPOP on ``signals``, then claim, in one round trip: Redis runs a connection's
         commands in order, so the claim runs the moment the BLPOP wakes (or times out)."""
         claim = self._evalsha(
-            "claim", self._claim_keys(), self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms)
+            "claim",
+            self._claim_keys(),
+            self._claim_args(count, visibility_ms, bucket_ms, max_receives, retention_ms, counted),
         )
         tail = self.replication.tail()
         woken, *replies = yield [("BLPOP", *signals, timeout), claim, *tail]
