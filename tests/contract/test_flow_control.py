@@ -169,6 +169,23 @@ def test_a_held_back_long_poll_is_counted_once(make_queue: MakeQueue) -> None:
     assert q.claim_many(5, wait=1.2) == [] and q.counters()["throttled"] == 2
 
 
+def test_a_long_poll_held_back_by_a_full_window_only_reads(r: redis.Redis, scripting: bool) -> None:
+    """Its look each second, once the window is known full, writes nothing: no reservation
+    made and given back (the script-free mode reads the window's count in its first round
+    trip), and the refusal is counted once."""
+    q = Queue("full", client=r, scripting=scripting, rate_limit="1/3600")
+    q.enqueue_many(["a", "b"])
+    assert q.claim() is not None
+    r.config_resetstat()
+    t0 = time.monotonic()
+    assert q.claim(wait=3.2) is None
+    elapsed = time.monotonic() - t0
+    sent = {k[len("cmdstat_") :]: v["calls"] for k, v in r.info("commandstats").items()}
+    writes = {c: n for c, n in sent.items() if c in ("incrby", "decrby", "pexpire", "hincrby", "watch", "multi")}
+    assert writes == {"hincrby": 1}, sent  # (the one count of the refusal)
+    assert sum(sent.values()) <= 16 * (elapsed + 1), sent  # a few reads a look, a look a second
+
+
 def test_a_held_back_claim_of_several_queues_is_counted_once(r: redis.Redis, scripting: bool) -> None:
     from keyqueue.queue import claim_any
 

@@ -88,6 +88,10 @@ class CommandBase:
         self.watch_chunk = WATCH_CHUNK  # item keys per WATCH (a small one crosses chunks with few ids)
         self.replication = replication
         self.flow: FlowScope | None = None
+        #: The rate limit's window counter the last claim used: the next claim reads it in its
+        #: first round trip, so one made while that window is full is refused there, with no
+        #: reservation (a held-back long-poll's look each second stays a few reads).
+        self.last_rate_key: str | None = None
         k = keys
         self.state_keys = (k.queue, k.items, k.processing, k.timers, k.dead)
         self.waking_keys = (*self.state_keys, k.signal)

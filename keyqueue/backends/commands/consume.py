@@ -78,10 +78,12 @@ class Consume(CommandBase):
         k = self.keys
         read: Command = ("LINDEX", k.queue, offset) if count == 1 else ("LRANGE", k.queue, offset, offset + count - 1)
         # An empty queue costs one round trip of three commands (an idle long-poll does this).
+        last_key = self.last_rate_key
         flow_reads: list[Command] = [
             ("HMGET", k.config, "rate_limit", "max_in_flight"),
             ("GET", k.throttle),
             *(("SCARD", key) for key in counted(k, self.flow)),
+            *([("GET", last_key)] if last_key else []),
         ]
         now, (heads, waiting_len, config, first, grouped, group_mark, *flow_got) = yield from self._open(
             (),
@@ -103,7 +105,11 @@ class Consume(CommandBase):
             heads = [] if heads is None else [heads]
         out.read = len(heads)
         read_limits, throttle, *held = flow_got or (None, None)
+        used = held.pop() if last_key and flow_got else None
         flow = Flow(k, now, read_limits, throttle, sum(int(h) for h in held), self.flow)
+        if limits:
+            flow.full_window(last_key, used)
+            self.last_rate_key = flow.rate_key
         heads = heads[: flow.cut(count)]
         ids = list(dict.fromkeys(_text(h) for h in heads))
         deadline = now + visibility_ms

@@ -68,6 +68,15 @@ class Flow:
             self.limit = rate[0] if scope is None else scope.limit(rate[0], w)
             self.rate_key, self.window_end = (keys if scope is None else scope.keys).rate(w), (w + 1) * window
 
+    def full_window(self, key: str | None, used: Any) -> None:
+        """Refuse at once when ``used``, the count read of window counter ``key``, shows this
+        window (the same key) already full: no reservation to make and give back."""
+        if self.rate_key is None or key != self.rate_key or self.free == 0:
+            return
+        if isinstance(used, bytes) and used.isdigit() and int(used) >= self.limit:
+            self.limited_ms = self.window_end - self.now
+            self.free = 0
+
     def claim_time(self, taken: int) -> int:
         """A delivery's start (ms): when its messages were taken (``taken``), but never before
         the limits were read nor past the rate limit's window it was counted in."""
