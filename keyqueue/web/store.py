@@ -5,6 +5,7 @@ queue names under the prefix, each queue's stats and counters, messages, and the
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
@@ -33,6 +34,10 @@ READ_TIMEOUT = 30.0
 HEALTH_TIMEOUT = 2.0
 #: Queues read at once for the overview and /metrics (each read pins a connection).
 PARALLEL_READS = 8
+#: Seconds a Queue made for a name serves before it is made again: a Queue reads its settings
+#: (its shard count among them) once, so one destroyed and made again otherwise (sharded,
+#: say) would go on showing the old keys' figures.
+REMAKE_AFTER = 30.0
 
 
 class UnknownQueue(LookupError):
@@ -129,7 +134,7 @@ class Store:
         self.shown_url = where(url, self.client)
         self.queue_options = dict(queue_options or {})
         self.rates = RateHistory()
-        self._queues: dict[str, Queue] = {}
+        self._queues: dict[str, tuple[Queue, float]] = {}  # with when it was made (monotonic)
 
     async def aclose(self) -> None:
         """Close the client made from the URL (a client passed in is the caller's)."""
@@ -152,10 +157,15 @@ class Store:
     def _make(self, name: str) -> Queue:
         return Queue(name, client=self.client, prefix=self.prefix, **self.queue_options)
 
+    def _cached(self, name: str) -> Queue | None:
+        got = self._queues.get(name)
+        return got[0] if got is not None and time.monotonic() - got[1] < REMAKE_AFTER else None
+
     def queue(self, name: str) -> Queue:
-        q = self._queues.get(name)
+        q = self._cached(name)
         if q is None:
-            q = self._queues[name] = self._make(name)
+            q = self._make(name)
+            self._queues[name] = (q, time.monotonic())
         return q
 
     async def names(self) -> list[str]:
@@ -164,7 +174,7 @@ class Store:
     async def existing(self, name: str) -> Queue:
         """The queue, when it is registered under the prefix (one SISMEMBER, whatever the
         number of queues); UnknownQueue otherwise, also for a name no queue can have."""
-        q = self._queues.get(name)
+        q = self._cached(name)
         if q is None:
             try:
                 q = self._make(name)
@@ -172,7 +182,8 @@ class Store:
                 raise UnknownQueue(name) from None
         if not await read(q.exists):
             raise UnknownQueue(name)
-        self._queues[name] = q
+        if self._cached(name) is not q:
+            self._queues[name] = (q, time.monotonic())
         return q
 
     async def _view(self, name: str) -> QueueView:

@@ -217,6 +217,24 @@ def test_a_sharded_queue_is_one_row_with_the_real_totals(web: httpx.Client, r: r
     assert done.status_code == 303 and big.stats().dead == 0 and big.get([dead[1].id]) == []
 
 
+def test_a_queue_made_again_with_shards_shows_its_new_figures(
+    web: httpx.Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app keeps a Queue per name a while (it reads its settings once); one destroyed
+    and made again sharded shows the new keys' figures once that while is over."""
+    from keyqueue.web import store
+
+    Queue("remade", client=r).enqueue("one")
+    assert web.get("/api/queues/remade").json()["waiting"] == 1
+    Queue("remade", client=r).destroy()
+    again = Queue("remade", client=r, shards=4)
+    again.enqueue_many([str(i) for i in range(8)])
+    monkeypatch.setattr(store, "REMAKE_AFTER", 0.0)
+    got = web.get("/api/queues/remade").json()
+    assert got["waiting"] == 8 and len(got["shards"]) == 4
+    assert scrape(web)[("keyqueue_enqueued_total", (("queue", "remade"),))] == 8
+
+
 def test_a_sharded_queues_api_and_page_give_each_shards_figures(web: httpx.Client, r: redis.Redis) -> None:
     spread = Queue("spread", client=r, shards=3)
     keyed = [next(k for k in map(str, range(100)) if shard_for(k, 3) == s) for s in range(3)]

@@ -49,6 +49,16 @@ def test_the_refreshed_part_of_the_queue_page_holds_the_groups(web: httpx.Client
     assert 'id="groups"' not in part and 'data-k="held"' not in part
 
 
+def test_the_queue_page_lists_held_messages_and_says_when_there_are_none(web: httpx.Client, r: redis.Redis) -> None:
+    q = orders(r)
+    page = web.get("/queues/orders", params={"source": "held"})
+    assert page.status_code == 200 and "bob 1" in page.text and "alice 2" in page.text
+    while m := q.claim():
+        assert m.ack()
+    page = web.get("/queues/orders", params={"source": "held"})
+    assert page.status_code == 200 and "No held messages." in page.text
+
+
 def test_metrics_hold_the_held_messages(web: httpx.Client, r: redis.Redis) -> None:
     q = orders(r)
     m = scrape(web)
