@@ -296,6 +296,12 @@ def from_url(url: str, cls: Any = redis.Redis) -> Any:
             cluster_parts(url)  # a bad URL is a ConfigurationError before any connection
             return cluster_client(url, cls)
         rest, options = _split_pool_options(url)
+        if scheme in ("redis", "rediss"):
+            # (after the user info, which runs to the last "@" and may hold a "/")
+            where = re.split(r"[?#]", rest.partition("://")[2].rpartition("@")[2])[0]
+            database = where.partition("/")[2]
+            if database and not database.isdigit():  # (redis-py would take database 0, without a word)
+                raise ValueError("the database (after the port) must be a number, as in redis://host:6379/0")
         pool = pool_class(cls, False).from_url(rest, **_pool_settings(options))
         # redis-py checks unknown query parameters only when it first connects: make one
         # connection object (no I/O) so a typo in the URL fails here, as a bad URL.

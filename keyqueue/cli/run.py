@@ -148,8 +148,8 @@ WORKER_OPTIONS = (
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Worker processes, each with -c threads or tasks, under a supervisor that "
-    "replaces one that dies and passes SIGTERM/SIGINT on to all.",
+    help="Worker processes, each with -c threads or tasks. 2 or more run under a supervisor that "
+    "replaces one that dies and passes SIGTERM/SIGINT on to all; 1 runs the worker in this process.",
 )
 @click.option("--supervisor-pid", type=int, default=None, hidden=True)
 @click.option(

@@ -136,13 +136,19 @@ async def _read(conn: Any) -> Any:
         return exc
 
 
-def _raise_if_cancelled() -> None:
+def _cancel_requests() -> int:
+    """How many cancels of the running task are pending (``Task.cancelling``)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling() if cancelling is not None else 0
+
+
+def _raise_if_cancelled(before: int) -> None:
     """A cancel that redis-py swallowed mid-command (its internal wait_for can, on Python
     3.11) still ends the operation at the next step, before anything more is sent; the
-    connection is then dropped, so nothing it sent runs for it later."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling():
+    connection is then dropped, so nothing it sent runs for it later. Only a cancel asked
+    for since the operation began (``before`` pending then): one the caller caught and went
+    on from is not raised again at each operation after it (which had done its writes)."""
+    if _cancel_requests() > before:
         raise asyncio.CancelledError
 
 
@@ -150,6 +156,7 @@ async def run(client: Any, op: Op[T]) -> T:
     """Drive ``op`` to its result on an asyncio client."""
     step = Stepper(op)
     pinned = Pinned(client)
+    before = _cancel_requests()
     try:
         while not step.done:
             if isinstance(step.next, Sleep):
@@ -157,7 +164,7 @@ async def run(client: Any, op: Op[T]) -> T:
                 step.send([])
             else:
                 replies = await pinned.round_trip(step.next)
-                _raise_if_cancelled()
+                _raise_if_cancelled(before)
                 step.send(replies)
                 if step.between_waits:
                     await pinned.release(True)

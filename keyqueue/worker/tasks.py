@@ -52,6 +52,33 @@ Handler = Callable[[Message], Awaitable[Any]]
 CANCEL_WAIT = 1.0
 
 
+def run_leaving_deaf_tasks(main: Awaitable[None]) -> None:
+    """``asyncio.run(main)``, but for its end: the tasks still running (a handler that caught
+    its cancellation and went on) are cancelled and given CANCEL_WAIT, then left behind with
+    the loop, where asyncio.run would wait for them without end (the process then outlives
+    its grace period while its message, released, runs elsewhere)."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main)
+    finally:
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.wait(left, timeout=CANCEL_WAIT))
+        deaf = [t for t in left if not t.done()]
+        if deaf:
+            log.warning("%d task(s) went on after their cancellation: the worker exits without them", len(deaf))
+            for t in deaf:  # (said once here: not again as "destroyed but pending" at exit)
+                t._log_destroy_pending = False  # type: ignore[attr-defined]
+        else:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
 async def _first(*aws: Awaitable[Any]) -> None:
     """Wait until one of ``aws`` is done; cancel the others."""
     tasks = [asyncio.ensure_future(a) for a in aws]
@@ -182,7 +209,7 @@ class Worker(WorkerBase[QueueFace, Handler]):
                 for client in close:
                     await client.aclose()
 
-        asyncio.run(main())
+        run_leaving_deaf_tasks(main())
         signals.reraise()
 
     def _lane_done(self, lane: asyncio.Task[None]) -> None:

@@ -80,6 +80,34 @@ def test_a_cancelled_long_poll_takes_nothing(redis_server, r: redis.Redis, scrip
     assert m is not None and m.text == "after the cancellation" and m.receives == 1
 
 
+def test_a_task_that_caught_its_cancellation_goes_on_using_the_queue(
+    redis_server, r: redis.Redis, scripting: bool
+) -> None:
+    """Cleanup code that catches CancelledError and goes on (without uncancel) gets its
+    operations' results: a cancel is raised only by the operation it was asked during, not
+    by every one after it (which would have written, then raised: a retry would duplicate)."""
+    got: list[object] = []
+
+    async def main() -> None:
+        async with aio.Queue("q", url=redis_server.url, scripting=scripting) as q:
+
+            async def job() -> None:
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    pass
+                got.append(await q.enqueue("follow-up"))
+                got.append(await q.length())
+
+            t = asyncio.create_task(job())
+            await asyncio.sleep(0.05)
+            t.cancel()
+            await t
+
+    asyncio.run(main())
+    assert got == [got[0], 1] and [m.text for m in Queue("q", client=r, scripting=scripting).peek()] == ["follow-up"]
+
+
 def test_many_tasks_and_a_sync_thread_own_each_message_once(redis_server, r: redis.Redis, scripting: bool) -> None:
     n = 600
     sync = Queue("q", client=r, scripting=scripting, visibility_timeout=60)

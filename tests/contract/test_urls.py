@@ -107,6 +107,15 @@ def test_an_option_value_a_url_cannot_mean_is_refused_before_any_connection(url:
         from_url(url)
 
 
+@pytest.mark.parametrize("url", ["redis://:pw@127.0.0.1:6380/abc", "rediss://h:6380/0x1", "redis://h/1/2"])
+def test_a_database_that_is_no_number_is_refused_before_any_connection(url: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"the database \(after the port\) must be a number") as info:
+        from_url(url)
+    assert "pw" not in str(info.value)
+    assert from_url("redis://:pw@127.0.0.1:6380/3").connection_pool.connection_kwargs["db"] == 3
+    assert from_url("redis://127.0.0.1:6380/").connection_pool.connection_kwargs.get("db", 0) == 0
+
+
 @pytest.mark.parametrize("userinfo", ["", "kq:s3cr@t@"])
 def test_an_at_sign_in_a_query_value_is_not_the_end_of_a_user_info(userinfo: str) -> None:
     """The user info runs to the last "@" but for one inside a query parameter's value: a

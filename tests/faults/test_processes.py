@@ -76,6 +76,21 @@ def test_second_signal_releases_held_messages_at_once(
     assert f"second {sig.name}: releasing every held message now" in procs.log(p)
 
 
+def test_an_async_handler_that_ignores_its_cancellation_does_not_keep_the_worker_past_its_grace(
+    redis_server, r: redis.Redis, procs, scripting: bool
+) -> None:
+    q = Queue("q", client=r, scripting=scripting, visibility_timeout=120)
+    q.enqueue("120")  # it would run two minutes, deaf to cancellation
+    p = procs.worker(redis_server.url, "tests.support.aio_handlers:deaf", "-c", "1", "--grace", "1")
+    wait_until(lambda: r.llen(STARTED) == 1)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0, procs.log(p)
+    assert "went on after their cancellation: the worker exits without them" in procs.log(p)
+    assert "destroyed but it is pending" not in procs.log(p)
+    s = q.stats()
+    assert (s.waiting, s.processing) == (1, 0) and r.hlen(DONE) == 0  # released at the grace's end
+
+
 def test_handler_system_exit_fails_its_message_and_stops_the_worker(
     redis_server, r: redis.Redis, procs, scripting: bool
 ) -> None:

@@ -28,6 +28,18 @@ async def slow(m: Message) -> None:
     await _client(m).hincrby(DONE, m.id, 1)
 
 
+async def deaf(m: Message) -> None:
+    """Runs for the number of seconds in the body, catching every cancellation on the way."""
+    await _client(m).rpush(STARTED, m.id)
+    end = asyncio.get_running_loop().time() + float(m.text)
+    while asyncio.get_running_loop().time() < end:
+        try:
+            await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            pass
+    await _client(m).hincrby(DONE, m.id, 1)
+
+
 async def where(m: Message) -> None:
     """Records that it ran on an event loop, and in which thread."""
     loop = asyncio.get_running_loop()
