@@ -30,6 +30,13 @@ def _address(manager: Any, state: dict[str, Any]) -> tuple[str, int]:
     return (forced if forced is not None else str(state["ip"])), state["port"]
 
 
+def _failed(sentinel: Any, exc: Exception) -> str:
+    """One sentinel's failure, short: its address and the error (not the client's repr, which
+    spells out its whole connection pool)."""
+    kw = sentinel.connection_pool.connection_kwargs
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}: {exc}"
+
+
 def _not_found(service_name: str, errors: list[str]) -> MasterNotFoundError:
     detail = f" : {', '.join(errors)}" if errors else ""
     return MasterNotFoundError(f"No master found for {service_name!r}{detail}")
@@ -48,7 +55,7 @@ class SafeSentinel(Sentinel):
             try:
                 masters: Any = sentinel.sentinel_masters()
             except (ConnectionError, TimeoutError) as exc:
-                errors.append(f"{sentinel} - {exc!r}")
+                errors.append(_failed(sentinel, exc))
                 continue
             state = masters.get(service_name)
             if state and self.check_master_state(state, service_name):
@@ -67,7 +74,7 @@ class SafeAsyncSentinel(AsyncSentinel):
             try:
                 masters: Any = await sentinel.sentinel_masters()
             except (ConnectionError, TimeoutError) as exc:
-                errors.append(f"{sentinel} - {exc!r}")
+                errors.append(_failed(sentinel, exc))
                 continue
             state = masters.get(service_name)
             if state and self.check_master_state(state, service_name):

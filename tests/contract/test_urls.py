@@ -8,9 +8,14 @@ import re
 import pytest
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from keyqueue import ConfigurationError
 from keyqueue.connection import from_url, redact
+from keyqueue.sentinels import SafeSentinel
+from keyqueue.server import free_port
 
 SENTINEL = "redis+sentinel://kq:s3cret@127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster/2"
 
@@ -114,6 +119,18 @@ def test_a_database_that_is_no_number_is_refused_before_any_connection(url: str)
     assert "pw" not in str(info.value)
     assert from_url("redis://:pw@127.0.0.1:6380/3").connection_pool.connection_kwargs["db"] == 3
     assert from_url("redis://127.0.0.1:6380/").connection_pool.connection_kwargs.get("db", 0) == 0
+
+
+def test_no_sentinel_answering_is_one_short_line_naming_each() -> None:
+    """Each sentinel's failure by its address, not by the client's repr (its whole pool)."""
+    first, other = free_port(), free_port()  # (nothing listens there)
+    no_retry = {"retry": Retry(NoBackoff(), 0), "password": "pw"}
+    with pytest.raises(MasterNotFoundError) as info:
+        SafeSentinel([("127.0.0.1", first), ("127.0.0.1", other)], sentinel_kwargs=no_retry).discover_master("mym")
+    text = str(info.value)
+    assert text.startswith("No master found for 'mym' : ") and len(text) < 400 and "\n" not in text
+    assert f"127.0.0.1:{first}: " in text and f"127.0.0.1:{other}: " in text
+    assert "ConnectionPool" not in text and "pw" not in text
 
 
 @pytest.mark.parametrize("userinfo", ["", "kq:s3cr@t@"])
