@@ -95,12 +95,13 @@ def run_demo(
             done = q.client.hlen(AUDIT_KEY)
             s = q.stats()
             if killed_holding < 0 and done >= messages // 3:
-                killed_holding = s.processing // workers
+                killed_holding = s.processing
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
                 out(
-                    f"\nSIGKILLed worker pid {victim.pid} mid-batch (about {killed_holding} messages "
-                    f"in flight there); they come back after their {VISIBILITY:.0f}s visibility timeout"
+                    f"\nSIGKILLed worker pid {victim.pid} mid-batch ({killed_holding} messages in flight "
+                    f"over the {workers} workers); what it held comes back after its {VISIBILITY:.0f}s "
+                    "visibility timeout"
                 )
             line = (
                 f"processed {done:>6}/{messages}  waiting {s.waiting:>6}  in flight {s.processing:>4}"
