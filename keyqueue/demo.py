@@ -35,7 +35,7 @@ class DemoResult:
     enqueued: int
     processed: int
     deliveries: int
-    killed_holding: int
+    in_flight_at_kill: int  # the queue's deliveries in flight when a worker was killed
     seconds: float
 
     @property
@@ -89,17 +89,17 @@ def run_demo(
         stack.callback(_stop_all, procs)
         out(f"started {workers} worker processes (4 threads each) and a reaper")
 
-        victim, killed_holding = procs[0], -1
+        victim, in_flight_at_kill = procs[0], -1
         last_line = 0.0
         while time.monotonic() - t0 < 120:
             done = q.client.hlen(AUDIT_KEY)
             s = q.stats()
-            if killed_holding < 0 and done >= messages // 3:
-                killed_holding = s.processing
+            if in_flight_at_kill < 0 and done >= messages // 3:
+                in_flight_at_kill = s.processing
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
                 out(
-                    f"\nSIGKILLed worker pid {victim.pid} mid-batch ({killed_holding} messages in flight "
+                    f"\nSIGKILLed worker pid {victim.pid} mid-batch ({in_flight_at_kill} messages in flight "
                     f"over the {workers} workers); what it held comes back after its {VISIBILITY:.0f}s "
                     "visibility timeout"
                 )
@@ -122,7 +122,7 @@ def run_demo(
         codes = _stop_all(procs[1:])
         deliveries = sum(int(v) for v in q.client.hvals(AUDIT_KEY))
         result = DemoResult(
-            messages, q.client.hlen(AUDIT_KEY), deliveries, max(killed_holding, 0), time.monotonic() - t0
+            messages, q.client.hlen(AUDIT_KEY), deliveries, max(in_flight_at_kill, 0), time.monotonic() - t0
         )
         out(f"workers and reaper stopped with SIGTERM, exit codes {codes}")
         out(

@@ -33,6 +33,13 @@ local now = now_ms()
 local expired = 0
 group_cutoff = retention and now - retention
 
+-- The reply, the expired ones counted first (with the held ones group_fill deleted).
+local function reply(phase_, cursor_, rank_, done)
+  expired = expired + group_expired
+  if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
+  return {expired, phase_, cursor_, rank_, done}
+end
+
 -- The t of each id (false for an item of the wrong type: left to the reaper to report).
 local function enqueued(ids)
   local out = {}
@@ -178,15 +185,9 @@ else  -- dead: from the head while dead-lettered at least dead_retention ago
       end
     end
     if gone == limit then  -- maybe more
-      expired = expired + group_expired
-      if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
-      return {expired, 'dead', '0', 0, 0}
+      return reply('dead', '0', 0, 0)
     end
   end
-  expired = expired + group_expired
-  if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
-  return {expired, 'head', '0', 0, 1}
+  return reply('head', '0', 0, 1)
 end
-expired = expired + group_expired
-if expired > 0 then rcall('HINCRBY', KEYS[8], 'expired', expired) end
-return {expired, phase, cursor, rank, 0}
+return reply(phase, cursor, rank, 0)

@@ -31,9 +31,10 @@ local bucket, cursor, skip = ARGV[6], ARGV[7], tonumber(ARGV[8])
 -- Due delayed grouped messages a chunked scan leaves for its end (see the header): at most
 -- a limit's worth, past which they join as found.
 local deferred, is_deferred = {}, {}
-for id in string.gmatch(ARGV[10] or '', '%d+') do
+local function defer(id)
   if not is_deferred[id] then deferred[#deferred + 1] = id; is_deferred[id] = true end
 end
+for id in string.gmatch(ARGV[10] or '', '%d+') do defer(id) end
 local deferring = false
 local bad = wrong_type({KEYS[1], 'list', KEYS[2], 'set', KEYS[3], 'set', KEYS[4], 'zset',
                         KEYS[5], 'list', KEYS[6], 'list', KEYS[8], 'hash'})
@@ -173,7 +174,7 @@ local function examine(tk, id, bucket_end)
     if d > now then return d end
     if lapsed(f[5]) then expire(tk, ik, id, d, released); return nil end
     if deferring and f[6] and not released and #deferred < limit then
-      if not is_deferred[id] then deferred[#deferred + 1] = id; is_deferred[id] = true end
+      defer(id)
       return d
     end
     res[3] = res[3] + 1
@@ -328,7 +329,7 @@ while budget > 0 do
           local ids = {}
           for _, id in ipairs(deferred) do if rcall('SISMEMBER', tk, id) == 1 then ids[#ids + 1] = id end end
           for _, id in ipairs(in_due_order(ids)) do examine(tk, id, (tonumber(bucket) + 1) * bucket_ms) end
-          deferred = {}
+          deferred, is_deferred = {}, {}
         end
         if rcall('EXISTS', tk) == 0 then rcall('ZREM', KEYS[4], bucket) else skip = skip + 1 end
         bucket = ''

@@ -175,6 +175,7 @@ class Store:
         """The queue, when it is registered under the prefix (one SISMEMBER, whatever the
         number of queues); UnknownQueue otherwise, also for a name no queue can have."""
         q = self._cached(name)
+        made = q is None
         if q is None:
             try:
                 q = self._make(name)
@@ -182,7 +183,7 @@ class Store:
                 raise UnknownQueue(name) from None
         if not await read(q.exists):
             raise UnknownQueue(name)
-        if self._cached(name) is not q:
+        if made:
             self._queues[name] = (q, time.monotonic())
         return q
 

@@ -116,7 +116,7 @@ class Consume(CommandBase):
         if not ids:
             if flow.limited_ms is not None and int(waiting_len):
                 out.limited_ms = flow.limited_ms
-                yield from self._refused(flow, int(waiting_len) and not out.counted)
+                yield from self._refused(flow, int(waiting_len) > 0 and not out.counted)
             return [], deadline, 0
         tk, b = self._tk(deadline, bucket_ms)
         # Reads and type checks first: a wrong type fails here, before anything is written.
@@ -150,7 +150,7 @@ class Consume(CommandBase):
                 ids = ids[:allowed]
                 out.limited_ms = flow.limited_ms
             if not ids:
-                yield from self._refused(flow, int(waiting_len) and not out.counted, unwatch=True)
+                yield from self._refused(flow, int(waiting_len) > 0 and not out.counted, unwatch=True)
                 return [], deadline, 0
         fields: dict[str, dict[bytes, bytes]] = {}
         for i, raw in zip(ids, got[len(typed) :]):
@@ -264,10 +264,10 @@ class Consume(CommandBase):
         out.expired += expired
         return delivered, deadline, busy
 
-    def _refused(self, flow: Flow, count: object, unwatch: bool = False) -> Op[None]:
-        """A claim the limits refused: its reservation given back, counted when ``count``
+    def _refused(self, flow: Flow, count: bool, unwatch: bool = False) -> Op[None]:
+        """A claim the limits refused: its reservation given back, and counted when ``count``
         (messages wait, and its caller has not counted the claim's refusal)."""
-        commands = [*flow.settle(flow.reserved_count, 0, bool(count)), *([("UNWATCH",)] if unwatch else [])]
+        commands = [*flow.settle(flow.reserved_count, 0, count), *([("UNWATCH",)] if unwatch else [])]
         if commands:
             self._raise_errors(commands, (yield commands))
 
